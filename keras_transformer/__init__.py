@@ -1,0 +1,34 @@
+"""keras-transformer: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)
+as Keras 3 layers, a functional-API model, and the paper's training recipe.
+
+Public API:
+    TransformerConfig, PAD_ID           config.py: sizes, switches and presets
+    Transformer, build_transformer      model.py: the functional keras.Model
+    WarmupSchedule                      schedule.py: the learning-rate schedule (paper 5.3)
+    layers                              every sublayer as a keras.layers.Layer
+    ops                                 scaled_dot_product_attention and mask builders
+    losses, metrics                     label-smoothed loss, masked accuracy, perplexity
+"""
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from keras_transformer import layers, losses, metrics, ops  # noqa: E402
+from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: E402
+from keras_transformer.model import Transformer, build_transformer  # noqa: E402
+from keras_transformer.schedule import WarmupSchedule  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PAD_ID",
+    "Transformer",
+    "TransformerConfig",
+    "WarmupSchedule",
+    "build_transformer",
+    "layers",
+    "losses",
+    "metrics",
+    "ops",
+]

@@ -1,0 +1,191 @@
+"""`TransformerConfig`: every size and switch of the model in one dataclass, with presets.
+
+The defaults are the paper's base model (Vaswani et al., 2017, Table 3). YAML files and the
+command line only override fields of this object; nothing else configures the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+
+PAD_ID = 0
+"""Token id 0 is padding everywhere: in source and target ids, labels and vocabularies."""
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
+
+# Overrides of the defaults (the paper's base model) for each preset.
+PRESETS: dict[str, dict[str, Any]] = {
+    # Sized for a 2-core CPU: trains in minutes on a small corpus.
+    "tiny": dict(
+        vocab_size=8000, d_model=128, num_heads=4, d_ff=512, num_encoder_layers=2, num_decoder_layers=2
+    ),
+    "small": dict(
+        vocab_size=16000, d_model=256, num_heads=4, d_ff=1024, num_encoder_layers=3, num_decoder_layers=3
+    ),
+    # Table 3 of the paper: base (65M parameters) and big (213M), shared 37,000-token vocabulary.
+    "base": dict(),
+    "big": dict(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and switches of an encoder-decoder Transformer.
+
+    Defaults reproduce the paper's base model (section 3 and Table 3).
+
+    Args:
+        vocab_size: int. Size of the vocabulary shared by source and target. Defaults to 37000.
+        source_vocab_size: int or None. Source vocabulary size when it differs from the target's
+            (needs `share_embeddings=False`). Defaults to None (= `vocab_size`).
+        target_vocab_size: int or None. Target vocabulary size, likewise. Defaults to None.
+        share_embeddings: bool. One weight matrix for the source embedding, the target embedding
+            and the pre-softmax projection (paper 3.4). When False, the source embedding is its
+            own matrix and the target embedding stays tied to the output projection. Defaults to
+            True.
+        d_model: int. Width of every sublayer output. Defaults to 512.
+        num_heads: int. Attention heads; must divide `d_model`. Defaults to 8.
+        d_ff: int. Inner width of the position-wise feed-forward network. Defaults to 2048.
+        num_encoder_layers: int. Encoder layers (N). Defaults to 6.
+        num_decoder_layers: int. Decoder layers (N). Defaults to 6.
+        dropout: float. Residual dropout on each sublayer output and on the embedding sums
+            (paper 5.4). Defaults to 0.1.
+        attention_dropout: float. Dropout on the attention probabilities. Defaults to 0.0.
+        activation_dropout: float. Dropout after the feed-forward activation. Defaults to 0.0.
+        max_length: int. Longest sequence, in tokens, that the model accepts; learned position
+            tables have this many rows and the data pipeline truncates to it. Defaults to 256.
+        norm_first: bool. False is the paper's post-norm `LayerNorm(x + Sublayer(x))`; True is
+            pre-norm `x + Sublayer(LayerNorm(x))` with a final LayerNorm on each stack.
+            Defaults to False.
+        activation: str. Feed-forward activation, any Keras activation name ("relu" as the
+            paper, "gelu" as BERT). Defaults to "relu".
+        positional: str. "sinusoidal" (paper 3.5) or "learned" (as BERT). Defaults to
+            "sinusoidal".
+        layer_norm_epsilon: float. Epsilon of every LayerNorm. Defaults to 1e-6.
+        dtype: str or None. Keras dtype policy of every layer, e.g. "mixed_float16" or
+            "mixed_bfloat16"; None uses Keras's global policy. Defaults to None.
+
+    Example:
+    >>> config = TransformerConfig.preset("tiny", vocab_size=1000)
+    >>> config.d_model, config.num_heads
+    (128, 4)
+    """
+
+    vocab_size: int = 37000
+    source_vocab_size: int | None = None
+    target_vocab_size: int | None = None
+    share_embeddings: bool = True
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    max_length: int = 256
+    norm_first: bool = False
+    activation: str = "relu"
+    positional: str = "sinusoidal"
+    layer_norm_epsilon: float = 1e-6
+    dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_encoder_layers",
+                     "num_decoder_layers", "max_length"):
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("source_vocab_size", "target_vocab_size"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=2)
+        _check_int("vocab_size", self.vocab_size, minimum=2)
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ValueError(f"{name}={value!r} must be a number in [0, 1)")
+        for name in ("share_embeddings", "norm_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be true or false")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
+        if self.positional not in POSITIONAL_KINDS:
+            raise ValueError(f"positional={self.positional!r} must be one of {POSITIONAL_KINDS}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"d_model={self.d_model} must be even for sinusoidal positions")
+        if not isinstance(self.activation, str):
+            raise ValueError(f"activation={self.activation!r} must be a Keras activation name")
+        try:
+            keras.activations.get(self.activation)
+        except ValueError:
+            raise ValueError(
+                f"activation={self.activation!r} is not a Keras activation (try 'relu' or 'gelu')"
+            ) from None
+        if isinstance(self.layer_norm_epsilon, bool) or not (
+            isinstance(self.layer_norm_epsilon, (int, float)) and self.layer_norm_epsilon > 0
+        ):
+            raise ValueError(f"layer_norm_epsilon={self.layer_norm_epsilon!r} must be > 0")
+        if self.dtype is not None:
+            try:
+                keras.dtype_policies.get(self.dtype)
+            except ValueError:
+                raise ValueError(
+                    f"dtype={self.dtype!r} is not a Keras dtype policy "
+                    "(try 'float32', 'mixed_float16' or 'mixed_bfloat16')"
+                ) from None
+        if self.share_embeddings and self.source_vocab != self.target_vocab:
+            raise ValueError(
+                f"share_embeddings=True needs one vocabulary, but source_vocab_size="
+                f"{self.source_vocab} != target_vocab_size={self.target_vocab}"
+            )
+
+    @property
+    def source_vocab(self) -> int:
+        """The source vocabulary size actually used."""
+        return self.source_vocab_size or self.vocab_size
+
+    @property
+    def target_vocab(self) -> int:
+        """The target vocabulary size actually used."""
+        return self.target_vocab_size or self.vocab_size
+
+    @property
+    def head_dim(self) -> int:
+        """d_k = d_v = d_model / h (paper 3.2.2)."""
+        return self.d_model // self.num_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
+        """A named preset ("tiny", "small", "base", "big"), with fields overridden by keyword."""
+        if name not in PRESETS:
+            raise ValueError(f"preset={name!r} is unknown; choose one of {sorted(PRESETS)}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        """Builds a config from a mapping, refusing keys that are not fields."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown TransformerConfig field(s) {unknown}; known fields: {sorted(known)}"
+            )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as plain Python values (JSON/YAML serializable)."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        """A copy with some fields changed (validated like a new config)."""
+        return self.from_dict({**self.to_dict(), **changes})
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}={value!r} must be an integer")
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be >= {minimum}")

@@ -1,0 +1,182 @@
+"""Token embeddings, positional encodings and the tied pre-softmax projection (paper 3.4, 3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import keras_hub
+from keras import ops
+
+from keras_transformer.config import POSITIONAL_KINDS
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SinusoidalPositionEncoding(keras.layers.Layer):
+    """The fixed sinusoidal position encodings of the paper (section 3.5).
+
+    PE(pos, 2i) = sin(pos / max_wavelength^(2i / d_model)),
+    PE(pos, 2i + 1) = cos(pos / max_wavelength^(2i / d_model)).
+
+    The angles are computed in float32 whatever the dtype policy, then cast to the compute
+    dtype, so half-precision models get the same encodings.
+
+    Args:
+        max_wavelength: float. The longest wavelength, 10000 in the paper. Defaults to 10000.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
+
+    Call arguments:
+        inputs: tensor `[batch, len, d_model]`, the embeddings the encodings will be added to;
+            only its shape is used. `d_model` must be known and even.
+        start_index: int or scalar int tensor. Position of the first element, used by
+            incremental decoding. Defaults to 0.
+
+    Returns:
+        The encodings, `[batch, len, d_model]` in the compute dtype.
+
+    Example:
+    >>> import numpy as np
+    >>> x = np.zeros((2, 5, 16), "float32")
+    >>> SinusoidalPositionEncoding()(x).shape
+    TensorShape([2, 5, 16])
+    """
+
+    def __init__(self, max_wavelength: float = 10000.0, **kwargs):
+        super().__init__(**kwargs)
+        self.max_wavelength = max_wavelength
+
+    def call(self, inputs, start_index=0):
+        shape = ops.shape(inputs)
+        length, depth = shape[-2], inputs.shape[-1]
+        if depth is None or depth % 2:
+            raise ValueError(f"SinusoidalPositionEncoding needs an even, known d_model; got {depth}")
+        positions = ops.cast(ops.arange(length) + start_index, "float32")  # (len,)
+        even_dims = ops.cast(ops.arange(depth) // 2 * 2, "float32")  # 0, 0, 2, 2, 4, 4...
+        inverse_wavelengths = ops.power(self.max_wavelength, -even_dims / depth)  # (d_model,)
+        angles = positions[:, None] * inverse_wavelengths[None, :]  # (len, d_model)
+        is_even = ops.arange(depth) % 2 == 0
+        encodings = ops.where(is_even, ops.sin(angles), ops.cos(angles))
+        return ops.broadcast_to(ops.cast(encodings, self.compute_dtype), shape)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "max_wavelength": self.max_wavelength}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerEmbedding(keras.layers.Layer):
+    """Token embedding times sqrt(d_model), plus positions, then dropout (paper 3.4, 3.5, 5.4).
+
+    The same layer is the tied pre-softmax projection: called with `reverse=True` on decoder
+    outputs, it returns logits `x E^T` with the embedding matrix `E` ("we share the same weight
+    matrix between the two embedding layers and the pre-softmax linear transformation", 3.4).
+    Sharing one instance between source and target ties all three; the token table is a
+    `keras.layers.ReversibleEmbedding`.
+
+    Args:
+        vocab_size: int. Rows of the embedding matrix; id 0 is padding.
+        d_model: int. Embedding width.
+        max_length: int. Longest sequence; the size of a learned position table. Defaults to 256.
+        positional: str. "sinusoidal" (fixed, paper 3.5) or "learned" (a trained table).
+            Defaults to "sinusoidal".
+        dropout: float. Dropout on the sum of embeddings and positions. Defaults to 0.0.
+        tie_weights: bool. Use `E^T` as the output projection; False gives the projection its
+            own matrix. Defaults to True.
+        embeddings_initializer: initializer for the token table. Defaults to
+            `RandomNormal(stddev=d_model**-0.5)`, so that scaled embeddings have unit variance.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
+
+    Call arguments:
+        inputs: int tensor `[batch, len]` of token ids or, with `reverse=True`, a float tensor
+            `[batch, len, d_model]`.
+        start_index: int or scalar int tensor. Position of the first token (incremental
+            decoding). Defaults to 0.
+        reverse: bool. Project `[batch, len, d_model]` to logits instead of embedding ids.
+            Defaults to False.
+        training: bool. Whether dropout is active.
+
+    Returns:
+        `[batch, len, d_model]` embeddings in the compute dtype, or with `reverse=True` logits
+        `[batch, len, vocab_size]` in float32 (even under mixed precision).
+
+    Example:
+    >>> import numpy as np
+    >>> embed = TransformerEmbedding(vocab_size=100, d_model=16)
+    >>> x = embed(np.array([[5, 7, 0]]))
+    >>> x.shape, embed(x, reverse=True).shape
+    (TensorShape([1, 3, 16]), TensorShape([1, 3, 100]))
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_length: int = 256,
+        positional: str = "sinusoidal",
+        dropout: float = 0.0,
+        tie_weights: bool = True,
+        embeddings_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if positional not in POSITIONAL_KINDS:
+            raise ValueError(f"positional={positional!r} must be one of {POSITIONAL_KINDS}")
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.max_length = max_length
+        self.positional = positional
+        self.dropout = dropout
+        self.tie_weights = tie_weights
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer or keras.initializers.RandomNormal(stddev=d_model**-0.5)
+        )
+        self.token_embedding = keras.layers.ReversibleEmbedding(
+            vocab_size,
+            d_model,
+            tie_weights=tie_weights,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        if positional == "learned":
+            self.position_embedding = keras_hub.layers.PositionEmbedding(
+                max_length, dtype=self.dtype_policy, name="position_embedding"
+            )
+        else:
+            self.position_embedding = SinusoidalPositionEncoding(
+                dtype=self.dtype_policy, name="position_encoding"
+            )
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+
+    def build(self, inputs_shape=None):
+        self.token_embedding.build()
+        self.position_embedding.build((None, self.max_length, self.d_model))
+        self.built = True
+
+    def call(self, inputs, start_index=0, reverse=False, training=None):
+        if reverse:
+            return ops.cast(self.token_embedding(inputs, reverse=True), "float32")
+        length = inputs.shape[-1]
+        if self.positional == "learned" and isinstance(length, int) and length > self.max_length:
+            raise ValueError(
+                f"sequence length {length} exceeds max_length={self.max_length} of the learned "
+                "position table; truncate the input or raise max_length"
+            )
+        x = self.token_embedding(inputs)  # (batch, len, d_model)
+        x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
+        x = x + self.position_embedding(x, start_index=start_index)
+        return self.dropout_layer(x, training=training)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "max_length": self.max_length,
+            "positional": self.positional,
+            "dropout": self.dropout,
+            "tie_weights": self.tie_weights,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }

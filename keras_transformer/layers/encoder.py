@@ -1,0 +1,123 @@
+"""The encoder layer and the encoder stack (paper 3.1)."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.block import TransformerBlock
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderLayer(TransformerBlock):
+    """One encoder layer: self-attention, then a feed-forward network, each wrapped in a
+    residual connection, dropout and layer norm (paper 3.1).
+
+    Args:
+        num_heads, d_ff, dropout, attention_dropout, activation_dropout, activation,
+            norm_first, layer_norm_epsilon, kernel_initializer: see `TransformerBlock`.
+
+    Call arguments:
+        inputs: tensor `[batch, src_len, d_model]`.
+        padding_mask: boolean `[batch, src_len]`, True at real tokens. Defaults to None.
+        training: bool. Whether dropout is active.
+
+    Returns:
+        `[batch, src_len, d_model]`.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = EncoderLayer(num_heads=2, d_ff=32)
+    >>> layer(np.random.rand(2, 5, 8).astype("float32")).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def build(self, inputs_shape):
+        self._check_width(inputs_shape)
+        self.self_attention = MultiHeadAttention(
+            self.num_heads,
+            dropout=self.attention_dropout,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.self_attention.build(inputs_shape)
+        self.self_attention_residual = self._add_and_norm("self_attention_residual", inputs_shape)
+        self.feed_forward = PositionwiseFeedForward(
+            self.d_ff,
+            activation=self.activation,
+            dropout=self.activation_dropout,
+            kernel_initializer=self.kernel_initializer,
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.feed_forward.build(inputs_shape)
+        self.feed_forward_residual = self._add_and_norm("feed_forward_residual", inputs_shape)
+        self.built = True
+
+    def call(self, inputs, padding_mask=None, training=None):
+        x = inputs  # (batch, src_len, d_model)
+        h = self.self_attention_residual.normalize_input(x)
+        h = self.self_attention(h, padding_mask=padding_mask, training=training)
+        x = self.self_attention_residual(x, h, training=training)
+        h = self.feed_forward(self.feed_forward_residual.normalize_input(x), training=training)
+        return self.feed_forward_residual(x, h, training=training)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Encoder(TransformerBlock):
+    """A stack of `num_layers` identical `EncoderLayer`s (paper 3.1; N = 6 in the base model).
+
+    With `norm_first=True` a final LayerNorm closes the stack, as pre-norm models need.
+
+    Args:
+        num_layers: int. Number of layers N.
+        num_heads, d_ff, dropout, attention_dropout, activation_dropout, activation,
+            norm_first, layer_norm_epsilon, kernel_initializer: see `TransformerBlock`.
+
+    Call arguments:
+        inputs: tensor `[batch, src_len, d_model]`, the embedded source.
+        padding_mask: boolean `[batch, src_len]`, True at real tokens. Defaults to None.
+        training: bool. Whether dropout is active.
+
+    Returns:
+        The encoder output ("memory"), `[batch, src_len, d_model]`.
+
+    Example:
+    >>> import numpy as np
+    >>> encoder = Encoder(num_layers=2, num_heads=2, d_ff=32)
+    >>> encoder(np.random.rand(2, 5, 8).astype("float32")).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def __init__(self, num_layers: int, num_heads: int, d_ff: int, **kwargs):
+        super().__init__(num_heads, d_ff, **kwargs)
+        if num_layers < 1:
+            raise ValueError(f"num_layers={num_layers} must be >= 1")
+        self.num_layers = num_layers
+
+    def build(self, inputs_shape):
+        self._check_width(inputs_shape)
+        self.encoder_layers = []
+        for i in range(self.num_layers):
+            layer = EncoderLayer(**self._block_args(), name=f"layer_{i}")
+            layer.build(inputs_shape)
+            self.encoder_layers.append(layer)
+        self.final_norm = self._final_norm(inputs_shape)
+        self.built = True
+
+    def call(self, inputs, padding_mask=None, training=None):
+        x = inputs
+        for layer in self.encoder_layers:
+            x = layer(x, padding_mask=padding_mask, training=training)
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers}

@@ -1,0 +1,75 @@
+"""Add & norm: the residual connection and layer normalization around every sublayer (paper
+3.1, 5.4)."""
+
+from __future__ import annotations
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class AddAndNorm(keras.layers.Layer):
+    """LayerNorm(x + Dropout(Sublayer(x))) (paper 3.1, 5.4), or its pre-norm variant.
+
+    Post-norm (the paper, `norm_first=False`): `call(x, sublayer(x))` returns
+    `LayerNorm(x + Dropout(sublayer(x)))`.
+    Pre-norm (`norm_first=True`): the sublayer reads `normalize_input(x)` = `LayerNorm(x)` and
+    `call(x, sublayer(LayerNorm(x)))` returns `x + Dropout(...)`; the residual stream itself
+    is never normalized, which keeps deep stacks trainable without warmup.
+
+    Layer normalization is computed in float32 under mixed precision (Keras's
+    `LayerNormalization` upcasts half-precision inputs) and returned in the compute dtype.
+
+    Args:
+        dropout: float. Residual dropout on the sublayer output. Defaults to 0.0.
+        norm_first: bool. Pre-norm instead of the paper's post-norm. Defaults to False.
+        epsilon: float. LayerNorm epsilon. Defaults to 1e-6.
+        **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
+
+    Call arguments:
+        residual: tensor `[batch, len, d_model]`, the sublayer's input x.
+        sublayer_output: tensor `[batch, len, d_model]`, Sublayer(x).
+        training: bool. Whether dropout is active.
+
+    Returns:
+        `[batch, len, d_model]` in the compute dtype.
+
+    Example:
+    >>> import numpy as np
+    >>> x = np.random.rand(2, 3, 8).astype("float32")
+    >>> AddAndNorm()(x, 2 * x).shape
+    TensorShape([2, 3, 8])
+    """
+
+    def __init__(self, dropout: float = 0.0, norm_first: bool = False, epsilon: float = 1e-6,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = dropout
+        self.norm_first = norm_first
+        self.epsilon = epsilon
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm"
+        )
+
+    def build(self, residual_shape, sublayer_output_shape=None):
+        self.layer_norm.build(residual_shape)
+        self.built = True
+
+    def normalize_input(self, x):
+        """The sublayer's input: LayerNorm(x) with pre-norm, x itself with post-norm."""
+        return self.layer_norm(x) if self.norm_first else x
+
+    def call(self, residual, sublayer_output, training=None):
+        x = residual + self.dropout_layer(sublayer_output, training=training)
+        return x if self.norm_first else self.layer_norm(x)
+
+    def compute_output_shape(self, residual_shape, sublayer_output_shape=None):
+        return residual_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "dropout": self.dropout,
+            "norm_first": self.norm_first,
+            "epsilon": self.epsilon,
+        }

@@ -1,0 +1,130 @@
+"""The encoder-decoder Transformer as a functional-API `keras.Model` (paper section 3)."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_transformer import ops as kt_ops
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.embedding import TransformerEmbedding
+from keras_transformer.layers.encoder import Encoder
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """The Transformer of "Attention Is All You Need", built with the functional API.
+
+    Inputs `{"source_ids": int32 [batch, src_len], "target_ids": int32 [batch, tgt_len]}`
+    (the decoder input, shifted right); output float32 logits `[batch, tgt_len,
+    target_vocab]`, also under mixed precision. Token id 0 is padding in both inputs: the
+    padding masks are derived from the ids, so padded positions never influence real ones.
+
+    It is a functional `keras.Model` (`model.layers`, `model.summary()`, `model.fit` and
+    `.keras` files all work as usual) whose config is the `TransformerConfig`, so a saved
+    model is rebuilt from its config and weights. Its layers are reachable by name:
+    "embedding" (or "source_embedding" and "target_embedding" without shared embeddings),
+    "encoder" and "decoder".
+
+    Args:
+        config: `TransformerConfig` or its dict. The sizes and switches.
+        **kwargs: other `keras.Model` arguments (`name`...).
+
+    Example:
+    >>> import numpy as np
+    >>> model = Transformer(TransformerConfig.preset("tiny", vocab_size=100))
+    >>> logits = model({"source_ids": np.array([[5, 6, 7, 0]]),
+    ...                 "target_ids": np.array([[2, 9, 0]])})
+    >>> logits.shape, logits.dtype
+    (TensorShape([1, 3, 100]), tf.float32)
+    """
+
+    def __init__(self, config: TransformerConfig | dict, **kwargs):
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        kwargs.setdefault("name", "transformer")
+        dtype = config.dtype
+
+        def embedding(vocab_size, name):
+            return TransformerEmbedding(
+                vocab_size,
+                config.d_model,
+                max_length=config.max_length,
+                positional=config.positional,
+                dropout=config.dropout,
+                dtype=dtype,
+                name=name,
+            )
+
+        if config.share_embeddings:
+            source_embedding = target_embedding = embedding(config.target_vocab, "embedding")
+        else:
+            source_embedding = embedding(config.source_vocab, "source_embedding")
+            target_embedding = embedding(config.target_vocab, "target_embedding")
+        block = dict(
+            num_heads=config.num_heads,
+            d_ff=config.d_ff,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            activation_dropout=config.activation_dropout,
+            activation=config.activation,
+            norm_first=config.norm_first,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            dtype=dtype,
+        )
+        encoder = Encoder(config.num_encoder_layers, name="encoder", **block)
+        decoder = Decoder(config.num_decoder_layers, name="decoder", **block)
+
+        source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
+        target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
+        source_mask = kt_ops.padding_mask(source_ids)  # (batch, src_len)
+        target_mask = kt_ops.padding_mask(target_ids)  # (batch, tgt_len)
+        memory = encoder(source_embedding(source_ids), padding_mask=source_mask)
+        hidden = decoder(
+            target_embedding(target_ids),
+            memory,
+            padding_mask=target_mask,
+            encoder_padding_mask=source_mask,
+        )
+        logits = target_embedding(hidden, reverse=True)  # (batch, tgt_len, vocab), float32
+        super().__init__(
+            inputs={"source_ids": source_ids, "target_ids": target_ids},
+            outputs=logits,
+            **kwargs,
+        )
+        self.config = config
+        self.source_embedding = source_embedding
+        self.target_embedding = target_embedding
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def encode(self, source_ids, training=False):
+        """Runs the encoder alone: `(memory [batch, src_len, d_model], source padding mask)`."""
+        source_mask = kt_ops.padding_mask(source_ids)
+        memory = self.encoder(
+            self.source_embedding(source_ids, training=training),
+            padding_mask=source_mask,
+            training=training,
+        )
+        return memory, source_mask
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        return cls(**config)
+
+
+def build_transformer(config: TransformerConfig) -> Transformer:
+    """Builds the Transformer described by `config` (a functional-API `keras.Model`).
+
+    Example:
+    >>> model = build_transformer(TransformerConfig.preset("base"))
+    >>> round(model.count_params() / 1e6)
+    63
+    """
+    if not isinstance(config, TransformerConfig):
+        raise ValueError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    return Transformer(config)
+

@@ -1,0 +1,101 @@
+"""Attention math and mask builders, as plain functions of tensors.
+
+Shapes: `[batch, heads, len, depth]` for queries, keys and values. Masks are booleans,
+True = attend, broadcastable to `[batch, heads, q_len, k_len]`.
+"""
+
+from __future__ import annotations
+
+from keras import ops
+
+from keras_transformer.config import PAD_ID
+
+# Added to the logits of masked positions. Large enough that exp() underflows to exactly 0
+# in float32 (where softmax is computed), finite so that a fully masked row gives uniform
+# weights instead of NaN.
+MASK_LOGIT = -1e9
+
+
+def attention_probabilities(query, key, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) with masking, computed in float32 (paper 3.2.1, eq. 1).
+
+    Args:
+        query: tensor `[batch, heads, q_len, depth]`.
+        key: tensor `[batch, heads, k_len, depth]`.
+        mask: optional boolean tensor broadcastable to `[batch, heads, q_len, k_len]`,
+            True = attend.
+
+    Returns:
+        float32 tensor `[batch, heads, q_len, k_len]` of attention weights; rows sum to 1.
+    """
+    depth = query.shape[-1]
+    # Scaling the query before the product keeps half-precision logits in range.
+    query = ops.multiply(query, ops.cast(1.0 / depth**0.5, query.dtype))
+    logits = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (batch, heads, q_len, k_len)
+    logits = ops.cast(logits, "float32")
+    if mask is not None:
+        logits = ops.where(mask, logits, MASK_LOGIT)
+    return ops.softmax(logits, axis=-1)
+
+
+def scaled_dot_product_attention(query, key, value, mask=None):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (paper 3.2.1, eq. 1).
+
+    Args:
+        query: tensor `[batch, heads, q_len, depth]`.
+        key: tensor `[batch, heads, k_len, depth]`.
+        value: tensor `[batch, heads, k_len, depth_v]`.
+        mask: optional boolean tensor broadcastable to `[batch, heads, q_len, k_len]`,
+            True = attend.
+
+    Returns:
+        `(output, weights)`: output `[batch, heads, q_len, depth_v]` in the dtype of `value`,
+        and the float32 attention weights `[batch, heads, q_len, k_len]`.
+
+    Example:
+    >>> import numpy as np
+    >>> q = k = v = np.ones((1, 1, 2, 4), "float32")
+    >>> out, w = scaled_dot_product_attention(q, k, v, mask=np.array([True, False]))
+    >>> w.numpy()[0, 0].tolist()
+    [[1.0, 0.0], [1.0, 0.0]]
+    """
+    weights = attention_probabilities(query, key, mask)
+    output = ops.matmul(ops.cast(weights, value.dtype), value)
+    return output, weights
+
+
+def padding_mask(token_ids, pad_id: int = PAD_ID):
+    """Boolean `[batch, len]`, True at real tokens and False at padding."""
+    return ops.not_equal(token_ids, pad_id)
+
+
+def causal_mask(q_len, k_len=None, offset=0):
+    """Boolean `[q_len, k_len]`: query i (at position offset + i) sees keys 0..offset + i.
+
+    `offset` is the position of the first query; incremental decoding passes the number of
+    tokens already in the key/value cache.
+    """
+    k_len = q_len if k_len is None else k_len
+    q_positions = ops.arange(q_len) + offset
+    return ops.expand_dims(ops.arange(k_len), 0) <= ops.expand_dims(q_positions, 1)
+
+
+def combine_masks(padding=None, attention=None, causal=None):
+    """Merges the masks an attention layer may get into one, broadcastable to
+    `[batch, heads, q_len, k_len]`, or None when there is none.
+
+    Args:
+        padding: boolean `[batch, k_len]`, True at real key tokens.
+        attention: boolean `[batch, q_len, k_len]`, any user mask.
+        causal: boolean `[q_len, k_len]` from `causal_mask`.
+    """
+    mask = None
+    if padding is not None:
+        mask = padding[:, None, None, :]  # (batch, 1, 1, k_len)
+    if attention is not None:
+        attention = attention[:, None, :, :]  # (batch, 1, q_len, k_len)
+        mask = attention if mask is None else ops.logical_and(mask, attention)
+    if causal is not None:
+        causal = causal[None, None, :, :]  # (1, 1, q_len, k_len)
+        mask = causal if mask is None else ops.logical_and(mask, causal)
+    return mask

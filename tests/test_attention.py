@@ -1,0 +1,191 @@
+"""MultiHeadAttention: Keras's layer test, equality with keras.layers.MultiHeadAttention, masks,
+weights on request, key/value caches and the swappable attention."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+from keras.src.testing import TestCase
+
+from keras_transformer import layers
+from keras_transformer import ops as kt_ops
+
+RNG = np.random.default_rng(0)
+QUERY = RNG.normal(size=(2, 5, 16)).astype("float32")
+MEMORY = RNG.normal(size=(2, 7, 16)).astype("float32")
+PADDING = np.array([[True] * 7, [True] * 4 + [False] * 3])
+
+
+class MultiHeadAttentionLayerTest(TestCase):
+    def test_self_attention(self):
+        self.run_layer_test(
+            layers.MultiHeadAttention,
+            init_kwargs={"num_heads": 4, "dropout": 0.1},
+            input_shape=(2, 5, 16),
+            expected_output_shape=(2, 5, 16),
+            expected_num_trainable_weights=8,
+            expected_num_non_trainable_weights=0,
+            expected_num_seed_generators=1,
+        )
+
+    def test_cross_attention_with_other_sizes(self):
+        self.run_layer_test(
+            layers.MultiHeadAttention,
+            init_kwargs={"num_heads": 2, "key_dim": 3, "value_dim": 5, "output_dim": 6,
+                         "use_bias": False},
+            input_shape={"query_shape": (2, 5, 16), "value_shape": (2, 7, 12)},
+            expected_output_shape=(2, 5, 6),
+            expected_num_trainable_weights=4,
+            run_training_check=False,  # two inputs: Keras's harness trains one-input layers
+        )
+
+
+def _keras_twin(ours, query, value):
+    """A keras.layers.MultiHeadAttention holding `ours`'s weights."""
+    theirs = keras.layers.MultiHeadAttention(num_heads=ours.num_heads, key_dim=ours.head_key_dim)
+    theirs(query, value)
+    theirs.set_weights(ours.get_weights())
+    return theirs
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_self_attention_equals_keras_multi_head_attention(causal):
+    ours = layers.MultiHeadAttention(num_heads=4)
+    ours(QUERY)
+    theirs = _keras_twin(ours, QUERY, QUERY)
+    np.testing.assert_allclose(
+        ours(QUERY, use_causal_mask=causal),
+        theirs(QUERY, QUERY, use_causal_mask=causal),
+        atol=1e-5,
+    )
+
+
+def test_cross_attention_with_padding_equals_keras_multi_head_attention():
+    ours = layers.MultiHeadAttention(num_heads=4)
+    ours(QUERY, MEMORY)
+    theirs = _keras_twin(ours, QUERY, MEMORY)
+    keras_mask = np.broadcast_to(PADDING[:, None, :], (2, 5, 7))  # Keras takes [B, T, S]
+    out, weights = ours.call_with_weights(QUERY, MEMORY, padding_mask=PADDING)
+    their_out, their_scores = theirs(
+        QUERY, MEMORY, attention_mask=keras_mask, return_attention_scores=True
+    )
+    np.testing.assert_allclose(out, their_out, atol=1e-5)
+    np.testing.assert_allclose(weights, their_scores, atol=1e-6)
+
+
+def test_weights_on_request_are_float32_masked_and_normalised():
+    layer = layers.MultiHeadAttention(num_heads=4, dtype="mixed_float16")
+    layer(QUERY, MEMORY)  # builds the weights
+    output, weights = layer.call_with_weights(QUERY, MEMORY, padding_mask=PADDING)
+    assert output.dtype == tf.float16 and weights.dtype == tf.float32
+    assert weights.shape == (2, 4, 5, 7)
+    np.testing.assert_allclose(ops.sum(weights, axis=-1), 1.0, atol=1e-6)
+    assert np.all(np.asarray(weights)[1, :, :, 4:] == 0.0)
+
+
+def test_padding_keys_change_nothing():
+    layer = layers.MultiHeadAttention(num_heads=4)
+    short = layer(QUERY, MEMORY[:, :4])
+    padded = layer(QUERY, MEMORY, padding_mask=np.array([[True] * 4 + [False] * 3] * 2))
+    np.testing.assert_allclose(padded, short, atol=1e-5)
+
+
+def test_attention_mask_and_padding_mask_combine():
+    layer = layers.MultiHeadAttention(num_heads=2)
+    attention_mask = RNG.random((2, 5, 7)) < 0.6
+    attention_mask[..., 0] = True
+    layer(QUERY, MEMORY)
+    _, weights = layer.call_with_weights(
+        QUERY, MEMORY, padding_mask=PADDING, attention_mask=attention_mask
+    )
+    allowed = attention_mask & PADDING[:, None, :]
+    assert np.all(np.asarray(weights).transpose(1, 0, 2, 3)[:, ~allowed] == 0.0)
+
+
+def test_key_dim_must_divide_width():
+    with pytest.raises(ValueError, match="query width 16 is not divisible by num_heads=3"):
+        layers.MultiHeadAttention(num_heads=3)(QUERY)
+
+
+def test_cache_methods_need_a_built_layer():
+    with pytest.raises(ValueError, match="needs built weights"):
+        layers.MultiHeadAttention(num_heads=2).init_cache(2, 8)
+
+
+def test_incremental_self_attention_equals_causal_call():
+    layer = layers.MultiHeadAttention(num_heads=4)
+    full = layer(QUERY, use_causal_mask=True)
+    cache = layer.init_cache(batch_size=2, max_length=8)  # longer than the 5 steps: padding
+    steps = []
+    for t in range(QUERY.shape[1]):
+        out, cache = layer.call_with_cache(QUERY[:, t : t + 1], cache, cache_index=t)
+        steps.append(out)
+    np.testing.assert_allclose(ops.concatenate(steps, axis=1), full, atol=1e-5)
+    assert cache["key"].shape == (2, 4, 8, 4)
+
+
+def test_incremental_self_attention_in_chunks_equals_causal_call():
+    layer = layers.MultiHeadAttention(num_heads=4)
+    full = layer(QUERY, use_causal_mask=True)
+    cache = layer.init_cache(batch_size=2, max_length=5)
+    first, cache = layer.call_with_cache(QUERY[:, :3], cache, cache_index=0)
+    second, cache = layer.call_with_cache(QUERY[:, 3:], cache, cache_index=3)
+    np.testing.assert_allclose(ops.concatenate([first, second], axis=1), full, atol=1e-5)
+
+
+def test_cross_attention_cache_equals_call():
+    layer = layers.MultiHeadAttention(num_heads=4)
+    full = layer(QUERY, MEMORY, padding_mask=PADDING)
+    cache = layer.compute_cache(MEMORY)
+    out, same_cache = layer.call_with_cache(QUERY, cache, padding_mask=PADDING)
+    np.testing.assert_allclose(out, full, atol=1e-5)
+    assert same_cache is cache
+
+
+def test_incremental_decoding_compiles_in_a_while_loop_with_xla():
+    layer = layers.MultiHeadAttention(num_heads=4)
+    full = layer(QUERY, use_causal_mask=True)
+
+    @tf.function(jit_compile=True)
+    def decode(query):
+        cache = layer.init_cache(2, 5)
+        outputs = tf.TensorArray(tf.float32, size=5)
+
+        def body(t, cache, outputs):
+            step = tf.expand_dims(tf.gather(query, t, axis=1), 1)  # (batch, 1, d_model)
+            out, cache = layer.call_with_cache(step, cache, cache_index=t)
+            return t + 1, cache, outputs.write(t, out[:, 0])
+
+        _, _, outputs = tf.while_loop(lambda t, *_: t < 5, body, (0, cache, outputs))
+        return tf.transpose(outputs.stack(), [1, 0, 2])
+
+    np.testing.assert_allclose(decode(QUERY), full, atol=1e-5)
+
+
+class _UniformAttention(layers.MultiHeadAttention):
+    """Swaps the attention for a plain average of the values."""
+
+    def _compute_attention(self, query, key, value, mask=None, training=None):
+        weights = ops.ones(ops.shape(query)[:-1] + (ops.shape(key)[2],), "float32")
+        weights = weights / ops.cast(ops.shape(key)[2], "float32")
+        return ops.matmul(ops.cast(weights, value.dtype), value), weights
+
+
+def test_attention_is_swapped_by_overriding_compute_attention():
+    layer = _UniformAttention(num_heads=2)
+    layer(QUERY, MEMORY)
+    out, weights = layer.call_with_weights(QUERY, MEMORY)
+    np.testing.assert_allclose(weights, 1 / 7, atol=1e-7)
+    # Every query gets the same output: the mean of the projected values, projected out.
+    np.testing.assert_allclose(out[:, 0], out[:, 3], atol=1e-5)
+
+
+def test_probabilities_match_the_op():
+    layer = layers.MultiHeadAttention(num_heads=2)
+    layer(QUERY, MEMORY)
+    _, weights = layer.call_with_weights(QUERY, MEMORY, padding_mask=PADDING)
+    q = layer._split_heads(QUERY, layer.query_kernel, layer.query_bias)
+    k = layer._split_heads(MEMORY, layer.key_kernel, layer.key_bias)
+    expected = kt_ops.attention_probabilities(q, k, kt_ops.combine_masks(PADDING))
+    np.testing.assert_allclose(weights, expected, atol=1e-7)

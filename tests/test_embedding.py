@@ -1,0 +1,121 @@
+"""Positional encodings, TransformerEmbedding and the tied output projection."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras.src.testing import TestCase
+
+from keras_transformer import layers
+
+IDS = np.array([[5, 7, 9, 0], [3, 0, 0, 0]], "int32")
+
+
+def paper_encodings(length, d_model, start=0):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+    pos = np.arange(start, start + length)[:, None]
+    i = np.arange(d_model // 2)[None, :]
+    angles = pos / 10000 ** (2 * i / d_model)
+    pe = np.zeros((length, d_model))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(angles), np.cos(angles)
+    return pe
+
+
+class EmbeddingLayerTest(TestCase):
+    def test_sinusoidal_position_encoding(self):
+        self.run_layer_test(
+            layers.SinusoidalPositionEncoding,
+            init_kwargs={"max_wavelength": 10000.0},
+            input_shape=(2, 7, 16),
+            expected_output_shape=(2, 7, 16),
+            expected_num_trainable_weights=0,
+            run_training_check=False,  # no weights: nothing to train
+        )
+
+    def test_transformer_embedding(self):
+        for positional, weights in (("sinusoidal", 1), ("learned", 2)):
+            self.run_layer_test(
+                layers.TransformerEmbedding,
+                init_kwargs={"vocab_size": 30, "d_model": 8, "max_length": 12,
+                             "positional": positional, "dropout": 0.1},
+                input_data=np.random.default_rng(0).integers(0, 30, (2, 6)).astype("int32"),
+                expected_output_shape=(2, 6, 8),
+                expected_num_trainable_weights=weights,
+                expected_num_seed_generators=1,
+            )
+
+
+def test_sinusoidal_values_follow_the_paper():
+    x = np.zeros((1, 50, 32), "float32")
+    np.testing.assert_allclose(layers.SinusoidalPositionEncoding()(x)[0], paper_encodings(50, 32),
+                               atol=1e-5)
+
+
+def test_start_index_gives_the_later_positions():
+    layer = layers.SinusoidalPositionEncoding()
+    full = layer(np.zeros((2, 10, 16), "float32"))
+    step = layer(np.zeros((2, 1, 16), "float32"), start_index=tf.constant(7))
+    np.testing.assert_allclose(step[:, 0], full[:, 7], atol=1e-6)
+
+
+def test_half_precision_encodings_are_accurate_at_long_positions():
+    encodings = layers.SinusoidalPositionEncoding(dtype="mixed_float16")(
+        np.zeros((1, 1000, 64), "float32")
+    )
+    assert encodings.dtype == tf.float16
+    # Angles in float32, then one rounding to float16: error at most half a float16 ulp of 1.
+    np.testing.assert_allclose(np.asarray(encodings, "float32")[0], paper_encodings(1000, 64),
+                               atol=5e-4)
+
+
+def test_embedding_is_scaled_token_vector_plus_position():
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8)
+    out = layer(IDS)
+    table = layer.token_embedding.embeddings.numpy()
+    expected = table[IDS] * np.sqrt(8) + paper_encodings(4, 8)[None]
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_reverse_is_the_tied_projection_in_float32():
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, dtype="mixed_bfloat16")
+    layer(IDS)
+    hidden = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
+    logits = layer(hidden, reverse=True)
+    assert logits.dtype == tf.float32 and logits.shape == (2, 3, 20)
+    assert len(layer.trainable_weights) == 1  # one matrix: embedding and projection
+    table = layer.token_embedding.embeddings.numpy()
+    np.testing.assert_allclose(logits, hidden @ table.T, atol=0.1, rtol=0.02)
+
+
+def test_untied_projection_has_its_own_matrix():
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, tie_weights=False)
+    layer(IDS)
+    assert len(layer.trainable_weights) == 2
+
+
+def test_learned_positions_refuse_sequences_longer_than_the_table():
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, max_length=3,
+                                        positional="learned")
+    with pytest.raises(ValueError, match="sequence length 4 exceeds max_length=3"):
+        layer(IDS)
+
+
+def test_unknown_positional_kind_is_refused():
+    with pytest.raises(ValueError, match="positional='rotary'"):
+        layers.TransformerEmbedding(vocab_size=20, d_model=8, positional="rotary")
+
+
+def test_dropout_only_in_training():
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, dropout=0.5)
+    np.testing.assert_array_equal(layer(IDS), layer(IDS, training=False))
+    assert not np.allclose(layer(IDS, training=True), layer(IDS, training=False))
+
+
+def test_shared_instance_in_a_model_keeps_one_matrix_after_reload(tmp_path):
+    embed = layers.TransformerEmbedding(vocab_size=20, d_model=8)
+    ids = keras.Input((None,), dtype="int32")
+    model = keras.Model(ids, embed(embed(ids), reverse=True))
+    model.save(tmp_path / "m.keras")
+    restored = keras.saving.load_model(tmp_path / "m.keras")
+    assert len(restored.trainable_weights) == 1
+    np.testing.assert_allclose(restored(IDS), model(IDS), atol=0)
