@@ -20,10 +20,20 @@ POSITIONAL_KINDS = ("sinusoidal", "learned")
 PRESETS: dict[str, dict[str, Any]] = {
     # Sized for a 2-core CPU: trains in minutes on a small corpus.
     "tiny": dict(
-        vocab_size=8000, d_model=128, num_heads=4, d_ff=512, num_encoder_layers=2, num_decoder_layers=2
+        vocab_size=8000,
+        d_model=128,
+        num_heads=4,
+        d_ff=512,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
     ),
     "small": dict(
-        vocab_size=16000, d_model=256, num_heads=4, d_ff=1024, num_encoder_layers=3, num_decoder_layers=3
+        vocab_size=16000,
+        d_model=256,
+        num_heads=4,
+        d_ff=1024,
+        num_encoder_layers=3,
+        num_decoder_layers=3,
     ),
     # Table 3 of the paper: base (65M parameters) and big (213M), shared 37,000-token vocabulary.
     "base": dict(),
@@ -94,8 +104,15 @@ class TransformerConfig:
     dtype: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "num_heads", "d_ff", "num_encoder_layers",
-                     "num_decoder_layers", "max_length"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "max_length",
+        ):
             _check_int(name, getattr(self, name), minimum=1)
         for name in ("source_vocab_size", "target_vocab_size"):
             if getattr(self, name) is not None:

@@ -58,14 +58,23 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     1.3862943649291992
     """
 
-    def __init__(self, label_smoothing: float = 0.1, pad_id: int = PAD_ID,
-                 name: str = "label_smoothed_cross_entropy"):
+    def __init__(
+        self,
+        label_smoothing: float = 0.1,
+        pad_id: int = PAD_ID,
+        name: str = "label_smoothed_cross_entropy",
+    ):
         if not 0 <= label_smoothing < 1:
             raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 1)")
         # "sum": call() already divides by the global token count.
         super().__init__(name=name, reduction="sum", dtype="float32")
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None and len(ops.shape(sample_weight)) == 1:
+            sample_weight = ops.expand_dims(sample_weight, -1)  # one weight per sequence
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
 
     def call(self, y_true, y_pred):
         labels = ops.cast(y_true, "int32")  # Loss.__call__ hands labels over as float32

@@ -65,6 +65,11 @@ class Perplexity(keras_hub.metrics.Perplexity):
     4.0
     """
 
-    def __init__(self, from_logits: bool = True, mask_token_id: int = PAD_ID,
-                 name: str = "perplexity", **kwargs):
+    def __init__(
+        self,
+        from_logits: bool = True,
+        mask_token_id: int = PAD_ID,
+        name: str = "perplexity",
+        **kwargs,
+    ):
         super().__init__(from_logits=from_logits, mask_token_id=mask_token_id, name=name, **kwargs)

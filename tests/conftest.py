@@ -10,9 +10,7 @@ import tensorflow as tf  # noqa: E402
 # Two logical CPU devices, so MirroredStrategy runs two replicas on a machine without GPUs.
 # This must happen before TensorFlow initializes its devices, hence at import time.
 _cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(
-    _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
-)
+tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 import keras  # noqa: E402
 import pytest  # noqa: E402

@@ -32,8 +32,13 @@ class MultiHeadAttentionLayerTest(TestCase):
     def test_cross_attention_with_other_sizes(self):
         self.run_layer_test(
             layers.MultiHeadAttention,
-            init_kwargs={"num_heads": 2, "key_dim": 3, "value_dim": 5, "output_dim": 6,
-                         "use_bias": False},
+            init_kwargs={
+                "num_heads": 2,
+                "key_dim": 3,
+                "value_dim": 5,
+                "output_dim": 6,
+                "use_bias": False,
+            },
             input_shape={"query_shape": (2, 5, 16), "value_shape": (2, 7, 12)},
             expected_output_shape=(2, 5, 6),
             expected_num_trainable_weights=4,

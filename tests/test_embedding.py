@@ -36,8 +36,13 @@ class EmbeddingLayerTest(TestCase):
         for positional, weights in (("sinusoidal", 1), ("learned", 2)):
             self.run_layer_test(
                 layers.TransformerEmbedding,
-                init_kwargs={"vocab_size": 30, "d_model": 8, "max_length": 12,
-                             "positional": positional, "dropout": 0.1},
+                init_kwargs={
+                    "vocab_size": 30,
+                    "d_model": 8,
+                    "max_length": 12,
+                    "positional": positional,
+                    "dropout": 0.1,
+                },
                 input_data=np.random.default_rng(0).integers(0, 30, (2, 6)).astype("int32"),
                 expected_output_shape=(2, 6, 8),
                 expected_num_trainable_weights=weights,
@@ -47,8 +52,9 @@ class EmbeddingLayerTest(TestCase):
 
 def test_sinusoidal_values_follow_the_paper():
     x = np.zeros((1, 50, 32), "float32")
-    np.testing.assert_allclose(layers.SinusoidalPositionEncoding()(x)[0], paper_encodings(50, 32),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        layers.SinusoidalPositionEncoding()(x)[0], paper_encodings(50, 32), atol=1e-5
+    )
 
 
 def test_start_index_gives_the_later_positions():
@@ -64,8 +70,9 @@ def test_half_precision_encodings_are_accurate_at_long_positions():
     )
     assert encodings.dtype == tf.float16
     # Angles in float32, then one rounding to float16: error at most half a float16 ulp of 1.
-    np.testing.assert_allclose(np.asarray(encodings, "float32")[0], paper_encodings(1000, 64),
-                               atol=5e-4)
+    np.testing.assert_allclose(
+        np.asarray(encodings, "float32")[0], paper_encodings(1000, 64), atol=5e-4
+    )
 
 
 def test_embedding_is_scaled_token_vector_plus_position():
@@ -94,8 +101,9 @@ def test_untied_projection_has_its_own_matrix():
 
 
 def test_learned_positions_refuse_sequences_longer_than_the_table():
-    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, max_length=3,
-                                        positional="learned")
+    layer = layers.TransformerEmbedding(
+        vocab_size=20, d_model=8, max_length=3, positional="learned"
+    )
     with pytest.raises(ValueError, match="sequence length 4 exceeds max_length=3"):
         layer(IDS)
 

@@ -15,8 +15,14 @@ class EncoderLayerTest(TestCase):
         for norm_first in (False, True):
             self.run_layer_test(
                 layers.EncoderLayer,
-                init_kwargs={"num_heads": 4, "d_ff": 32, "dropout": 0.1, "norm_first": norm_first,
-                             "attention_dropout": 0.1, "activation_dropout": 0.1},
+                init_kwargs={
+                    "num_heads": 4,
+                    "d_ff": 32,
+                    "dropout": 0.1,
+                    "norm_first": norm_first,
+                    "attention_dropout": 0.1,
+                    "activation_dropout": 0.1,
+                },
                 input_shape=(2, 6, 16),
                 expected_output_shape=(2, 6, 16),
                 # attention 8, feed-forward 4, two layer norms 2 each

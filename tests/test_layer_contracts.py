@@ -105,4 +105,4 @@ def test_xla_training_step(name):
     assert model.jit_compile
     assert np.isfinite(history.history["loss"]).all()
     after = [w.numpy() for w in model.trainable_weights]
-    assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))

@@ -215,7 +215,7 @@ class Decoder(TransformerBlock):
     def call_with_cache(self, inputs, cache, cache_index, encoder_padding_mask=None):
         """`DecoderLayer.call_with_cache` through the stack: `(outputs, updated cache list)`."""
         x, new_cache = inputs, []
-        for layer, layer_cache in zip(self.decoder_layers, cache):
+        for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
             x, layer_cache = layer.call_with_cache(
                 x, layer_cache, cache_index, encoder_padding_mask=encoder_padding_mask
             )

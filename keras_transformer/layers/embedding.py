@@ -49,7 +49,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         shape = ops.shape(inputs)
         length, depth = shape[-2], inputs.shape[-1]
         if depth is None or depth % 2:
-            raise ValueError(f"SinusoidalPositionEncoding needs an even, known d_model; got {depth}")
+            raise ValueError(
+                f"SinusoidalPositionEncoding needs an even, known d_model; got {depth}"
+            )
         positions = ops.cast(ops.arange(length) + start_index, "float32")  # (len,)
         even_dims = ops.cast(ops.arange(depth) // 2 * 2, "float32")  # 0, 0, 2, 2, 4, 4...
         inverse_wavelengths = ops.power(self.max_wavelength, -even_dims / depth)  # (d_model,)

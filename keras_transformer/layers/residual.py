@@ -40,8 +40,9 @@ class AddAndNorm(keras.layers.Layer):
     TensorShape([2, 3, 8])
     """
 
-    def __init__(self, dropout: float = 0.0, norm_first: bool = False, epsilon: float = 1e-6,
-                 **kwargs):
+    def __init__(
+        self, dropout: float = 0.0, norm_first: bool = False, epsilon: float = 1e-6, **kwargs
+    ):
         super().__init__(**kwargs)
         self.dropout = dropout
         self.norm_first = norm_first

@@ -1,0 +1,125 @@
+"""LabelSmoothedCrossEntropy: NumPy reference, padding, and the global-batch mean under
+MirroredStrategy."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+
+RNG = np.random.default_rng(0)
+LOGITS = RNG.normal(size=(3, 5, 11)).astype("float32") * 3
+LABELS = np.array([[4, 2, 9, 0, 0], [1, 1, 0, 0, 0], [3, 8, 7, 6, 5]], "int32")
+
+
+def reference(labels, logits, eps, pad=0):
+    logits = logits.astype("float64")
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    vocab = logits.shape[-1]
+    target = np.full(logits.shape, eps / vocab)
+    np.put_along_axis(target, labels[..., None], 1 - eps + eps / vocab, axis=-1)
+    per_token = -(target * log_p).sum(-1)
+    mask = labels != pad
+    return per_token[mask].sum() / mask.sum()
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_equals_the_reference(eps):
+    loss = kt.losses.LabelSmoothedCrossEntropy(label_smoothing=eps)
+    np.testing.assert_allclose(
+        float(loss(LABELS, LOGITS)), reference(LABELS, LOGITS, eps), rtol=1e-5
+    )
+
+
+def test_without_smoothing_equals_keras_crossentropy_over_real_tokens():
+    ours = kt.losses.LabelSmoothedCrossEntropy(label_smoothing=0.0)
+    keras_loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum")
+    mask = (LABELS != 0).astype("float32")
+    expected = float(keras_loss(LABELS, LOGITS, sample_weight=mask)) / mask.sum()
+    np.testing.assert_allclose(float(ours(LABELS, LOGITS)), expected, rtol=1e-5)
+
+
+def test_padding_logits_do_not_matter():
+    loss = kt.losses.LabelSmoothedCrossEntropy()
+    changed = LOGITS.copy()
+    changed[LABELS == 0] = 1e4
+    assert float(loss(LABELS, changed)) == pytest.approx(float(loss(LABELS, LOGITS)))
+
+
+def test_sample_weight_scales_sequences():
+    loss = kt.losses.LabelSmoothedCrossEntropy()
+    weights = np.array([1.0, 0.0, 1.0], "float32")
+    mask = LABELS != 0
+    per_token = loss.call(LABELS, LOGITS).numpy() * mask.sum()  # undo the mean
+    expected = (per_token * weights[:, None]).sum() / mask.sum()
+    np.testing.assert_allclose(
+        float(loss(LABELS, LOGITS, sample_weight=weights)), expected, rtol=1e-5
+    )
+
+
+def test_half_precision_logits_are_upcast():
+    loss = kt.losses.LabelSmoothedCrossEntropy()
+    half = keras.ops.cast(LOGITS, "float16")
+    np.testing.assert_allclose(float(loss(LABELS, half)), reference(LABELS, LOGITS, 0.1), rtol=1e-3)
+
+
+def test_config_round_trip():
+    loss = kt.losses.LabelSmoothedCrossEntropy(label_smoothing=0.2, pad_id=3, name="x")
+    revived = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert revived.get_config() == loss.get_config()
+
+
+def test_bad_smoothing():
+    with pytest.raises(ValueError, match="label_smoothing=1.0"):
+        kt.losses.LabelSmoothedCrossEntropy(label_smoothing=1.0)
+
+
+# -- Global-batch reduction under MirroredStrategy ----------------------------------------------
+
+VOCAB = 13
+# Replica 0 gets the first two rows (1 real token each), replica 1 the last two (6 each): the
+# per-replica means weigh these tokens very differently from the global mean.
+TOKENS = np.array(
+    [[3, 0, 0, 0, 0, 0], [5, 0, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]], "int32"
+)
+
+
+def _token_model():
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(VOCAB, 8)(tokens)
+    return keras.Model(tokens, keras.layers.Dense(VOCAB)(hidden))
+
+
+class _PerReplicaMean(keras.losses.Loss):
+    """The naive alternative: each replica averages over its own tokens."""
+
+    def call(self, y_true, y_pred):
+        y_true = keras.ops.cast(y_true, "int32")
+        nll = keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+        mask = keras.ops.cast(y_true != 0, "float32")
+        return nll * mask / keras.ops.sum(mask) * keras.ops.cast(keras.ops.size(mask), "float32")
+
+
+def _one_step(strategy, weights, loss):
+    with strategy.scope():
+        model = _token_model()
+        model.set_weights(weights)
+        model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
+    # Labels = inputs: replica 0 has 2 real labels, replica 1 has 12.
+    model.fit(TOKENS, TOKENS, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    return [w.numpy() for w in model.weights]
+
+
+def test_mirrored_update_equals_the_single_device_update(mirrored):
+    import tensorflow as tf
+
+    initial = [w.numpy() for w in _token_model().weights]
+    single = tf.distribute.get_strategy()
+    loss = kt.losses.LabelSmoothedCrossEntropy
+    expected = _one_step(single, initial, loss())
+    for got, want in zip(_one_step(mirrored, initial, loss()), expected, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    # The check is sensitive: per-replica means move the weights elsewhere.
+    naive = _one_step(mirrored, initial, _PerReplicaMean())
+    naive_single = _one_step(single, initial, _PerReplicaMean())
+    assert max(np.abs(a - b).max() for a, b in zip(naive, naive_single, strict=True)) > 1e-3

@@ -1,0 +1,171 @@
+"""The functional Transformer: shapes, masks, parameter counts, saving, precision, XLA."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+
+VOCAB = 60
+RNG = np.random.default_rng(0)
+
+
+def tiny(**overrides):
+    return kt.TransformerConfig.preset("tiny", **{"vocab_size": VOCAB, **overrides})
+
+
+def ids(batch, length, seed):
+    return np.random.default_rng(seed).integers(1, VOCAB, (batch, length)).astype("int32")
+
+
+SOURCE = ids(3, 7, seed=1)
+TARGET = ids(3, 6, seed=2)
+
+
+def logits(model, source, target):
+    return np.asarray(model({"source_ids": source, "target_ids": target}, training=False))
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(7)
+    return kt.build_transformer(tiny())
+
+
+def test_is_a_functional_model_with_named_inputs(model):
+    assert isinstance(model, keras.Model)
+    assert type(model).__mro__[1].__name__ == "Functional"
+    assert [t.name for t in model.inputs] == ["source_ids", "target_ids"]
+    assert model.inputs[0].dtype == "int32"
+    assert {layer.name for layer in model.layers} >= {"embedding", "encoder", "decoder"}
+
+
+def test_output_is_float32_logits_over_the_target_vocabulary(model):
+    out = logits(model, SOURCE, TARGET)
+    assert out.shape == (3, 6, VOCAB) and out.dtype == np.float32
+
+
+def test_changing_later_target_tokens_leaves_earlier_logits_unchanged(model):
+    base = logits(model, SOURCE, TARGET)
+    for t in range(TARGET.shape[1] - 1):
+        changed = TARGET.copy()
+        changed[:, t + 1 :] = ids(3, TARGET.shape[1] - t - 1, seed=10 + t)
+        out = logits(model, SOURCE, changed)
+        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5)
+        assert not np.allclose(out[:, t + 1 :], base[:, t + 1 :])
+
+
+def test_padding_source_and_target_changes_nothing_at_real_positions(model):
+    base = logits(model, SOURCE, TARGET)
+    source = np.pad(SOURCE, ((0, 0), (0, 5)))
+    target = np.pad(TARGET, ((0, 0), (0, 4)))
+    np.testing.assert_allclose(logits(model, source, target)[:, :6], base, atol=1e-5)
+
+
+def test_a_sentence_does_not_depend_on_its_batch_neighbours(model):
+    # Sentence 0 alone, then batched with longer and shorter neighbours (padded with 0).
+    source = np.array([[5, 9, 12, 4]], "int32")
+    target = np.array([[2, 7, 8]], "int32")
+    alone = logits(model, source, target)
+    batch_source = np.zeros((3, 9), "int32")
+    batch_target = np.zeros((3, 5), "int32")
+    batch_source[0, :4], batch_target[0, :3] = source[0], target[0]
+    batch_source[1], batch_target[1] = ids(1, 9, 3)[0], ids(1, 5, 4)[0]
+    batch_source[2, :2], batch_target[2, :1] = [3, 3], [2]
+    np.testing.assert_allclose(logits(model, batch_source, batch_target)[:1, :3], alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("preset, paper_params", [("base", 65e6), ("big", 213e6)])
+def test_parameter_counts_match_table_3(preset, paper_params):
+    config = kt.TransformerConfig.preset(preset, vocab_size=37000)
+    count = kt.build_transformer(config).count_params()
+    assert abs(count - paper_params) / paper_params < 0.04, count
+
+
+def test_separate_vocabularies():
+    config = tiny(share_embeddings=False, source_vocab_size=40, target_vocab_size=70)
+    model = kt.build_transformer(config)
+    assert {"source_embedding", "target_embedding"} <= {layer.name for layer in model.layers}
+    assert logits(model, ids(2, 5, 1) % 40, ids(2, 4, 2)).shape == (2, 4, 70)
+    shared = kt.build_transformer(tiny(vocab_size=70))
+    assert model.count_params() - shared.count_params() == 40 * 128
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(norm_first=True),
+        dict(positional="learned"),
+        dict(activation="gelu"),
+        dict(attention_dropout=0.1, activation_dropout=0.1),
+    ],
+)
+def test_variants_save_and_reload_identically(overrides, tmp_path):
+    model = kt.build_transformer(tiny(**overrides))
+    expected = logits(model, SOURCE, TARGET)
+    model.save(tmp_path / "model.keras")
+    restored = keras.saving.load_model(tmp_path / "model.keras")
+    assert isinstance(restored, kt.Transformer) and restored.config == model.config
+    np.testing.assert_array_equal(logits(restored, SOURCE, TARGET), expected)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_keeps_float32_weights_and_logits(policy, model):
+    mixed = kt.build_transformer(tiny(dtype=policy))
+    mixed.set_weights(model.get_weights())
+    out = logits(mixed, SOURCE, TARGET)
+    assert out.dtype == np.float32 and np.isfinite(out).all()
+    assert all(w.dtype == "float32" for w in mixed.weights)
+    hidden = mixed.get_layer("decoder")
+    assert hidden.compute_dtype == keras.DTypePolicy(policy).compute_dtype
+    # Same predictions as float32 on almost every token.
+    agreement = np.mean(out.argmax(-1) == logits(model, SOURCE, TARGET).argmax(-1))
+    assert agreement > 0.9
+
+
+def test_the_global_policy_applies_when_the_config_names_none():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    model = kt.build_transformer(tiny())
+    assert model.get_layer("encoder").compute_dtype == "bfloat16"
+    assert logits(model, SOURCE, TARGET).dtype == np.float32
+
+
+def test_encode_equals_the_encoder_inside_the_model(model):
+    memory, mask = model.encode(SOURCE)
+    encoder_output = keras.Model(model.inputs, model.get_layer("encoder").output)
+    expected = encoder_output({"source_ids": SOURCE, "target_ids": TARGET})
+    np.testing.assert_allclose(memory, expected, atol=1e-6)
+    np.testing.assert_array_equal(mask, SOURCE != 0)
+
+
+def test_fit_with_xla_the_paper_loss_and_schedule():
+    model = kt.build_transformer(tiny(dropout=0.0))
+    model.compile(
+        optimizer=keras.optimizers.Adam(
+            kt.WarmupSchedule(128, warmup_steps=50),
+            beta_1=0.9,
+            beta_2=0.98,
+            epsilon=1e-9,
+        ),
+        loss=kt.losses.LabelSmoothedCrossEntropy(),
+        metrics=[kt.metrics.MaskedAccuracy(), kt.metrics.Perplexity()],
+        jit_compile=True,
+    )
+    target = np.pad(TARGET, ((0, 0), (0, 2)))
+    x = {"source_ids": SOURCE, "target_ids": target[:, :-1]}
+    history = model.fit(x, target[:, 1:], epochs=30, verbose=0)
+    assert model.jit_compile
+    losses = history.history["loss"]
+    assert losses[-1] < 0.5 * losses[0]
+    assert history.history["masked_accuracy"][-1] > 0.9
+
+
+def test_functional_model_runs_in_a_compiled_function(model):
+    compiled = tf.function(lambda s, t: model({"source_ids": s, "target_ids": t}), jit_compile=True)
+    np.testing.assert_allclose(compiled(SOURCE, TARGET), logits(model, SOURCE, TARGET), atol=1e-4)
+
+
+def test_build_transformer_wants_a_config():
+    with pytest.raises(ValueError, match="config must be a TransformerConfig, got dict"):
+        kt.build_transformer({"d_model": 8})
