@@ -8,13 +8,28 @@ Public API:
     layers                              every sublayer as a keras.layers.Layer
     ops                                 scaled_dot_product_attention and mask builders
     losses, metrics                     label-smoothed loss, masked accuracy, perplexity
+    decoding                            cached greedy search, beam search, sampling
+    corpus, text, data                  corpus readers, SentencePiece vocabularies, tf.data
+    evaluation                          Translator (text in, text out) and sacrebleu scores
+    export                              the TF Serving SavedModel
 """
 
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_transformer import layers, losses, metrics, ops  # noqa: E402
+from keras_transformer import (  # noqa: E402
+    corpus,
+    data,
+    decoding,
+    evaluation,
+    export,
+    layers,
+    losses,
+    metrics,
+    ops,
+    text,
+)
 from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: E402
 from keras_transformer.model import Transformer, build_transformer  # noqa: E402
 from keras_transformer.schedule import WarmupSchedule  # noqa: E402
@@ -27,8 +42,14 @@ __all__ = [
     "TransformerConfig",
     "WarmupSchedule",
     "build_transformer",
+    "corpus",
+    "data",
+    "decoding",
+    "evaluation",
+    "export",
     "layers",
     "losses",
     "metrics",
     "ops",
+    "text",
 ]

@@ -73,3 +73,32 @@ class Perplexity(keras_hub.metrics.Perplexity):
         **kwargs,
     ):
         super().__init__(from_logits=from_logits, mask_token_id=mask_token_id, name=name, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TokenCount(keras.metrics.Sum):
+    """The number of non-padding target tokens seen since the last reset (a global count
+    under distribution strategies). Training loops divide it by time for tokens per second.
+
+    Args:
+        pad_id: int. Label id that is not counted. Defaults to 0.
+        name: str. Defaults to "tokens".
+        dtype: dtype of the count. Defaults to None (float32).
+
+    Example:
+    >>> import numpy as np
+    >>> metric = TokenCount()
+    >>> metric.update_state(np.array([[5, 6, 0]]), np.zeros((1, 3, 9)))
+    >>> float(metric.result())
+    2.0
+    """
+
+    def __init__(self, pad_id: int = PAD_ID, name: str = "tokens", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+        self.pad_id = pad_id
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        return super().update_state(ops.cast(ops.not_equal(y_true, self.pad_id), self.dtype))
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}

@@ -25,7 +25,16 @@ def _seeded_float32():
     keras.config.set_dtype_policy("float32")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def mirrored():
-    """A MirroredStrategy over the two logical CPU devices."""
+    """A MirroredStrategy over the two logical CPU devices, one for the whole session:
+    several strategies in one process can collide on collective instance keys."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture(scope="session")
+def reversal_model():
+    """The tiny preset trained on the reversal task (tests/reversal.py), shared by the session."""
+    from tests.reversal import train_reversal_model
+
+    return train_reversal_model()

@@ -3,6 +3,7 @@ MirroredStrategy."""
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
@@ -79,3 +80,25 @@ def test_mirrored_evaluation_gives_global_figures(mirrored):
     )
     for name in ("masked_accuracy", "perplexity", "loss"):
         np.testing.assert_allclose(distributed[name], single[name], rtol=1e-5)
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_token_count_is_global_and_survives_validation(distributed, mirrored):
+    strategy = mirrored if distributed else tf.distribute.get_strategy()
+    with strategy.scope():
+        model = _token_model()
+        model.compile(
+            optimizer="sgd",
+            loss=kt.losses.LabelSmoothedCrossEntropy(),
+            metrics=[kt.metrics.TokenCount()],
+            jit_compile=not distributed,
+        )
+    train = tf.data.Dataset.from_tensors((TOKENS, TOKENS)).repeat()
+    validation = tf.data.Dataset.from_tensors((TOKENS[:2], TOKENS[:2]))  # 2 tokens against 14
+    history = model.fit(
+        train, steps_per_epoch=1, validation_data=validation, epochs=2, shuffle=False, verbose=0
+    )
+    assert history.history["tokens"] == [14.0, 14.0]
+    assert history.history["val_tokens"] == [2.0, 2.0]
+    revived = keras.metrics.deserialize(keras.metrics.serialize(kt.metrics.TokenCount(pad_id=5)))
+    assert revived.pad_id == 5

@@ -129,14 +129,14 @@ class DecoderLayer(TransformerBlock):
         h, self_cache = self.self_attention.call_with_cache(
             h, cache["self_attention"], cache_index=cache_index
         )
-        x = self.self_attention_residual(x, h)
+        x = self.self_attention_residual(x, h, training=False)
         h = self.cross_attention_residual.normalize_input(x)
         h, cross_cache = self.cross_attention.call_with_cache(
             h, cache["cross_attention"], padding_mask=encoder_padding_mask
         )
-        x = self.cross_attention_residual(x, h)
-        h = self.feed_forward(self.feed_forward_residual.normalize_input(x))
-        x = self.feed_forward_residual(x, h)
+        x = self.cross_attention_residual(x, h, training=False)
+        h = self.feed_forward(self.feed_forward_residual.normalize_input(x), training=False)
+        x = self.feed_forward_residual(x, h, training=False)
         return x, {"self_attention": self_cache, "cross_attention": cross_cache}
 
     def compute_output_shape(self, inputs_shape, encoder_output_shape=None):

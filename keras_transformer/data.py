@@ -1,0 +1,187 @@
+"""The `tf.data` input pipeline: text pairs in, padded id batches out.
+
+    (source, target) strings -> shard -> shuffle -> repeat -> tokenize (in graph, batched)
+    -> add EOS / BOS -> drop over-long pairs -> bucket by length -> token-sized batches
+    -> shuffle batches -> prefetch
+
+Rules that users rely on:
+- Source ids are the source tokens followed by EOS. The decoder input is BOS followed by the
+  target tokens; the labels are the target tokens followed by EOS.
+- Training drops a pair when either side, EOS/BOS included, is longer than `max_length`
+  (truncating would teach the model to drop words); `length_report` counts them. Inference
+  truncates the source to `max_length - 1` tokens plus EOS.
+- Batches hold about `tokens_per_batch` positions (batch size x padded length, the paper's
+  "about 25,000 source and 25,000 target tokens"). Each bucket pads to its fixed length, so
+  there are only a few distinct shapes and XLA compiles each once.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer.text import BOS_ID, EOS_ID
+
+# Padded lengths of the buckets; the ones above max_length are dropped and max_length added.
+BUCKET_LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+_TOKENIZE_BATCH = 1024
+
+
+def bucket_lengths(max_length: int) -> list[int]:
+    """The padded lengths of the buckets for sequences of at most `max_length` tokens."""
+    return sorted({length for length in BUCKET_LENGTHS if length < max_length} | {max_length})
+
+
+def bucket_batch_sizes(tokens_per_batch: int, max_length: int, multiple: int = 1) -> list[int]:
+    """Examples per batch in each bucket: as many as fit in `tokens_per_batch` positions,
+    rounded down to a multiple of `multiple` (the number of replicas) and at least that."""
+    if tokens_per_batch < max_length:
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} cannot hold one sequence of "
+            f"max_length={max_length}"
+        )
+    return [
+        max(multiple, tokens_per_batch // length // multiple * multiple)
+        for length in bucket_lengths(max_length)
+    ]
+
+
+def _tokenize(pairs: tf.data.Dataset, vocabularies) -> tf.data.Dataset:
+    """(source, target) strings -> (source tokens, target tokens), ragged per example."""
+
+    def tokenize(sources, targets):
+        return vocabularies.source.tokenize(sources), vocabularies.target.tokenize(targets)
+
+    return pairs.batch(_TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+
+def _with_specials(source, target):
+    """Source + EOS; decoder input BOS + target; labels target + EOS."""
+    eos, bos = tf.constant([EOS_ID]), tf.constant([BOS_ID])
+    return (
+        tf.concat([source, eos], 0),
+        tf.concat([bos, target], 0),
+        tf.concat([target, eos], 0),
+    )
+
+
+def _fits(max_length):
+    def fits(source, target):
+        return tf.logical_and(tf.size(source) + 1 <= max_length, tf.size(target) + 1 <= max_length)
+
+    return fits
+
+
+def make_dataset(
+    pairs: tf.data.Dataset,
+    vocabularies,
+    *,
+    max_length: int,
+    tokens_per_batch: int,
+    batch_multiple: int = 1,
+    shuffle_buffer: int = 100_000,
+    seed: int | None = None,
+    deterministic: bool = False,
+    repeat: bool = True,
+    drop_remainder: bool = True,
+    shard: tuple[int, int] | None = None,
+) -> tf.data.Dataset:
+    """Token-batched, bucketed batches from a dataset of (source, target) strings.
+
+    Args:
+        pairs: `tf.data.Dataset` of (source, target) scalar strings.
+        vocabularies: `keras_transformer.text.Vocabularies`.
+        max_length: int. Longest sequence kept, EOS/BOS included.
+        tokens_per_batch: int. Padded positions per batch (batch size x length).
+        batch_multiple: int. Batch sizes are multiples of this (the replicas in sync).
+            Defaults to 1.
+        shuffle_buffer: int. Pairs in the shuffle buffer; 0 disables shuffling.
+            Defaults to 100000.
+        seed: int or None. Shuffle seed. Defaults to None.
+        deterministic: bool. Same batches in the same order on every run with the same seed
+            (slower: no out-of-order parallelism). Defaults to False.
+        repeat: bool. Cycle forever (reshuffled each pass). Defaults to True.
+        drop_remainder: bool. Drop each bucket's last partial batch, so every batch of a
+            bucket has one static shape (training); False keeps every pair (validation).
+            Defaults to True.
+        shard: (num_shards, index) or None. Keep every num_shards-th pair starting at index,
+            before any other work: one shard per worker. Defaults to None.
+
+    Returns:
+        A dataset of `({"source_ids": [batch, len], "target_ids": [batch, len]}, labels
+        [batch, len])`, int32, 0-padded, where len is the bucket length.
+    """
+    if shard is not None:
+        num_shards, index = shard
+        pairs = pairs.shard(num_shards, index)
+    if shuffle_buffer:
+        pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        pairs = pairs.repeat()
+    lengths = bucket_lengths(max_length)
+    examples = (
+        _tokenize(pairs, vocabularies)
+        .filter(_fits(max_length))
+        .map(_with_specials, num_parallel_calls=tf.data.AUTOTUNE)
+    )
+    batches = examples.bucket_by_sequence_length(
+        element_length_func=lambda source, decoder_input, labels: tf.maximum(
+            tf.size(source), tf.size(decoder_input)
+        ),
+        bucket_boundaries=[length + 1 for length in lengths],
+        # The last size is for the overflow bucket, which stays empty: pairs were filtered.
+        bucket_batch_sizes=bucket_batch_sizes(tokens_per_batch, max_length, batch_multiple)
+        + [batch_multiple],
+        pad_to_bucket_boundary=True,
+        drop_remainder=drop_remainder,
+    )
+    if shuffle_buffer:
+        batches = batches.shuffle(64, seed=seed, reshuffle_each_iteration=True)
+    batches = batches.map(_as_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.deterministic = deterministic
+    if shard is not None:  # already split between workers: tf.distribute must not split again
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _as_model_inputs(source, decoder_input, labels):
+    return {"source_ids": source, "target_ids": decoder_input}, labels
+
+
+def source_batches(texts, tokenizer, *, max_length: int, batch_size: int = 64) -> tf.data.Dataset:
+    """Batches of source ids for decoding, in input order: tokens truncated to
+    `max_length - 1`, then EOS, 0-padded to the longest in the batch."""
+
+    def encode(text):
+        tokens = tokenizer.tokenize(text)[:, : max_length - 1]
+        eos = tf.fill([tokens.nrows(), 1], EOS_ID)
+        return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor()
+
+    texts = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), tf.string))
+    return texts.batch(batch_size).map(encode).prefetch(tf.data.AUTOTUNE)
+
+
+def length_report(pairs: tf.data.Dataset, vocabularies, *, max_length: int) -> dict[str, int]:
+    """Counts what `make_dataset` keeps and drops, in one pass over `pairs`.
+
+    Returns:
+        `{"pairs", "kept", "too_long", "source_tokens", "target_tokens"}`, token counts over
+        the kept pairs, EOS included.
+    """
+    report = dict(pairs=0, kept=0, too_long=0, source_tokens=0, target_tokens=0)
+
+    def lengths(sources, targets):
+        return (
+            vocabularies.source.tokenize(sources).row_lengths() + 1,
+            vocabularies.target.tokenize(targets).row_lengths() + 1,
+        )
+
+    batches = pairs.batch(_TOKENIZE_BATCH).map(lengths, num_parallel_calls=tf.data.AUTOTUNE)
+    for source_lengths, target_lengths in batches.as_numpy_iterator():
+        fits = (source_lengths <= max_length) & (target_lengths <= max_length)
+        report["pairs"] += len(fits)
+        report["kept"] += int(fits.sum())
+        report["source_tokens"] += int(source_lengths[fits].sum())
+        report["target_tokens"] += int(target_lengths[fits].sum())
+    report["too_long"] = report["pairs"] - report["kept"]
+    return report

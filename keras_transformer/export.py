@@ -1,0 +1,186 @@
+"""A SavedModel for TF Serving: raw strings in, translations out.
+
+`export_saved_model` writes `DIRECTORY/VERSION/` (TF Serving's layout) with two signatures:
+
+- `serving_default`: input `text` (string `[batch]`) -> outputs `translation` (string
+  `[batch]`) and `score` (float32 `[batch]`, the beam's length-normalised log-probability).
+- `translate_ids`: input `source_ids` (int32 `[batch, src_len]`, 0-padded, ending with EOS)
+  -> outputs `ids` (int32 `[batch, out_len]`, EOS-terminated, 0-padded) and `score`, for
+  users with their own tokenizer (the SentencePiece models are in `assets.extra/`).
+
+Tokenization, beam search and detokenization are all in the graph (tensorflow-text's
+SentencePiece ops, which TF Serving ships), so the export loads with nothing but `tensorflow`
+and `tensorflow_text`. Input rules, so that no request can crash the server:
+- Invalid UTF-8 bytes become U+FFFD before tokenization.
+- An input longer than the model's `max_length - 1` tokens is cut there (then EOS); the
+  output may be up to 50 tokens longer than the (cut) input, within `max_length`.
+- Empty strings give a (short) translation; an empty batch gives an empty batch.
+
+Writing is atomic: the version is written under a temporary name and renamed, so a failed
+export leaves earlier versions intact and TF Serving never sees a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import decoding
+from keras_transformer.text import EOS_ID
+
+MANIFEST = "manifest.json"
+
+
+def _source_ids(tokenizer, text, max_length: int):
+    """Strings `[batch]` -> source ids `[batch, len]`: sanitized, tokenized, cut, EOS."""
+    text = tf.strings.unicode_transcode(
+        text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
+    tokens = tokenizer.tokenize(text)[:, : max_length - 1]  # (batch, (len))
+    eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], EOS_ID))
+    return tf.concat([tokens, eos], axis=1).to_tensor()  # (batch, len)
+
+
+def make_export_archive(
+    model,
+    vocabularies,
+    *,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_extra_length: int = 50,
+) -> keras.export.ExportArchive:
+    """The `keras.export.ExportArchive` of a translation model, with its two endpoints."""
+    max_length = model.config.max_length
+
+    def search(source_ids):
+        return decoding.beam_search(
+            model,
+            source_ids,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_extra_length=max_extra_length,
+        )
+
+    def serve(text):
+        ids, score = search(_source_ids(vocabularies.source, text, max_length))
+        return {"translation": vocabularies.target.detokenize(ids), "score": score}
+
+    def translate_ids(source_ids):
+        ids, score = search(source_ids[:, :max_length])
+        return {"ids": ids, "score": score}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    for tokenizer in {id(t): t for t in (vocabularies.source, vocabularies.target)}.values():
+        if not tokenizer.built:
+            tokenizer.build(None)  # no weights; ExportArchive only tracks built layers
+        archive.track(tokenizer)  # its SentencePiece model goes into the SavedModel
+    archive.add_endpoint(
+        "serving_default", serve, input_signature=[tf.TensorSpec([None], tf.string, "text")]
+    )
+    archive.add_endpoint(
+        "translate_ids",
+        translate_ids,
+        input_signature=[tf.TensorSpec([None, None], tf.int32, "source_ids")],
+    )
+    return archive
+
+
+def next_version(directory) -> int:
+    """1 + the highest numeric version folder in `directory` (1 if there is none)."""
+    directory = Path(directory)
+    versions = [int(p.name) for p in directory.glob("*") if p.is_dir() and p.name.isdigit()]
+    return max(versions, default=0) + 1
+
+
+def export_saved_model(
+    model,
+    vocabularies,
+    directory,
+    *,
+    version: int | None = None,
+    manifest: dict | None = None,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_extra_length: int = 50,
+) -> Path:
+    """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
+
+    Args:
+        model: a trained `keras_transformer.Transformer`.
+        vocabularies: its `keras_transformer.text.Vocabularies`.
+        directory: str or path. The model's folder under `saved_models/`.
+        version: int or None. The version folder; None takes the next free number.
+        manifest: dict or None. Extra facts (config, metrics...) for `assets.extra/manifest.json`.
+        beam_size, length_penalty, max_extra_length: decoding settings baked into the graph.
+            Default to the paper's 4, 0.6 and 50.
+
+    Returns:
+        The path of the written version.
+    """
+    directory = Path(directory)
+    version = next_version(directory) if version is None else version
+    final = directory / str(version)
+    if final.exists():
+        raise FileExistsError(f"{final} exists; versions are never overwritten")
+    directory.mkdir(parents=True, exist_ok=True)
+    temporary = directory / f".tmp-{version}-{os.getpid()}"
+    shutil.rmtree(temporary, ignore_errors=True)
+    settings = dict(
+        beam_size=beam_size, length_penalty=length_penalty, max_extra_length=max_extra_length
+    )
+    try:
+        make_export_archive(model, vocabularies, **settings).write_out(
+            str(temporary), verbose=False
+        )
+        extra = temporary / "assets.extra"
+        extra.mkdir()
+        names = (
+            {"shared": vocabularies.source}
+            if vocabularies.shared
+            else {"source": vocabularies.source, "target": vocabularies.target}
+        )
+        for name, tokenizer in names.items():
+            (extra / f"{name}.model").write_bytes(tokenizer.proto)
+        facts = {
+            "package": "keras-transformer",
+            "package_version": _package_version(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "model_config": model.config.to_dict(),
+            "vocabulary": {
+                "files": sorted(f"{name}.model" for name in names),
+                "source_size": vocabularies.source.vocabulary_size(),
+                "target_size": vocabularies.target.vocabulary_size(),
+                "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+            },
+            "decoding": {**settings, "max_input_tokens": model.config.max_length - 1},
+            "signatures": {
+                "serving_default": {
+                    "inputs": {"text": "string [batch]"},
+                    "outputs": {"translation": "string [batch]", "score": "float32 [batch]"},
+                },
+                "translate_ids": {
+                    "inputs": {"source_ids": "int32 [batch, src_len]"},
+                    "outputs": {"ids": "int32 [batch, out_len]", "score": "float32 [batch]"},
+                },
+            },
+            **(manifest or {}),
+        }
+        (extra / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+        os.rename(temporary, final)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return final
+
+
+def _package_version() -> str:
+    from keras_transformer import __version__
+
+    return __version__

@@ -1,0 +1,192 @@
+"""Subword vocabularies: SentencePiece models learned from the training text, and tokenizers
+that run inside `tf.data` and inside a SavedModel graph.
+
+A vocabulary is trained with the `sentencepiece` package (so the special ids can be fixed:
+pad 0, unk 1, bos 2, eos 3) and used through keras-hub's `SentencePieceTokenizer`, which
+wraps tensorflow-text's in-graph SentencePiece op. Rules that users rely on:
+
+- No text normalization ("identity" rule): casing, accents and punctuation come back as they
+  were. Runs of whitespace collapse to one space and leading/trailing spaces are dropped.
+- Byte fallback: a character never seen in training is encoded as UTF-8 bytes, so there is no
+  unknown token and any Unicode text round-trips.
+- Token ids exclude BOS/EOS; the data pipeline and the decoders add them.
+
+Seed before making tokenizers: `tf.random.set_seed` (and `keras.utils.set_random_seed`)
+clears TensorFlow's kernel cache, which destroys the in-graph SentencePiece model of every
+tokenizer made earlier ("Resource ... SentencepieceOp ... does not exist" on its next use).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import keras_hub
+import numpy as np
+import sentencepiece
+
+from keras_transformer.config import PAD_ID
+
+UNK_ID, BOS_ID, EOS_ID = 1, 2, 3
+MODEL_TYPES = ("unigram", "bpe")
+# Byte fallback needs 256 byte pieces, plus the 4 special ids and some room for real pieces.
+MIN_VOCAB_SIZE = 300
+
+
+def train_sentencepiece(
+    sentences: Iterable[str],
+    vocab_size: int,
+    *,
+    model_type: str = "unigram",
+    max_sentences: int = 2_000_000,
+    seed: int = 0,
+) -> bytes:
+    """Learns a SentencePiece model from `sentences` and returns its serialized proto.
+
+    Args:
+        sentences: iterable of str. The training text (source and target sides for a shared
+            vocabulary).
+        vocab_size: int. Pieces in the vocabulary, the 4 special ids and 256 byte pieces
+            included. A soft limit: a small corpus may give fewer.
+        model_type: str. "unigram" (Kudo, 2018) or "bpe". Defaults to "unigram".
+        max_sentences: int. At most this many sentences, sampled, are used. Defaults to 2M.
+        seed: int. Seed of SentencePiece's sampling. Defaults to 0.
+
+    Returns:
+        The model as bytes (what `make_tokenizer` and `save_vocabulary` take).
+    """
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type={model_type!r} must be one of {MODEL_TYPES}")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small: byte fallback needs at least "
+            f"{MIN_VOCAB_SIZE} pieces"
+        )
+    sentencepiece.set_random_generator_seed(seed)
+    model = io.BytesIO()
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=(s for s in sentences if s),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            byte_fallback=True,
+            normalization_rule_name="identity",
+            character_coverage=1.0,
+            hard_vocab_limit=False,
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
+    except RuntimeError as error:
+        raise ValueError(f"SentencePiece could not learn a vocabulary: {error}") from None
+    return model.getvalue()
+
+
+def make_tokenizer(proto: bytes) -> keras_hub.tokenizers.SentencePieceTokenizer:
+    """A keras-hub `SentencePieceTokenizer` for a SentencePiece model (bytes or a file path).
+
+    Inside `tf.function` and `tf.data` it runs tensorflow-text's op; `tokenize` gives ragged
+    int32 ids without BOS/EOS and `detokenize` skips the special ids (padding, BOS, EOS).
+    """
+    if isinstance(proto, (str, Path)):
+        proto = Path(proto).read_bytes()
+    tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(proto=proto)
+    pieces = [tokenizer.id_to_token(i) for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)]
+    if pieces != ["<pad>", "<unk>", "<s>", "</s>"]:
+        raise ValueError(
+            f"the SentencePiece model must have ids pad 0, unk 1, bos 2, eos 3; it has {pieces}"
+        )
+    return tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabularies:
+    """The source and target tokenizers of a model (one object when shared).
+
+    Saved in a model directory as `vocab/shared.model`, or `vocab/source.model` and
+    `vocab/target.model`.
+    """
+
+    source: keras_hub.tokenizers.SentencePieceTokenizer
+    target: keras_hub.tokenizers.SentencePieceTokenizer
+
+    @property
+    def shared(self) -> bool:
+        return self.source is self.target
+
+    @classmethod
+    def train(
+        cls,
+        sources: Iterable[str],
+        targets: Iterable[str],
+        vocab_size: int,
+        *,
+        shared: bool = True,
+        model_type: str = "unigram",
+        max_sentences: int = 2_000_000,
+        seed: int = 0,
+    ) -> Vocabularies:
+        """Learns one vocabulary from both sides, or one per side."""
+        options = dict(model_type=model_type, max_sentences=max_sentences, seed=seed)
+        sources, targets = list(sources), list(targets)
+        if shared:
+            tokenizer = make_tokenizer(
+                train_sentencepiece(sources + targets, vocab_size, **options)
+            )
+            return cls(tokenizer, tokenizer)
+        return cls(
+            make_tokenizer(train_sentencepiece(sources, vocab_size, **options)),
+            make_tokenizer(train_sentencepiece(targets, vocab_size, **options)),
+        )
+
+    def save(self, directory) -> None:
+        """Writes the SentencePiece model(s) into `directory` (created if needed)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        files = (
+            {"shared": self.source}
+            if self.shared
+            else {"source": self.source, "target": self.target}
+        )
+        for name, tokenizer in files.items():
+            _write_atomically(directory / f"{name}.model", tokenizer.proto)
+
+    @classmethod
+    def load(cls, directory) -> Vocabularies:
+        """Reads what `save` wrote."""
+        directory = Path(directory)
+        if (directory / "shared.model").exists():
+            tokenizer = make_tokenizer(directory / "shared.model")
+            return cls(tokenizer, tokenizer)
+        if (directory / "source.model").exists() and (directory / "target.model").exists():
+            return cls(
+                make_tokenizer(directory / "source.model"),
+                make_tokenizer(directory / "target.model"),
+            )
+        raise FileNotFoundError(
+            f"{directory}: no vocabulary (shared.model, or source.model and target.model)"
+        )
+
+
+def detokenize(tokenizer, ids) -> list[str]:
+    """Decoder output ids `[batch, len]` (EOS-terminated, 0-padded) to Python strings.
+
+    Eagerly this runs the `sentencepiece` library, the same code as the in-graph op.
+    """
+    ids = np.asarray(ids, "int32")
+    return [str(text) for text in tokenizer.detokenize(ids.reshape(len(ids), -1))]
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)

@@ -1,0 +1,35 @@
+"""Small slices of the bundled English-Spanish corpus and a vocabulary learned on them, shared
+by the text, data and trainer tests (cached per test process)."""
+
+import functools
+from pathlib import Path
+
+from keras_transformer import corpus, text
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "bible-en-es"
+
+
+@functools.cache
+def pairs(split: str = "train", limit: int | None = None) -> corpus.ParallelCorpus:
+    bible = corpus.read_tsv(DATA / f"{split}.tsv.xz", "en", "es")
+    return bible.take(limit) if limit else bible
+
+
+@functools.cache
+def _protos(shared: bool, size: int) -> tuple[bytes, bytes]:
+    sample = pairs("train", 3000)
+    vocabularies = text.Vocabularies.train(sample.sources, sample.targets, size, shared=shared)
+    return vocabularies.source.proto, vocabularies.target.proto
+
+
+def vocabularies(shared: bool = True, size: int = 1000) -> text.Vocabularies:
+    """A vocabulary learned on the first 3000 training pairs (about a second, once).
+
+    The tokenizers are made anew on each call: every test reseeds TensorFlow, which
+    destroys the in-graph SentencePiece models of tokenizers made before (see
+    keras_transformer.text)."""
+    source, target = _protos(shared, size)
+    if shared:
+        tokenizer = text.make_tokenizer(source)
+        return text.Vocabularies(tokenizer, tokenizer)
+    return text.Vocabularies(text.make_tokenizer(source), text.make_tokenizer(target))

@@ -1,0 +1,308 @@
+"""Greedy search, beam search and sampling: cached = uncached, beam 1 = greedy = top-k 1,
+scores, EOS and padding, length limits, batch independence, graph mode and XLA, mixed
+precision, and the trained reversal model decoding reversed sequences.
+
+Most tests run on the session's `reversal_model` (tests/conftest.py), whose distributions are
+peaked as a trained model's are; some on a random tiny model, whose near-uniform ones rarely
+produce EOS, so it runs into the length limits.
+"""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.decoding import EOS_ID, beam_search, greedy_search, sample
+from tests.reversal import BOS, EOS, held_out_data
+
+HELD_OUT_SOURCE, HELD_OUT_TARGET = held_out_data()
+SOURCE = HELD_OUT_SOURCE[:8]  # (8, 10): lengths 4..10, 0-padded
+RANDOM_SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14], [4, 0, 0, 0, 0, 0]])
+# Held-out symbols followed by unknown tokens (id 1), which the reversal model never saw: its
+# hypotheses are close and change ranks, so beams get reordered and EOS ranks low.
+UNFAMILIAR_SOURCE = np.concatenate(
+    [np.random.default_rng(5).integers(4, 20, (8, 6)), np.ones((8, 4), "int64")], axis=1
+)
+SEARCHES = {"greedy": greedy_search, "beam": beam_search}
+SHORT = {"max_extra_length": 5}  # keeps the random model's long outputs short
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    keras.utils.set_random_seed(0)
+    return kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=20))
+
+
+@pytest.fixture(params=["reversal", "unfamiliar", "random"])
+def model_and_source(request):
+    if request.param == "random":
+        return request.getfixturevalue("random_model"), RANDOM_SOURCE
+    source = SOURCE if request.param == "reversal" else UNFAMILIAR_SOURCE
+    return request.getfixturevalue("reversal_model"), source
+
+
+def _lengths(ids):
+    """Number of tokens in each row, EOS included."""
+    return (np.asarray(ids) != 0).sum(axis=1)
+
+
+def _source_lengths(source):
+    return (np.asarray(source) != 0).sum(axis=1)
+
+
+def _lp(length, alpha=0.6):
+    return ((5 + length) / 6) ** alpha
+
+
+def _log_prob(model, source, ids):
+    """log P(ids | source) by teacher forcing through the full model, `[batch]`."""
+    ids = np.asarray(ids)
+    target = np.concatenate([np.full((len(ids), 1), BOS), ids[:, :-1]], axis=1)
+    logits = model({"source_ids": np.asarray(source), "target_ids": target}, training=False)
+    log_probs = tf.gather(tf.nn.log_softmax(logits), ids, batch_dims=2)  # (batch, len)
+    return np.where(ids != 0, log_probs, 0.0).sum(axis=1)
+
+
+def _assert_well_formed(ids, scores, batch):
+    """int32 ids `[batch, len]`: tokens, one EOS, then only padding; float32 finite scores."""
+    assert ids.dtype == tf.int32 and scores.dtype == tf.float32
+    assert ids.shape[0] == batch and scores.shape == (batch,)
+    assert np.isfinite(scores).all()
+    for row in np.asarray(ids):
+        assert (row == EOS_ID).sum() == 1, row
+        end = list(row).index(EOS_ID)
+        assert (row[:end] != 0).all() and (row[end + 1 :] == 0).all(), row
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_cached_and_uncached_decoding_agree(model_and_source, search):
+    model, source = model_and_source
+    ids, scores = SEARCHES[search](model, source, max_extra_length=5)
+    ids_full, scores_full = SEARCHES[search](model, source, max_extra_length=5, use_cache=False)
+    np.testing.assert_array_equal(ids, ids_full)
+    np.testing.assert_allclose(scores, scores_full, atol=1e-4)
+
+
+def test_scores_are_the_log_probabilities_of_the_ids(model_and_source):
+    model, source = model_and_source
+    ids, scores = greedy_search(model, source, max_extra_length=5)
+    np.testing.assert_allclose(scores, _log_prob(model, source, ids), atol=1e-4)
+    ids, scores = beam_search(model, source, max_extra_length=5)
+    expected = _log_prob(model, source, ids) / _lp(_lengths(ids))
+    np.testing.assert_allclose(scores, expected, atol=1e-4)
+
+
+def test_beam_size_one_is_greedy(model_and_source):
+    model, source = model_and_source
+    greedy_ids, greedy_scores = greedy_search(model, source, max_extra_length=5)
+    beam_ids, beam_scores = beam_search(
+        model, source, beam_size=1, length_penalty=0.0, max_extra_length=5
+    )
+    np.testing.assert_array_equal(beam_ids, greedy_ids)
+    np.testing.assert_allclose(beam_scores, greedy_scores, atol=1e-5)
+
+
+def test_a_beam_holding_every_hypothesis_finds_the_best_one():
+    """Vocabulary {pad, 1, BOS, EOS, 4}, at most 4 output tokens: 40 hypotheses, of which a
+    beam of 36 drops none, so beam search must return the exact argmax of logP / lp."""
+    keras.utils.set_random_seed(0)
+    model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=5))
+    source = np.array([[4, 1, 0], [4, 0, 0]])
+    for alpha in (0.0, 0.6, 2.0):
+        ids, scores = beam_search(
+            model, source, beam_size=36, length_penalty=alpha, max_extra_length=2
+        )
+        for row, (sentence, limit) in enumerate(zip(source, [4, 3], strict=True)):
+            hypotheses = [
+                [*prefix, EOS] + [0] * (limit - length)
+                for length in range(1, limit + 1)
+                for prefix in itertools.product([1, BOS, 4], repeat=length - 1)
+            ]
+            candidates = np.tile(sentence, [len(hypotheses), 1])
+            all_scores = _log_prob(model, candidates, hypotheses)
+            all_scores /= _lp(_lengths(hypotheses), alpha)
+            best = int(np.argmax(all_scores))
+            np.testing.assert_array_equal(ids[row, :limit], hypotheses[best])
+            np.testing.assert_allclose(scores[row], all_scores[best], atol=1e-4)
+
+
+def test_beam_size_one_with_length_penalty_keeps_the_greedy_tokens(reversal_model):
+    greedy_ids, _ = greedy_search(reversal_model, SOURCE)
+    beam_ids, _ = beam_search(reversal_model, SOURCE, beam_size=1)
+    np.testing.assert_array_equal(beam_ids, greedy_ids)
+
+
+@pytest.fixture(scope="module")
+def held_out_decodings(reversal_model):
+    """Greedy and beam search (the paper's beam 4, alpha 0.6) over 240 held-out sources."""
+    source = HELD_OUT_SOURCE[:240]
+    greedy = tf.function(lambda source: greedy_search(reversal_model, source))(source)
+    beam = tf.function(lambda source: beam_search(reversal_model, source))(source)
+    return source, greedy, beam
+
+
+def test_beam_search_scores_at_least_as_well_as_greedy(held_out_decodings):
+    _, (greedy_ids, greedy_scores), (_, beam_scores) = held_out_decodings
+    greedy_normalised = np.asarray(greedy_scores) / _lp(_lengths(greedy_ids))
+    assert (np.asarray(beam_scores) >= greedy_normalised - 1e-5).all()
+
+
+def test_decoding_stops_at_eos_and_pads_after_it(model_and_source):
+    model, source = model_and_source
+    for ids, scores in (
+        greedy_search(model, source, max_extra_length=5),
+        beam_search(model, source, max_extra_length=5),
+        sample(model, source, seed=0, max_extra_length=5),
+    ):
+        _assert_well_formed(ids, scores, len(source))
+
+
+def test_output_length_limits_force_eos(random_model):
+    limits = _source_lengths(RANDOM_SOURCE) + 3
+    for search in (greedy_search, beam_search):
+        ids, _ = search(random_model, RANDOM_SOURCE, max_extra_length=3)
+        assert ids.shape[1] == RANDOM_SOURCE.shape[1] + 3
+        lengths = _lengths(ids)
+        assert (lengths <= limits).all()
+        assert (lengths == limits).any()  # the random model rarely chooses EOS itself
+        ids, _ = search(random_model, RANDOM_SOURCE, max_extra_length=3, max_length=4)
+        assert ids.shape[1] == 4 and (_lengths(ids) <= np.minimum(limits, 4)).all()
+        _assert_well_formed(ids, tf.zeros(len(ids)), len(ids))
+
+
+def test_model_max_length_caps_the_output():
+    keras.utils.set_random_seed(0)
+    config = kt.TransformerConfig.preset("tiny", vocab_size=20, max_length=5, positional="learned")
+    model = kt.build_transformer(config)
+    ids, scores = greedy_search(model, RANDOM_SOURCE[:, :5])
+    assert ids.shape[1] == 5
+    _assert_well_formed(ids, scores, len(ids))
+
+
+def test_limit_of_zero_extra_tokens_cuts_the_reversal_short(reversal_model):
+    ids, _ = greedy_search(reversal_model, SOURCE, max_extra_length=0)
+    lengths = _source_lengths(SOURCE)
+    assert ids.shape == SOURCE.shape
+    for row, length, target in zip(np.asarray(ids), lengths, HELD_OUT_TARGET[:8], strict=True):
+        # The reversal needs length + 1 tokens; EOS replaces the last symbol.
+        np.testing.assert_array_equal(row[: length - 1], target[1:length])
+        assert row[length - 1] == EOS and (row[length:] == 0).all()
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_a_sentence_decodes_the_same_whatever_its_batch(model_and_source, search):
+    model, source = model_and_source
+    order = np.argsort(_source_lengths(source))
+    shortest, middle, longest = source[order[0]], source[order[len(order) // 2]], source[order[-1]]
+    width = _source_lengths([middle])[0]
+    alone, alone_scores = SEARCHES[search](model, middle[None, :width], max_extra_length=4)
+    batch = np.stack([longest, middle, shortest])
+    together, scores = SEARCHES[search](model, batch, max_extra_length=4)
+    together = np.asarray(together)
+    np.testing.assert_array_equal(together[1, : alone.shape[1]], alone[0])
+    assert (together[1, alone.shape[1] :] == 0).all()
+    np.testing.assert_allclose(scores[1], alone_scores[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_graph_mode_and_xla_match_eager(reversal_model, search):
+    def decode(source):
+        return SEARCHES[search](reversal_model, source, max_extra_length=5)
+
+    expected_ids, expected_scores = decode(SOURCE)
+    graph = tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    xla = tf.function(decode, jit_compile=True)
+    for compiled in (graph, xla):
+        ids, scores = compiled(tf.constant(SOURCE, tf.int32))
+        np.testing.assert_array_equal(ids, expected_ids)
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-4)
+    graph(tf.constant(RANDOM_SOURCE[:2], tf.int32))  # another batch size and length
+    assert graph.experimental_get_tracing_count() == 1
+
+
+def test_sampling_with_top_k_one_is_greedy(model_and_source):
+    model, source = model_and_source
+    greedy_ids, greedy_scores = greedy_search(model, source, max_extra_length=5)
+    ids, scores = sample(model, source, top_k=1, temperature=2.0, seed=3, max_extra_length=5)
+    np.testing.assert_array_equal(ids, greedy_ids)
+    np.testing.assert_allclose(scores, greedy_scores, atol=1e-5)
+
+
+def test_sampling_is_repeatable_with_a_seed_and_varies_across_seeds(random_model):
+    def draw(seed):
+        return sample(random_model, RANDOM_SOURCE, temperature=1.5, seed=seed, **SHORT)[0]
+
+    first = draw(1)
+    np.testing.assert_array_equal(draw(1), first)
+    assert not np.array_equal(draw(2), first)
+    np.testing.assert_array_equal(
+        tf.function(
+            lambda: sample(random_model, RANDOM_SOURCE, temperature=1.5, seed=1, **SHORT)
+        )()[0],
+        first,
+    )
+    unseeded = sample(random_model, RANDOM_SOURCE, **SHORT)
+    _assert_well_formed(*unseeded, len(RANDOM_SOURCE))
+
+
+def test_top_k_sampling_draws_among_the_k_most_likely(random_model):
+    source = np.tile(RANDOM_SOURCE, [4, 1])
+    ids, scores = sample(random_model, source, top_k=3, temperature=3.0, seed=0)
+    np.testing.assert_allclose(scores, _log_prob(random_model, source, ids), atol=1e-4)
+    ids = np.asarray(ids)
+    target = np.concatenate([np.full((len(ids), 1), BOS), ids[:, :-1]], axis=1)
+    inputs = {"source_ids": source, "target_ids": target}
+    logits = np.array(random_model(inputs, training=False))
+    logits[:, :, 0] = -np.inf  # padding is never drawn
+    chosen = np.take_along_axis(logits, ids[:, :, None], axis=2)
+    rank = (logits > chosen).sum(axis=2)  # (batch, len): 0 for the most likely token
+    limits = _source_lengths(source) + 50
+    free = (ids != 0) & ~(np.arange(ids.shape[1])[None, :] + 1 == limits[:, None])
+    assert (rank[free] < 3).all()
+    assert (rank[free] > 0).any()  # not always the most likely: it does sample
+
+
+def test_mixed_bfloat16_model_decodes():
+    keras.utils.set_random_seed(0)
+    config = kt.TransformerConfig.preset("tiny", vocab_size=20, dtype="mixed_bfloat16")
+    model = kt.build_transformer(config)
+    memory, _ = model.encode(RANDOM_SOURCE)
+    assert model.decoder.init_cache(memory, 4)[0]["self_attention"]["key"].dtype == tf.bfloat16
+    decode_xla = tf.function(lambda s: beam_search(model, s, max_extra_length=4), jit_compile=True)
+    for ids, scores in (
+        greedy_search(model, RANDOM_SOURCE, max_extra_length=4),
+        decode_xla(tf.constant(RANDOM_SOURCE, tf.int32)),
+        sample(model, RANDOM_SOURCE, seed=0, max_extra_length=4),
+    ):
+        assert ids.shape == (3, RANDOM_SOURCE.shape[1] + 4)
+        _assert_well_formed(ids, scores, 3)
+
+
+def test_beam_search_reverses_held_out_sequences(held_out_decodings):
+    source, _, (ids, _) = held_out_decodings
+    target = HELD_OUT_TARGET[: len(source), 1:]  # reversed source + EOS, then padding
+    exact = (np.asarray(ids)[:, : target.shape[1]] == target).all(axis=1).mean()
+    assert exact >= 0.9, f"{exact:.2f} of held-out sequences reversed exactly"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_extra_length": -1},
+        {"max_length": 0},
+        {"beam_size": 0},
+        {"length_penalty": -0.5},
+    ],
+)
+def test_bad_arguments_raise(random_model, kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        beam_search(random_model, RANDOM_SOURCE, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"top_k": -1}])
+def test_bad_sampling_arguments_raise(random_model, kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        sample(random_model, RANDOM_SOURCE, **kwargs)

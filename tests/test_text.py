@@ -1,0 +1,111 @@
+"""SentencePiece vocabularies: special ids, exact round trips in and out of graphs, byte
+fallback, saving and loading."""
+
+import io
+
+import numpy as np
+import pytest
+import sentencepiece
+import tensorflow as tf
+
+from keras_transformer import text
+from tests import bible
+
+
+def test_special_ids_are_fixed():
+    tokenizer = bible.vocabularies().source
+    pieces = [tokenizer.id_to_token(i) for i in range(4)]
+    assert pieces == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert 900 <= tokenizer.vocabulary_size() <= 1000
+
+
+def test_corpus_text_round_trips_exactly_in_graph():
+    tokenizer = bible.vocabularies().target
+    sentences = list(bible.pairs("dev").targets[:200])  # unseen text: accents, ¿¡, casing
+
+    @tf.function
+    def round_trip(batch):
+        return tokenizer.detokenize(tokenizer.tokenize(batch))
+
+    back = [s.decode("utf-8") for s in round_trip(tf.constant(sentences)).numpy()]
+    assert back == sentences
+
+
+def test_unseen_characters_round_trip_through_byte_fallback():
+    tokenizer = bible.vocabularies().source
+    sentence = "Ünïcödé ☃ 漢字 — «quotes» 🙂 tab-free"
+    ids = tf.function(tokenizer.tokenize)(tf.constant([sentence]))  # the in-graph op
+    assert text.UNK_ID not in ids.flat_values.numpy()
+    assert text.detokenize(tokenizer, ids.to_tensor()) == [sentence]
+
+
+def test_whitespace_runs_collapse():
+    tokenizer = bible.vocabularies().source
+    ids = tokenizer.tokenize(["  two   spaces  here "])
+    assert text.detokenize(tokenizer, ids) == ["two spaces here"]
+
+
+def test_detokenize_stops_at_padding_and_specials():
+    tokenizer = bible.vocabularies().target
+    ids = tokenizer.tokenize("Y dijo Dios.")
+    decoded = np.concatenate([[text.BOS_ID], ids, [text.EOS_ID, 0, 0]])[None]
+    assert text.detokenize(tokenizer, decoded) == ["Y dijo Dios."]
+
+
+def test_training_is_deterministic_for_a_seed():
+    sample = bible.pairs("train", 500)
+    first = text.train_sentencepiece(sample.sources, 400, seed=3)
+    second = text.train_sentencepiece(sample.sources, 400, seed=3)
+    assert first == second
+
+
+def test_bpe_model_type():
+    sample = bible.pairs("train", 500)
+    tokenizer = text.make_tokenizer(text.train_sentencepiece(sample.sources, 400, model_type="bpe"))
+    assert text.detokenize(tokenizer, tokenizer.tokenize(["God said."])) == ["God said."]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(vocab_size=100), "vocab_size=100 is too small"),
+        (dict(vocab_size=400, model_type="word"), "model_type='word'"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        text.train_sentencepiece(["a b c"] * 10, **kwargs)
+
+
+def test_models_with_other_special_ids_are_refused():
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(bible.pairs("train", 300).sources),
+        model_writer=model,
+        vocab_size=300,
+        minloglevel=2,
+    )  # sentencepiece's defaults: unk 0, bos 1, eos 2, no pad
+    with pytest.raises(ValueError, match="must have ids pad 0, unk 1, bos 2, eos 3"):
+        text.make_tokenizer(model.getvalue())
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_vocabularies_save_and_load(shared, tmp_path):
+    vocabularies = bible.vocabularies(shared=shared, size=500)
+    vocabularies.save(tmp_path / "vocab")
+    names = sorted(p.name for p in (tmp_path / "vocab").iterdir())
+    assert names == (["shared.model"] if shared else ["source.model", "target.model"])
+    loaded = text.Vocabularies.load(tmp_path / "vocab")
+    assert loaded.shared == shared
+    assert loaded.target.proto == vocabularies.target.proto
+    assert loaded.source.proto == vocabularies.source.proto
+
+
+def test_separate_vocabularies_differ_per_language():
+    vocabularies = bible.vocabularies(shared=False, size=500)
+    assert vocabularies.source.proto != vocabularies.target.proto
+
+
+def test_loading_a_missing_vocabulary(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no vocabulary"):
+        text.Vocabularies.load(tmp_path)

@@ -1,0 +1,71 @@
+"""Average the last checkpoints of a run (paper section 6.1):
+`python -m trainers.average_checkpoints --model-dir DIR --last N`.
+
+"For the base models, we used a single model obtained by averaging the last 5 checkpoints ...
+For the big models, we averaged the last 20 checkpoints." The average is written to
+DIR/model.averaged.keras (or --output); evaluate and export it with `--model`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trainers.experiment import ConfigError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainers.average_checkpoints", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--last", type=int, default=5, help="how many checkpoints (default 5)")
+    parser.add_argument(
+        "--output", default="model.averaged.keras", help="file name in the model directory"
+    )
+    return parser.parse_args(argv)
+
+
+def average_checkpoints(model, paths) -> None:
+    """Sets `model`'s weights to the element-wise mean of the weight files `paths`."""
+    total = None
+    for path in paths:
+        model.load_weights(path)
+        weights = [w.numpy().astype("float64") for w in model.weights]
+        total = weights if total is None else [t + w for t, w in zip(total, weights, strict=True)]
+    model.set_weights([t / len(paths) for t in total])
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import keras_transformer as kt
+    from trainers import model_dir as md
+    from trainers.experiment import load_experiment
+
+    directory = args.model_dir
+    try:
+        if args.last < 1:
+            raise ConfigError(f"--last={args.last} must be >= 1")
+        if not (directory / md.EXPERIMENT).exists():
+            raise ConfigError(f"--model-dir {directory}: no {md.EXPERIMENT}; train it first")
+        experiment = load_experiment(directory / md.EXPERIMENT, resolved=True)
+        paths = sorted((directory / "checkpoints").glob(md.CHECKPOINT_PATTERN))
+        if len(paths) < args.last:
+            raise ConfigError(
+                f"{directory / 'checkpoints'} has {len(paths)} checkpoints; --last {args.last} "
+                "needs that many (training.keep_checkpoints keeps the last ones)"
+            )
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    paths = paths[-args.last :]
+    model = kt.build_transformer(experiment.model)
+    average_checkpoints(model, paths)
+    md.save_model(model, directory / args.output)
+    print(f"averaged {', '.join(p.name for p in paths)} into {directory / args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

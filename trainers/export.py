@@ -1,0 +1,77 @@
+"""Export a trained model for TF Serving:
+`python -m trainers.export --model-dir DIR --out saved_models/NAME`.
+
+Writes saved_models/NAME/VERSION/ (the next free version unless --version is given), a
+SavedModel whose `serving_default` signature takes raw strings (`text`) and returns
+`translation` and `score`, with tokenization and beam search in the graph; and
+saved_models/NAME/keras/ (model.keras and the vocabulary) for fine-tuning with model.fit.
+Both carry a manifest.json: configuration, vocabulary, decoding settings, metrics, version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trainers.experiment import ConfigError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainers.export", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path, help="e.g. saved_models/demo")
+    parser.add_argument(
+        "--model",
+        default="model.keras",
+        help="model file in the model directory (e.g. model.averaged.keras)",
+    )
+    parser.add_argument("--version", type=int, help="version number (default: the next one)")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--length-penalty", type=float, default=0.6)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from keras_transformer import export
+    from trainers import model_dir as md
+
+    try:
+        experiment, vocabularies, model = md.load_trained(args.model_dir, args.model)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    metrics = {}
+    for name in ("eval/test.json", "eval/dev.json", md.SUMMARY):
+        path = args.model_dir / name
+        if path.exists():
+            metrics[name] = json.loads(path.read_text())
+    manifest = {
+        "experiment": experiment.to_dict(),
+        "source_model": str(args.model_dir / args.model),
+        "metrics": metrics,
+    }
+    version = export.export_saved_model(
+        model,
+        vocabularies,
+        args.out,
+        version=args.version,
+        manifest=manifest,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+    )
+    keras_dir = args.out / "keras"
+    keras_dir.mkdir(parents=True, exist_ok=True)
+    md.save_model(model, keras_dir / "model.keras")
+    vocabularies.save(keras_dir / "vocab")
+    md.write_json(keras_dir / export.MANIFEST, manifest | {"for": "model.fit fine-tuning"})
+    print(f"wrote {version} (SavedModel for TF Serving) and {keras_dir} (Keras model)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
