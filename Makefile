@@ -6,6 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+DEMO_DIR := runs/demo
+DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
+
 .PHONY: demo test lint format clean
 
 $(STAMP): requirements.txt pyproject.toml
@@ -13,6 +16,17 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Train the tiny preset on the bundled corpus, average its last checkpoints, score the test
+# split with sacrebleu, export a SavedModel for TF Serving, and translate through the export.
+demo: $(STAMP)
+	$(BIN)/python -m trainers.train --config trainers/configs/demo.yaml --model-dir $(DEMO_DIR)
+	$(BIN)/python -m trainers.average_checkpoints --model-dir $(DEMO_DIR) --last 3
+	$(BIN)/python -m trainers.evaluate --model-dir $(DEMO_DIR) --model model.averaged.keras \
+		--split test
+	$(BIN)/python -m trainers.export --model-dir $(DEMO_DIR) --model model.averaged.keras \
+		--out saved_models/demo
+	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --saved-model saved_models/demo
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest

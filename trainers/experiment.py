@@ -145,7 +145,12 @@ def load_experiment(path, overrides: list[str] = (), *, resolved: bool = False) 
         raise ConfigError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with model, data and training sections")
-    sections = {name: dict(raw.get(name) or {}) for name in ("model", "data", "training")}
+    sections = {}
+    for name in ("model", "data", "training"):
+        section = raw.get(name) or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{path}: section {name!r} must be a mapping of keys to values")
+        sections[name] = dict(section)
     for name in raw:
         if name not in sections:
             raise ConfigError(f"{path}: unknown section {name!r} (known: model, data, training)")

@@ -16,12 +16,14 @@ half-written file under a real name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 from pathlib import Path
 
 import keras
+import numpy as np
 import yaml
 
 import keras_transformer  # noqa: F401  (registers the classes that load_model needs)
@@ -55,6 +57,14 @@ def save_model(model: keras.Model, path: Path) -> None:
     temporary = path.with_name(f".{path.stem}.tmp-{os.getpid()}.keras")
     model.save(temporary)
     os.replace(temporary, path)
+
+
+def weights_fingerprint(model: keras.Model) -> str:
+    """sha256 of all weights' bytes, in order: equal fingerprints, equal models."""
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight)).tobytes())
+    return digest.hexdigest()
 
 
 def check_writable(directory: Path) -> None:

@@ -8,6 +8,8 @@ import os
 
 import tensorflow as tf
 
+from trainers.experiment import ConfigError
+
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
@@ -15,7 +17,7 @@ def split_cpu(num_devices: int) -> None:
     """Splits the CPU into `num_devices` logical devices, so `MirroredStrategy` can run
     several replicas without GPUs. Must run before TensorFlow initializes its devices."""
     if num_devices < 1:
-        raise ValueError(f"--cpu-devices={num_devices} must be >= 1")
+        raise ConfigError(f"--cpu-devices={num_devices} must be >= 1")
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(
@@ -39,13 +41,13 @@ def make_strategy(kind: str) -> tf.distribute.Strategy:
         return tf.distribute.MirroredStrategy(devices)
     if kind == "multi_worker":
         if "TF_CONFIG" not in os.environ:
-            raise ValueError(
+            raise ConfigError(
                 "--strategy multi_worker reads the cluster from the TF_CONFIG environment "
                 'variable, which is not set (e.g. {"cluster": {"worker": ["host1:port", '
                 '"host2:port"]}, "task": {"type": "worker", "index": 0}})'
             )
         return tf.distribute.MultiWorkerMirroredStrategy()
-    raise ValueError(f"--strategy={kind!r}; choose one of {STRATEGIES}")
+    raise ConfigError(f"--strategy={kind!r}; choose one of {STRATEGIES}")
 
 
 def devices(strategy: tf.distribute.Strategy) -> list[str]:
@@ -69,7 +71,7 @@ def resolve_jit_compile(setting, strategy: tf.distribute.Strategy) -> bool:
     if setting == "auto":
         return replicas == 1 or uses_gpus(strategy)
     if setting and replicas > 1 and not uses_gpus(strategy):
-        raise ValueError(
+        raise ConfigError(
             f"training.jit_compile=true does not work with {replicas} replicas on CPU devices "
             "(XLA cannot reach variables across CPU devices); use jit_compile: auto or false"
         )

@@ -56,12 +56,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.cpu_devices:
-        runtime.split_cpu(args.cpu_devices)  # before anything else touches TensorFlow
-    from keras_transformer.corpus import CorpusError
+    from keras_transformer.corpus import CorpusError  # importing TF starts no device yet
     from trainers.experiment import load_experiment
 
     try:
+        if args.cpu_devices:
+            runtime.split_cpu(args.cpu_devices)  # before anything else touches TensorFlow
         experiment = load_experiment(args.config, args.set)
         summary = train(experiment, args.model_dir, args.strategy, args.verbose)
     except (ConfigError, CorpusError) as error:
@@ -86,18 +86,19 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
 
     model_dir = Path(model_dir)
     config, training = experiment.data, experiment.training
-    md.check_writable(model_dir)
     resuming = md.check_owner(model_dir, experiment)
     if resuming and (model_dir / md.SUMMARY).exists():
         summary = json.loads((model_dir / md.SUMMARY).read_text())
         if summary.get("steps") == training.steps and not summary.get("stopped_early"):
             print(f"{model_dir} already holds this run, trained for {training.steps} steps")
             return summary
+    # Every corpus is read and checked before anything is written.
     train_pairs, dev_pairs = read_split(config, "train"), read_split(config, "dev")
     print(
         f"training pairs: {len(train_pairs)} from {train_pairs.origin} "
         f"({train_pairs.skipped_empty} empty pairs skipped)"
     )
+    md.check_writable(model_dir)
 
     strategy = runtime.make_strategy(strategy_kind)
     workers, worker_index, is_chief = runtime.worker_info(strategy)
@@ -152,7 +153,9 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
         **batches,
     )
     dev_dataset = None
-    if dev_pairs is not None:
+    # Validation inside fit is skipped across workers: uneven shards of a finite dev set can
+    # leave one worker waiting in a collective. The chief's dev BLEU still runs.
+    if dev_pairs is not None and workers == 1:
         dev_dataset = data.make_dataset(
             dev_pairs.to_dataset(),
             vocabularies,
@@ -188,9 +191,10 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     print(runtime.describe(strategy), f"jit_compile={jit_compile}", flush=True)
 
     throughput = cb.Throughput()
-    backup_dir = (
-        model_dir / "backup" if is_chief else model_dir / "backup" / f"worker-{worker_index}"
-    )
+    # Each worker keeps its own backup (all restart together); only the chief's is the run's.
+    backup_dir = model_dir / "backup"
+    if not is_chief:
+        backup_dir = model_dir / "workers" / f"worker-{worker_index}" / "backup"
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.BackupAndRestore(str(backup_dir), save_freq="epoch"),
@@ -233,7 +237,7 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     steps = int(model.optimizer.iterations.numpy())
     losses = history.history.get("loss", [])
     summary = {
-        "strategy": type(strategy).__name__,
+        "strategy": strategy_kind,
         "replicas": replicas,
         "workers": workers,
         "jit_compile": jit_compile,
@@ -246,6 +250,7 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
         "train_seconds": round(seconds, 1),
         "data": lengths,
         "dev": bleu.last if bleu else None,
+        "weights_sha256": md.weights_fingerprint(model),
     }
     if model.stop_training and steps < training.steps:
         summary["stopped_early"] = (
@@ -257,6 +262,7 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
             md.save_model(model, model_dir / md.MODEL)
         md.write_json(model_dir / md.SUMMARY, summary)
         print(f"wrote {model_dir / md.MODEL} and {model_dir / md.SUMMARY}")
+    print("summary: " + json.dumps(summary, sort_keys=True), flush=True)
     return summary
 
 

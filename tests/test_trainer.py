@@ -1,0 +1,336 @@
+"""The command-line programs, run as users run them (separate processes): train on a slice of
+the bundled corpus, resume, average, evaluate, export and translate; MirroredStrategy on two
+logical CPUs; MultiWorkerMirroredStrategy with two workers on 127.0.0.1; bad input."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data" / "bible-en-es"
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+
+pytestmark = pytest.mark.slow
+
+
+def slice_config(tmp_path, **training) -> Path:
+    """A tiny experiment on 800 training pairs; quick, and still learning."""
+    steps = {"steps": 40, "steps_per_epoch": 20, **training}
+    text = f"""
+model: {{preset: tiny, max_length: 48}}
+data:
+  format: tsv
+  train: {DATA / "train.tsv.xz"}
+  dev: {DATA / "dev.tsv.xz"}
+  test: {DATA / "test.tsv.xz"}
+  source_language: en
+  target_language: es
+  train_limit: 800
+  vocab_size: 500
+  tokens_per_batch: 512
+training:
+  warmup_steps: 20
+  bleu_max_sentences: 10
+  keep_checkpoints: 2
+{chr(10).join(f"  {key}: {value}" for key, value in steps.items())}
+"""
+    path = tmp_path / "slice.yaml"
+    path.write_text(text)
+    return path
+
+
+def run(*args, env=None, cwd=ROOT, check=True, timeout=600):
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env or ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
+def summary_line(output: str) -> dict:
+    line = next(line for line in output.splitlines() if line.startswith("summary: "))
+    return json.loads(line.removeprefix("summary: "))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A model directory trained on the slice with the default strategy (XLA on)."""
+    tmp = tmp_path_factory.mktemp("run")
+    config = slice_config(tmp)
+    result = run(
+        "-m", "trainers.train", "--config", config, "--model-dir", tmp / "model", "--verbose", "2"
+    )
+    return tmp / "model", config, result
+
+
+def test_training_writes_the_run_and_its_summary(trained):
+    model_dir, _, result = trained
+    summary = json.loads((model_dir / "train_summary.json").read_text())
+    assert summary["strategy"] == "default" and summary["replicas"] == 1
+    assert summary["jit_compile"] is True and summary["steps"] == 40
+    assert summary["final_loss"] < summary["initial_loss"]
+    assert summary["tokens_per_second"] > 0 and summary["train_seconds"] > 0
+    assert summary["data"]["pairs"] == 800 and summary["data"]["too_long"] >= 0
+    assert summary["dev"]["sentences"] == 10 and "nrefs:1" in summary["dev"]["bleu_signature"]
+    assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == [
+        "ckpt-00001.weights.h5",
+        "ckpt-00002.weights.h5",
+    ]
+    for name in ("experiment.yaml", "vocab/shared.model", "model.keras", "logs"):
+        assert (model_dir / name).exists(), name
+    assert "over-long pairs (> 48 tokens) skipped" in result.stdout
+
+
+def test_the_same_command_again_does_not_retrain(trained):
+    model_dir, config, _ = trained
+    before = (model_dir / "model.keras").stat().st_mtime_ns
+    result = run("-m", "trainers.train", "--config", config, "--model-dir", model_dir)
+    assert "already holds this run, trained for 40 steps" in result.stdout
+    assert (model_dir / "model.keras").stat().st_mtime_ns == before
+
+
+def test_another_experiment_in_the_same_directory_is_refused(trained):
+    model_dir, config, _ = trained
+    result = run(
+        "-m",
+        "trainers.train",
+        "--config",
+        config,
+        "--model-dir",
+        model_dir,
+        "--set",
+        "model.d_ff=256",
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "belongs to another experiment (model.d_ff: 512 there, 256 here)" in result.stderr
+
+
+def test_averaging_the_last_checkpoints(trained):
+    import keras
+
+    import keras_transformer  # noqa: F401
+
+    model_dir, _, _ = trained
+    run("-m", "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "2")
+    averaged = keras.saving.load_model(model_dir / "model.averaged.keras")
+    checkpoints = []
+    for name in ("ckpt-00001.weights.h5", "ckpt-00002.weights.h5"):
+        averaged.load_weights(model_dir / "checkpoints" / name)
+        checkpoints.append([w.numpy() for w in averaged.weights])
+    averaged = keras.saving.load_model(model_dir / "model.averaged.keras")
+    for weight, first, second in zip(averaged.weights, *checkpoints, strict=True):
+        np.testing.assert_allclose(weight.numpy(), (first + second) / 2, rtol=1e-6, atol=1e-7)
+    result = run(
+        "-m", "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "3", check=False
+    )
+    assert result.returncode == 2 and "has 2 checkpoints; --last 3 needs that many" in result.stderr
+
+
+def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
+    model_dir, _, _ = trained
+    result = run(
+        "-m",
+        "trainers.evaluate",
+        "--model-dir",
+        model_dir,
+        "--split",
+        "test",
+        "--limit",
+        "12",
+        "--beam-size",
+        "2",
+    )
+    scores = json.loads(result.stdout[result.stdout.index("{") :])
+    assert scores["sentences"] == 12 and scores["beam_size"] == 2
+    assert 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    hypotheses = (model_dir / "eval" / "test.hyp").read_text().splitlines()
+    assert len(hypotheses) == 12
+    assert json.loads((model_dir / "eval" / "test.json").read_text())["bleu"] == scores["bleu"]
+
+
+def test_evaluate_own_files(trained, tmp_path):
+    model_dir, _, _ = trained
+    (tmp_path / "src.txt").write_text("God said.\nAmen.\n")
+    (tmp_path / "ref.txt").write_text("Dijo Dios.\nAmén.\n")
+    result = run(
+        "-m",
+        "trainers.evaluate",
+        "--model-dir",
+        model_dir,
+        "--source",
+        tmp_path / "src.txt",
+        "--reference",
+        tmp_path / "ref.txt",
+        "--output",
+        tmp_path / "out.hyp",
+    )
+    assert json.loads(result.stdout[result.stdout.index("{") :])["sentences"] == 2
+    assert len((tmp_path / "out.hyp").read_text().splitlines()) == 2
+
+
+def test_export_then_translate_through_the_saved_model(trained, tmp_path):
+    model_dir, _, _ = trained
+    out = tmp_path / "saved_models" / "slice"
+    run("-m", "trainers.export", "--model-dir", model_dir, "--out", out)
+    manifest = json.loads((out / "1" / "assets.extra" / "manifest.json").read_text())
+    assert manifest["experiment"]["model"]["preset"] == "tiny"
+    assert manifest["metrics"]["train_summary.json"]["steps"] == 40
+    assert (out / "keras" / "model.keras").exists() and (out / "keras" / "vocab").is_dir()
+    lines = [
+        "In the beginning, God created the heavens and the earth.",
+        "",
+        "Amen.",
+        "x" * 5000,
+        "A fourth line.",
+    ]
+    (tmp_path / "input.txt").write_text("\n".join(lines) + "\n")
+    result = run(
+        "-m",
+        "trainers.translate",
+        "--saved-model",
+        out,
+        "--input",
+        tmp_path / "input.txt",
+        "--batch-size",
+        "2",
+        "--with-scores",
+    )
+    translations = result.stdout.splitlines()
+    assert len(translations) == len(lines)
+    assert all(np.isfinite(float(line.split("\t")[0])) for line in translations)
+
+
+def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
+    config = slice_config(tmp_path, steps=60, steps_per_epoch=30, bleu_max_sentences=2)
+    result = run(
+        "-m",
+        "trainers.train",
+        "--config",
+        config,
+        "--model-dir",
+        tmp_path / "model",
+        "--strategy",
+        "mirrored",
+        "--cpu-devices",
+        "2",
+        "--verbose",
+        "0",
+    )
+    summary = summary_line(result.stdout)
+    assert summary["strategy"] == "mirrored" and summary["replicas"] == 2
+    assert summary["jit_compile"] is False  # XLA cannot span CPU devices
+    assert summary["steps"] == 60 and summary["final_loss"] < summary["initial_loss"]
+    explicit = run(
+        "-m",
+        "trainers.train",
+        "--config",
+        config,
+        "--model-dir",
+        tmp_path / "xla",
+        "--strategy",
+        "mirrored",
+        "--cpu-devices",
+        "2",
+        "--set",
+        "training.jit_compile=true",
+        check=False,
+    )
+    assert explicit.returncode == 2
+    assert "jit_compile=true does not work with 2 replicas on CPU devices" in explicit.stderr
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_multi_worker_mirrored_strategy_with_two_workers(tmp_path):
+    config = slice_config(tmp_path, steps=40, steps_per_epoch=20, bleu_max_sentences=2)
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "trainers.train",
+                    "--config",
+                    config,
+                    "--model-dir",
+                    tmp_path / "model",
+                    "--strategy",
+                    "multi_worker",
+                    "--verbose",
+                    "0",
+                ],
+                cwd=ROOT,
+                env={**ENV, "TF_CONFIG": json.dumps(tf_config)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (_, stderr) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, stderr[-3000:]
+    chief, other = (summary_line(stdout) for stdout, _ in outputs)
+    for summary in (chief, other):
+        assert summary["strategy"] == "multi_worker"
+        assert summary["workers"] == 2 and summary["replicas"] == 2 and summary["steps"] == 40
+    assert chief["weights_sha256"] == other["weights_sha256"]  # both end with equal weights
+    assert chief["final_loss"] < chief["initial_loss"]
+    model_dir = tmp_path / "model"
+    # Only the chief writes checkpoints, the model and the summary.
+    assert json.loads((model_dir / "train_summary.json").read_text()) == chief
+    assert len(list((model_dir / "checkpoints").glob("*.weights.h5"))) == 2
+    assert not list((model_dir / "backup").rglob("*.weights.h5"))  # removed at the end
+
+
+def test_a_bad_corpus_fails_before_anything_is_written(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes(b"en\tes\nGod said.\tDijo Dios.\nAmen\xff.\tAmen.\n")
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"model: {{preset: tiny}}\ndata: {{train: {bad}, vocab_size: 300}}\n")
+    result = run(
+        "-m", "trainers.train", "--config", config, "--model-dir", tmp_path / "model", check=False
+    )
+    assert result.returncode == 2
+    assert f"{bad}:3: invalid UTF-8 at byte 5 (0xff)" in result.stderr
+    assert not (tmp_path / "model").exists()
+
+
+def test_misaligned_text_files_are_reported_by_name(tmp_path):
+    (tmp_path / "train.en").write_text("one\ntwo\nthree\n")
+    (tmp_path / "train.es").write_text("uno\ndos\n")
+    config = tmp_path / "text.yaml"
+    config.write_text(
+        f"model: {{preset: tiny}}\ndata: {{format: text, train: "
+        f"{tmp_path / 'train'}, vocab_size: 300}}\n"
+    )
+    result = run(
+        "-m", "trainers.train", "--config", config, "--model-dir", tmp_path / "model", check=False
+    )
+    assert result.returncode == 2
+    assert "train.en has 3 lines but" in result.stderr and "train.es has 2" in result.stderr
+    assert not (tmp_path / "model").exists()
