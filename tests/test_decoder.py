@@ -103,3 +103,21 @@ def test_cached_decoding_under_mixed_precision_and_xla():
     np.testing.assert_allclose(
         np.asarray(cached, "float32"), np.asarray(full, "float32"), atol=0.1, rtol=0.05
     )
+
+
+@pytest.mark.parametrize("cls", [layers.DecoderLayer, layers.Decoder])
+def test_attention_weights_on_request(cls):
+    decoder = _decoder(cls)
+    target_mask = np.array([[True] * 5, [True] * 3 + [False] * 2])
+    masks = dict(padding_mask=target_mask, encoder_padding_mask=MEMORY_MASK)
+    expected = decoder(TARGET, MEMORY, **masks)
+    outputs, weights = decoder.call_with_attention(TARGET, MEMORY, **masks)
+    np.testing.assert_allclose(outputs, expected, atol=1e-6)
+    for layer_weights in weights if cls is layers.Decoder else [weights]:
+        self_weights = np.asarray(layer_weights["self_attention"])
+        cross_weights = np.asarray(layer_weights["cross_attention"])
+        assert self_weights.shape == (2, 4, 5, 5) and cross_weights.shape == (2, 4, 5, 7)
+        assert np.all(np.triu(self_weights, k=1) == 0)  # causal
+        assert np.all(self_weights[1, :, :, 3:] == 0)  # target padding
+        assert np.all(cross_weights[1, :, :, 4:] == 0)  # source padding
+        np.testing.assert_allclose(cross_weights.sum(-1), 1.0, atol=1e-5)

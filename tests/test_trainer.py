@@ -214,6 +214,42 @@ def test_export_then_translate_through_the_saved_model(trained, tmp_path):
     assert all(np.isfinite(float(line.split("\t")[0])) for line in translations)
 
 
+def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
+    import matplotlib.image
+
+    model_dir, _, _ = trained
+    out = tmp_path / "attention.png"
+    result = run(
+        "-m",
+        "trainers.visualize",
+        "--model-dir",
+        model_dir,
+        "--text",
+        "God said.",
+        "--out",
+        out,
+        "--layer",
+        "0",
+    )
+    assert "4 heads" in result.stdout
+    height, width, _ = matplotlib.image.imread(out).shape
+    assert height > 200 and width > 200
+    result = run(
+        "-m",
+        "trainers.visualize",
+        "--model-dir",
+        model_dir,
+        "--text",
+        "x",
+        "--out",
+        out,
+        "--layer",
+        "2",
+        check=False,
+    )
+    assert result.returncode == 2 and "--layer=2: the decoder has 2 layers" in result.stderr
+
+
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     config = slice_config(tmp_path, steps=60, steps_per_epoch=30, bleu_max_sentences=2)
     result = run(

@@ -79,19 +79,41 @@ class DecoderLayer(TransformerBlock):
         encoder_padding_mask=None,
         training=None,
     ):
-        x = inputs  # (batch, tgt_len, d_model)
+        outputs, _ = self._forward(
+            inputs, encoder_output, padding_mask, encoder_padding_mask, training, False
+        )
+        return outputs
+
+    def call_with_attention(
+        self, inputs, encoder_output, padding_mask=None, encoder_padding_mask=None
+    ):
+        """Like `call` at inference, also returning the float32 attention weights:
+        `(outputs, {"self_attention": [batch, heads, tgt_len, tgt_len],
+        "cross_attention": [batch, heads, tgt_len, src_len]})`."""
+        return self._forward(
+            inputs, encoder_output, padding_mask, encoder_padding_mask, False, True
+        )
+
+    def _forward(self, x, memory, padding_mask, encoder_padding_mask, training, with_weights):
+        def attend(layer, query, value, **masks):
+            if with_weights:
+                return layer.call_with_weights(query, value, training=training, **masks)
+            return layer(query, value, training=training, **masks), None
+
+        # (batch, tgt_len, d_model) throughout
         h = self.self_attention_residual.normalize_input(x)
-        h = self.self_attention(
-            h, padding_mask=padding_mask, use_causal_mask=True, training=training
+        h, self_weights = attend(
+            self.self_attention, h, h, padding_mask=padding_mask, use_causal_mask=True
         )
         x = self.self_attention_residual(x, h, training=training)
         h = self.cross_attention_residual.normalize_input(x)
-        h = self.cross_attention(
-            h, encoder_output, padding_mask=encoder_padding_mask, training=training
+        h, cross_weights = attend(
+            self.cross_attention, h, memory, padding_mask=encoder_padding_mask
         )
         x = self.cross_attention_residual(x, h, training=training)
         h = self.feed_forward(self.feed_forward_residual.normalize_input(x), training=training)
-        return self.feed_forward_residual(x, h, training=training)
+        x = self.feed_forward_residual(x, h, training=training)
+        return x, {"self_attention": self_weights, "cross_attention": cross_weights}
 
     def init_cache(self, encoder_output, max_length: int):
         """The decoding state of this layer for one batch of sources.
@@ -207,6 +229,22 @@ class Decoder(TransformerBlock):
                 training=training,
             )
         return x if self.final_norm is None else self.final_norm(x)
+
+    def call_with_attention(
+        self, inputs, encoder_output, padding_mask=None, encoder_padding_mask=None
+    ):
+        """Like `call` at inference, also returning each layer's attention weights:
+        `(outputs, [DecoderLayer.call_with_attention weights, one dict a layer])`."""
+        x, weights = inputs, []
+        for layer in self.decoder_layers:
+            x, layer_weights = layer.call_with_attention(
+                x,
+                encoder_output,
+                padding_mask=padding_mask,
+                encoder_padding_mask=encoder_padding_mask,
+            )
+            weights.append(layer_weights)
+        return (x if self.final_norm is None else self.final_norm(x)), weights
 
     def init_cache(self, encoder_output, max_length: int):
         """One `DecoderLayer.init_cache` state a layer, as a list."""

@@ -1,0 +1,225 @@
+"""The TF Serving export: layout and manifest, atomic versions, the same translations as the
+library, and a fresh process with only tensorflow and tensorflow_text serving bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer import decoding, evaluation, export
+from tests import bible
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+MAX_LENGTH = 24
+SENTENCES = ["In the beginning God created the heavens.", "Amen.", "And God said, Let there be"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(3)
+    config = kt.TransformerConfig.preset(
+        "tiny", vocab_size=bible.vocabularies().target.vocabulary_size(), max_length=MAX_LENGTH
+    )
+    return kt.build_transformer(config)
+
+
+@pytest.fixture(scope="module")
+def exported(model, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("saved_models") / "tiny"
+    version = export.export_saved_model(
+        model, bible.vocabularies(), directory, manifest={"note": "test"}
+    )
+    return directory, version
+
+
+def test_layout_and_manifest(exported, model):
+    directory, version = exported
+    assert version == directory / "1"
+    for name in ("saved_model.pb", "variables/variables.index", "assets.extra/shared.model"):
+        assert (version / name).exists(), name
+    manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())
+    assert manifest["note"] == "test" and manifest["package_version"] == kt.__version__
+    assert manifest["model_config"] == model.config.to_dict()
+    assert manifest["decoding"] == {
+        "beam_size": 4,
+        "length_penalty": 0.6,
+        "max_extra_length": 50,
+        "max_input_tokens": MAX_LENGTH - 1,
+    }
+    assert set(manifest["signatures"]) == {"serving_default", "translate_ids"}
+    assert manifest["vocabulary"]["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+
+
+def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
+    exported, model, monkeypatch
+):
+    directory, _ = exported
+    second = export.export_saved_model(model, bible.vocabularies(), directory)
+    assert second.name == "2"
+    with pytest.raises(FileExistsError, match="versions are never overwritten"):
+        export.export_saved_model(model, bible.vocabularies(), directory, version=1)
+
+    class HalfWritten:
+        """Writes part of a SavedModel, then fails, as a full disk would."""
+
+        def write_out(self, path, **kwargs):
+            Path(path).mkdir()
+            (Path(path) / "saved_model.pb").write_bytes(b"partial")
+            raise OSError("No space left on device")
+
+    monkeypatch.setattr(export, "make_export_archive", lambda *a, **k: HalfWritten())
+    with pytest.raises(OSError, match="No space left"):
+        export.export_saved_model(model, bible.vocabularies(), directory)
+    assert sorted(p.name for p in directory.iterdir()) == ["1", "2"]  # no temporary left
+    assert tf.saved_model.load(str(directory / "2")).signatures["serving_default"] is not None
+
+
+def test_serving_gives_the_library_translations(exported, model):
+    _, version = exported
+    loaded = tf.saved_model.load(str(version))
+    served = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
+    vocabularies = bible.vocabularies()
+    translations = evaluation.Translator(model, vocabularies, beam_size=4).translate(SENTENCES)
+    assert [t.decode("utf-8") for t in served["translation"].numpy()] == translations
+    source_ids = next(
+        iter(kt.data.source_batches(SENTENCES, vocabularies.source, max_length=MAX_LENGTH))
+    )
+    ids, scores = decoding.beam_search(model, source_ids)
+    by_ids = loaded.signatures["translate_ids"](source_ids=source_ids)
+    np.testing.assert_array_equal(by_ids["ids"], ids)
+    np.testing.assert_allclose(by_ids["score"], scores, rtol=1e-5)
+    np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
+
+
+SERVE_SCRIPT = """
+import importlib.abc, json, sys
+
+class Forbidden(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("keras_transformer", "keras_hub", "trainers"):
+            raise ImportError(f"{name} must not be needed to serve")
+
+sys.meta_path.insert(0, Forbidden())
+sys.path = [p for p in sys.path if p not in ("", ".")]
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+batches = [
+    ["A plain sentence.", "", "Amen."],
+    [b"invalid \\xff\\xfe bytes \\xc3"],
+    ["word " * 20000],
+    ["\\x00\\x01\\x07 control \\u202e right-to-left \\ufeff", "🙂 漢字 Ünïcödé"],
+    [],
+]
+results = []
+for batch in batches:
+    out = serve(text=tf.constant(batch, tf.string, shape=[len(batch)]))
+    results.append({
+        "inputs": len(batch),
+        "translations": [t.decode("utf-8") for t in out["translation"].numpy()],
+        "scores": [float(s) for s in out["score"].numpy()],
+    })
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("keras_transformer", "keras_hub"))
+print(json.dumps({"results": results, "loaded": loaded}))
+"""
+
+
+def test_a_fresh_process_with_only_tensorflow_serves_any_input(exported, tmp_path):
+    _, version = exported
+    script = tmp_path / "serve.py"
+    script.write_text(SERVE_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, script, str(version)],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["loaded"] == []
+    for batch in report["results"]:
+        assert len(batch["translations"]) == len(batch["scores"]) == batch["inputs"]
+        assert all(np.isfinite(batch["scores"]))
+    assert [batch["inputs"] for batch in report["results"]] == [3, 1, 1, 2, 0]
+
+
+def _cli(*args):
+    return subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_saved_model_cli_show_and_run(exported):
+    _, version = exported
+    show = _cli(
+        str(Path(sys.executable).parent / "saved_model_cli"), "show", "--dir", str(version), "--all"
+    )
+    assert show.returncode == 0, show.stderr[-2000:]
+    for expected in (
+        "signature_def['serving_default']",
+        "inputs['text']",
+        "outputs['translation']",
+        "outputs['score']",
+        "signature_def['translate_ids']",
+        "inputs['source_ids']",
+    ):
+        assert expected in show.stdout
+    run = _cli(
+        sys.executable,
+        "-m",
+        "trainers.saved_model_cli",
+        "run",
+        "--dir",
+        str(version),
+        "--tag_set",
+        "serve",
+        "--signature_def",
+        "serving_default",
+        "--input_exprs",
+        'text=["Amen.", "God said."]',
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Result for output key translation" in run.stdout
+    assert "Result for output key score" in run.stdout
+
+
+def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
+    directory, _ = exported
+    lines = b"Amen.\n\xff\xfe not UTF-8\n\nGod said.\nA fifth line.\n"
+    (tmp_path / "in.txt").write_bytes(lines)
+    result = _cli(
+        sys.executable,
+        "-m",
+        "trainers.translate",
+        "--saved-model",
+        str(directory),
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--batch-size",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout.splitlines()) == 5
+    piped = subprocess.run(
+        [sys.executable, "-m", "trainers.translate", "--saved-model", str(directory / "1")],
+        cwd=ROOT,
+        env=ENV,
+        input=lines,
+        capture_output=True,
+        timeout=300,
+    )
+    assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 5
+
+
+def test_translate_cli_reports_a_missing_export(tmp_path):
+    result = _cli(sys.executable, "-m", "trainers.translate", "--saved-model", str(tmp_path))
+    assert result.returncode == 2 and "no saved_model.pb and no version folder" in result.stderr

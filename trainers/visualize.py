@@ -1,0 +1,117 @@
+"""Draw encoder-decoder attention:
+`python -m trainers.visualize --model-dir DIR --text "..." --out attention.png`.
+
+Translates the text (beam search), then feeds the translation back through the decoder and
+draws, for one decoder layer (the last by default), one heat map per head: which source
+pieces each target piece attended to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from trainers.experiment import ConfigError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainers.visualize", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--model", default="model.keras", help="model file in the directory")
+    parser.add_argument("--text", required=True, help="the source sentence")
+    parser.add_argument("--out", required=True, type=Path, help="PNG file to write")
+    parser.add_argument(
+        "--layer",
+        type=int,
+        default=-1,
+        help="decoder layer, 0-based; negative counts from the end (default -1)",
+    )
+    parser.add_argument("--beam-size", type=int, default=4)
+    return parser.parse_args(argv)
+
+
+def cross_attention(model, vocabularies, text: str, layer: int, beam_size: int):
+    """(source pieces, target pieces, weights [heads, tgt_len, src_len]) for one sentence."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer import data, decoding
+    from keras_transformer.text import BOS_ID
+
+    source_ids = next(
+        iter(data.source_batches([text], vocabularies.source, max_length=model.config.max_length))
+    )
+    ids, _ = decoding.beam_search(model, source_ids, beam_size=beam_size)
+    ids = ids.numpy()[0]
+    target = ids[: int(np.count_nonzero(ids))]  # the translation, EOS included
+    decoder_input = tf.constant([[BOS_ID, *target[:-1]]], tf.int32)
+    memory, source_mask = model.encode(source_ids)
+    _, weights = model.decoder.call_with_attention(
+        model.target_embedding(decoder_input), memory, encoder_padding_mask=source_mask
+    )
+    chosen = np.asarray(weights[layer]["cross_attention"])[0]  # (heads, tgt_len, src_len)
+
+    def pieces(tokenizer, token_ids):
+        return [tokenizer.id_to_token(int(i)) for i in token_ids]
+
+    return (
+        pieces(vocabularies.source, source_ids.numpy()[0]),
+        pieces(vocabularies.target, target),
+        chosen,
+    )
+
+
+def draw(source, target, weights, path: Path, title: str) -> None:
+    """One heat map per head in a grid, written to `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads = len(weights)
+    columns = math.ceil(math.sqrt(heads))  # 2 x 2 for 4 heads, 4 x 4 for 16
+    rows = math.ceil(heads / columns)
+    size = 0.28 * max(len(source), len(target)) + 2
+    figure, axes = plt.subplots(rows, columns, figsize=(columns * size, rows * size), squeeze=False)
+    for head, axis in enumerate(axes.flat):
+        if head >= heads:
+            axis.axis("off")
+            continue
+        axis.imshow(weights[head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        axis.set_xticks(range(len(source)), source, rotation=90, fontsize=8)
+        axis.set_yticks(range(len(target)), target, fontsize=8)
+        axis.set_title(f"head {head}", fontsize=10)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from trainers import model_dir as md
+
+    try:
+        _, vocabularies, model = md.load_trained(args.model_dir, args.model)
+        layers = model.config.num_decoder_layers
+        if not -layers <= args.layer < layers:
+            raise ConfigError(f"--layer={args.layer}: the decoder has {layers} layers")
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    source, target, weights = cross_attention(
+        model, vocabularies, args.text, args.layer, args.beam_size
+    )
+    layer = args.layer % model.config.num_decoder_layers
+    draw(source, target, weights, args.out, f"encoder-decoder attention, decoder layer {layer}")
+    print(f"wrote {args.out}: {len(weights)} heads, {len(target)} x {len(source)} pieces")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
