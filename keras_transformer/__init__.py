@@ -28,6 +28,7 @@ from keras_transformer import (  # noqa: E402
     losses,
     metrics,
     ops,
+    schedule,
     text,
 )
 from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: E402
@@ -51,5 +52,6 @@ __all__ = [
     "losses",
     "metrics",
     "ops",
+    "schedule",
     "text",
 ]

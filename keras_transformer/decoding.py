@@ -225,6 +225,26 @@ def beam_search(
     return finished_ids[:, 0, 1:], finished_scores[:, 0]
 
 
+def translate_ids(
+    model,
+    source_ids,
+    *,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_extra_length: int = 50,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """`greedy_search` when `beam_size` is 1, else `beam_search`: what translators call."""
+    if beam_size == 1:
+        return greedy_search(model, source_ids, max_extra_length=max_extra_length)
+    return beam_search(
+        model,
+        source_ids,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_extra_length=max_extra_length,
+    )
+
+
 def _prepare(model, source_ids, max_extra_length, max_length):
     """Checks the arguments; returns `(source_ids, limits [batch], max_len)`, the per-sentence
     output length limits and the buffer length (their upper bound, known from shapes)."""

@@ -51,22 +51,13 @@ class Translator:
         self.vocabularies = vocabularies
         self.beam_size = beam_size
         self.batch_size = batch_size
-        if beam_size == 1:
-
-            def search(source_ids):
-                return decoding.greedy_search(model, source_ids, max_extra_length=max_extra_length)
-        else:
-
-            def search(source_ids):
-                return decoding.beam_search(
-                    model,
-                    source_ids,
-                    beam_size=beam_size,
-                    length_penalty=length_penalty,
-                    max_extra_length=max_extra_length,
-                )
-
-        self._search = tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        settings = dict(
+            beam_size=beam_size, length_penalty=length_penalty, max_extra_length=max_extra_length
+        )
+        self._search = tf.function(
+            lambda source_ids: decoding.translate_ids(model, source_ids, **settings),
+            input_signature=[tf.TensorSpec([None, None], tf.int32)],
+        )
 
     def translate_ids(self, source_ids):
         """`(ids, scores)` for a batch of source ids `[batch, src_len]`."""

@@ -59,7 +59,7 @@ def make_export_archive(
     max_length = model.config.max_length
 
     def search(source_ids):
-        return decoding.beam_search(
+        return decoding.translate_ids(
             model,
             source_ids,
             beam_size=beam_size,

@@ -94,6 +94,11 @@ class Transformer(keras.Model):
             outputs=logits,
             **kwargs,
         )
+        if dtype is not None:
+            # The model's own policy (functional models ignore a dtype argument): under
+            # "mixed_float16", compile() then wraps the optimizer in a LossScaleOptimizer, so
+            # small float16 gradients do not underflow.
+            self.dtype_policy = dtype
         self.config = config
         self.source_embedding = source_embedding
         self.target_embedding = target_embedding

@@ -45,3 +45,22 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+def warmup_schedule_for_accumulation(
+    d_model: int, warmup_steps: int = 4000, scale: float = 1.0, accumulation_steps: int = 1
+) -> WarmupSchedule:
+    """The paper's schedule counted in optimizer updates, for gradient accumulation.
+
+    With `gradient_accumulation_steps=N`, Keras's optimizer evaluates its learning-rate
+    schedule at every batch, N per update. Stretching the warmup N times and scaling the rate
+    by sqrt(N) gives, at batch N * u, exactly the paper's rate for update u:
+    sqrt(N) d^-0.5 min((N u)^-0.5, N u (N w)^-1.5) = d^-0.5 min(u^-0.5, u w^-1.5).
+    """
+    if accumulation_steps < 1:
+        raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1")
+    return WarmupSchedule(
+        d_model,
+        warmup_steps=warmup_steps * accumulation_steps,
+        scale=scale * accumulation_steps**0.5,
+    )

@@ -169,3 +169,15 @@ def test_functional_model_runs_in_a_compiled_function(model):
 def test_build_transformer_wants_a_config():
     with pytest.raises(ValueError, match="config must be a TransformerConfig, got dict"):
         kt.build_transformer({"d_model": 8})
+
+
+@pytest.mark.parametrize("policy, scaled", [("mixed_float16", True), ("mixed_bfloat16", False)])
+def test_float16_training_uses_loss_scaling(policy, scaled):
+    model = kt.build_transformer(tiny(dtype=policy))
+    model.compile(optimizer="adam", loss=kt.losses.LabelSmoothedCrossEntropy())
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) is scaled
+    target = np.pad(TARGET, ((0, 0), (0, 1)))
+    history = model.fit(
+        {"source_ids": SOURCE, "target_ids": target[:, :-1]}, target[:, 1:], epochs=2, verbose=0
+    )
+    assert np.isfinite(history.history["loss"]).all()

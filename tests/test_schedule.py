@@ -53,3 +53,14 @@ def test_serializes_with_the_optimizer():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         kt.WarmupSchedule(**kwargs)
+
+
+@pytest.mark.parametrize("accumulation", [1, 2, 8])
+def test_accumulation_keeps_the_paper_rate_per_update(accumulation):
+    schedule = kt.schedule.warmup_schedule_for_accumulation(
+        512, warmup_steps=4000, scale=1.0, accumulation_steps=accumulation
+    )
+    for update in (1, 100, 4000, 20_000):
+        np.testing.assert_allclose(
+            float(schedule(update * accumulation)), paper_rate(update, 512, 4000), rtol=1e-6
+        )

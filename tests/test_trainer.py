@@ -59,6 +59,10 @@ def run(*args, env=None, cwd=ROOT, check=True, timeout=600):
     return result
 
 
+def train_cli(config, model_dir, *args, check=True):
+    return train_cli(config, model_dir, *args, check=check)
+
+
 def summary_line(output: str) -> dict:
     line = next(line for line in output.splitlines() if line.startswith("summary: "))
     return json.loads(line.removeprefix("summary: "))
@@ -69,9 +73,7 @@ def trained(tmp_path_factory):
     """A model directory trained on the slice with the default strategy (XLA on)."""
     tmp = tmp_path_factory.mktemp("run")
     config = slice_config(tmp)
-    result = run(
-        "-m", "trainers.train", "--config", config, "--model-dir", tmp / "model", "--verbose", "2"
-    )
+    result = train_cli(config, tmp / "model", "--verbose", "2")
     return tmp / "model", config, result
 
 
@@ -96,24 +98,14 @@ def test_training_writes_the_run_and_its_summary(trained):
 def test_the_same_command_again_does_not_retrain(trained):
     model_dir, config, _ = trained
     before = (model_dir / "model.keras").stat().st_mtime_ns
-    result = run("-m", "trainers.train", "--config", config, "--model-dir", model_dir)
+    result = train_cli(config, model_dir)
     assert "already holds this run, trained for 40 steps" in result.stdout
     assert (model_dir / "model.keras").stat().st_mtime_ns == before
 
 
 def test_another_experiment_in_the_same_directory_is_refused(trained):
     model_dir, config, _ = trained
-    result = run(
-        "-m",
-        "trainers.train",
-        "--config",
-        config,
-        "--model-dir",
-        model_dir,
-        "--set",
-        "model.d_ff=256",
-        check=False,
-    )
+    result = train_cli(config, model_dir, "--set", "model.d_ff=256", check=False)
     assert result.returncode == 2
     assert "belongs to another experiment (model.d_ff: 512 there, 256 here)" in result.stderr
 
@@ -252,30 +244,15 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
 
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     config = slice_config(tmp_path, steps=60, steps_per_epoch=30, bleu_max_sentences=2)
-    result = run(
-        "-m",
-        "trainers.train",
-        "--config",
-        config,
-        "--model-dir",
-        tmp_path / "model",
-        "--strategy",
-        "mirrored",
-        "--cpu-devices",
-        "2",
-        "--verbose",
-        "0",
+    result = train_cli(
+        config, tmp_path / "model", "--strategy", "mirrored", "--cpu-devices", "2", "--verbose", "0"
     )
     summary = summary_line(result.stdout)
     assert summary["strategy"] == "mirrored" and summary["replicas"] == 2
     assert summary["jit_compile"] is False  # XLA cannot span CPU devices
     assert summary["steps"] == 60 and summary["final_loss"] < summary["initial_loss"]
-    explicit = run(
-        "-m",
-        "trainers.train",
-        "--config",
+    explicit = train_cli(
         config,
-        "--model-dir",
         tmp_path / "xla",
         "--strategy",
         "mirrored",
@@ -287,6 +264,17 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
     )
     assert explicit.returncode == 2
     assert "jit_compile=true does not work with 2 replicas on CPU devices" in explicit.stderr
+
+
+def test_gradient_accumulation_counts_optimizer_updates(tmp_path):
+    config = slice_config(
+        tmp_path, steps=10, steps_per_epoch=10, gradient_accumulation_steps=3, bleu_max_sentences=1
+    )
+    result = train_cli(config, tmp_path / "model", "--verbose", "2")
+    summary = summary_line(result.stdout)
+    assert summary["steps"] == 10  # updates; 30 batches went through
+    assert "30/30" in result.stdout
+    assert summary["final_loss"] < summary["initial_loss"]
 
 
 def free_ports(count):
@@ -348,9 +336,7 @@ def test_a_bad_corpus_fails_before_anything_is_written(tmp_path):
     bad.write_bytes(b"en\tes\nGod said.\tDijo Dios.\nAmen\xff.\tAmen.\n")
     config = tmp_path / "bad.yaml"
     config.write_text(f"model: {{preset: tiny}}\ndata: {{train: {bad}, vocab_size: 300}}\n")
-    result = run(
-        "-m", "trainers.train", "--config", config, "--model-dir", tmp_path / "model", check=False
-    )
+    result = train_cli(config, tmp_path / "model", check=False)
     assert result.returncode == 2
     assert f"{bad}:3: invalid UTF-8 at byte 5 (0xff)" in result.stderr
     assert not (tmp_path / "model").exists()
@@ -364,9 +350,7 @@ def test_misaligned_text_files_are_reported_by_name(tmp_path):
         f"model: {{preset: tiny}}\ndata: {{format: text, train: "
         f"{tmp_path / 'train'}, vocab_size: 300}}\n"
     )
-    result = run(
-        "-m", "trainers.train", "--config", config, "--model-dir", tmp_path / "model", check=False
-    )
+    result = train_cli(config, tmp_path / "model", check=False)
     assert result.returncode == 2
     assert "train.en has 3 lines but" in result.stderr and "train.es has 2" in result.stderr
     assert not (tmp_path / "model").exists()

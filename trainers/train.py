@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -168,12 +167,11 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     accumulation = training.gradient_accumulation_steps
     with strategy.scope():
         model = kt.build_transformer(experiment.model)
-        # Keras's schedule sees micro-batches under gradient accumulation: stretch the warmup
-        # and rescale so that the rate follows the paper's formula per optimizer update.
-        schedule = kt.WarmupSchedule(
+        schedule = kt.schedule.warmup_schedule_for_accumulation(
             experiment.model.d_model,
-            warmup_steps=training.warmup_steps * accumulation,
-            scale=training.learning_rate_scale * math.sqrt(accumulation),
+            warmup_steps=training.warmup_steps,
+            scale=training.learning_rate_scale,
+            accumulation_steps=accumulation,
         )
         optimizer = keras.optimizers.Adam(
             schedule,
