@@ -60,7 +60,9 @@ def run(*args, env=None, cwd=ROOT, check=True, timeout=600):
 
 
 def train_cli(config, model_dir, *args, check=True):
-    return train_cli(config, model_dir, *args, check=check)
+    return run(
+        "-m", "trainers.train", "--config", config, "--model-dir", model_dir, *args, check=check
+    )
 
 
 def summary_line(output: str) -> dict:

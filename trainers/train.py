@@ -77,22 +77,21 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     import keras
     import tensorflow as tf
 
-    import keras_transformer as kt
-    from keras_transformer import data, text
+    from keras_transformer import data
     from trainers import callbacks as cb
     from trainers import model_dir as md
     from trainers.experiment import read_split
 
-    model_dir = Path(model_dir)
-    config, training = experiment.data, experiment.training
+    model_dir, training = Path(model_dir), experiment.training
     resuming = md.check_owner(model_dir, experiment)
-    if resuming and (model_dir / md.SUMMARY).exists():
-        summary = json.loads((model_dir / md.SUMMARY).read_text())
-        if summary.get("steps") == training.steps and not summary.get("stopped_early"):
-            print(f"{model_dir} already holds this run, trained for {training.steps} steps")
-            return summary
+    if resuming and (finished := _finished_run(model_dir, training.steps)):
+        print(f"{model_dir} already holds this run, trained for {training.steps} steps")
+        return finished
     # Every corpus is read and checked before anything is written.
-    train_pairs, dev_pairs = read_split(config, "train"), read_split(config, "dev")
+    train_pairs, dev_pairs = (
+        read_split(experiment.data, "train"),
+        read_split(experiment.data, "dev"),
+    )
     print(
         f"training pairs: {len(train_pairs)} from {train_pairs.origin} "
         f"({train_pairs.skipped_empty} empty pairs skipped)"
@@ -101,151 +100,66 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
 
     strategy = runtime.make_strategy(strategy_kind)
     workers, worker_index, is_chief = runtime.worker_info(strategy)
-    replicas = strategy.num_replicas_in_sync
     jit_compile = runtime.resolve_jit_compile(training.jit_compile, strategy)
-    keras.utils.set_random_seed(training.seed)
+    keras.utils.set_random_seed(training.seed)  # before any tokenizer (see keras_transformer.text)
     if training.deterministic:
         tf.config.experimental.enable_op_determinism()
 
-    vocab_dir = model_dir / "vocab"
-    if resuming or not is_chief:
-        if not is_chief:
-            md.wait_for(model_dir / md.EXPERIMENT)
-        vocabularies = text.Vocabularies.load(vocab_dir)
-    else:
-        print(f"learning a {config.vocab_size}-piece SentencePiece vocabulary...", flush=True)
-        vocabularies = text.Vocabularies.train(
-            train_pairs.sources,
-            train_pairs.targets,
-            config.vocab_size,
-            shared=config.shared_vocab,
-            model_type=config.vocab_model_type,
-            max_sentences=config.vocab_max_sentences,
-            seed=training.seed,
-        )
-        vocabularies.save(vocab_dir)
+    vocabularies = _vocabularies(experiment, train_pairs, model_dir, resuming, is_chief)
     experiment = experiment.with_vocab_sizes(
         vocabularies.source.vocabulary_size(), vocabularies.target.vocabulary_size()
     )
     md.check_vocabulary(experiment.model, vocabularies, model_dir)
     if is_chief and not resuming:
         md.save_experiment(model_dir, experiment)
-
     max_length = experiment.model.max_length
     lengths = data.length_report(train_pairs.to_dataset(), vocabularies, max_length=max_length)
     print(
         f"over-long pairs (> {max_length} tokens) skipped: {lengths['too_long']} of "
         f"{lengths['pairs']}; kept {lengths['target_tokens']} target tokens"
     )
-    batches = dict(
-        max_length=max_length,
-        tokens_per_batch=config.tokens_per_batch,
-        batch_multiple=replicas,
-        seed=training.seed,
-        deterministic=training.deterministic,
+    train_dataset, dev_dataset = _datasets(
+        experiment, vocabularies, train_pairs, dev_pairs, strategy, workers, worker_index
     )
-    train_dataset = data.make_dataset(
-        train_pairs.to_dataset(),
-        vocabularies,
-        shuffle_buffer=config.shuffle_buffer,
-        shard=(workers, worker_index) if workers > 1 else None,
-        **batches,
-    )
-    dev_dataset = None
-    # Validation inside fit is skipped across workers: uneven shards of a finite dev set can
-    # leave one worker waiting in a collective. The chief's dev BLEU still runs.
-    if dev_pairs is not None and workers == 1:
-        dev_dataset = data.make_dataset(
-            dev_pairs.to_dataset(),
-            vocabularies,
-            shuffle_buffer=0,
-            repeat=False,
-            drop_remainder=False,
-            **batches,
-        )
-
-    accumulation = training.gradient_accumulation_steps
     with strategy.scope():
-        model = kt.build_transformer(experiment.model)
-        schedule = kt.schedule.warmup_schedule_for_accumulation(
-            experiment.model.d_model,
-            warmup_steps=training.warmup_steps,
-            scale=training.learning_rate_scale,
-            accumulation_steps=accumulation,
-        )
-        optimizer = keras.optimizers.Adam(
-            schedule,
-            beta_1=training.adam_beta_1,
-            beta_2=training.adam_beta_2,
-            epsilon=training.adam_epsilon,
-            gradient_accumulation_steps=accumulation if accumulation > 1 else None,
-        )
-        model.compile(
-            optimizer=optimizer,
-            loss=kt.losses.LabelSmoothedCrossEntropy(training.label_smoothing),
-            metrics=[kt.metrics.MaskedAccuracy(), kt.metrics.Perplexity(), kt.metrics.TokenCount()],
-            jit_compile=jit_compile,
-        )
+        model = _compiled_model(experiment, jit_compile)
     print(runtime.describe(strategy), f"jit_compile={jit_compile}", flush=True)
 
     throughput = cb.Throughput()
-    # Each worker keeps its own backup (all restart together); only the chief's is the run's.
-    backup_dir = model_dir / "backup"
-    if not is_chief:
-        backup_dir = model_dir / "workers" / f"worker-{worker_index}" / "backup"
-    callbacks = [
-        keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.BackupAndRestore(str(backup_dir), save_freq="epoch"),
-        throughput,
-    ]
     bleu = None
-    if is_chief:
-        checkpoints = model_dir / "checkpoints"
-        checkpoints.mkdir(exist_ok=True)
-        callbacks += [
-            keras.callbacks.ModelCheckpoint(
-                str(checkpoints / "ckpt-{epoch:05d}.weights.h5"), save_weights_only=True
-            ),
-            cb.KeepLastCheckpoints(checkpoints, md.CHECKPOINT_PATTERN, training.keep_checkpoints),
-            keras.callbacks.TensorBoard(str(model_dir / "logs")),
-        ]
-        if dev_pairs is not None:
-            limit = training.bleu_max_sentences or len(dev_pairs)
-            bleu = cb.BleuCallback(
-                vocabularies,
-                dev_pairs.sources[:limit],
-                dev_pairs.targets[:limit],
-                every_steps=training.bleu_every_steps,
-                beam_size=training.bleu_beam_size,
-                log_dir=model_dir / "logs" / "bleu",
-            )
-            callbacks.append(bleu)
-
+    if is_chief and dev_pairs is not None:
+        limit = training.bleu_max_sentences or len(dev_pairs)
+        bleu = cb.BleuCallback(
+            vocabularies,
+            dev_pairs.sources[:limit],
+            dev_pairs.targets[:limit],
+            every_steps=training.bleu_every_steps,
+            beam_size=training.bleu_beam_size,
+            log_dir=model_dir / "logs" / "bleu",
+        )
     started = time.perf_counter()
     history = model.fit(
         train_dataset,
         epochs=training.steps // training.steps_per_epoch,
-        steps_per_epoch=training.steps_per_epoch * accumulation,
+        steps_per_epoch=training.steps_per_epoch * training.gradient_accumulation_steps,
         validation_data=dev_dataset,
         shuffle=False,  # the pipeline shuffles
-        callbacks=callbacks,
+        callbacks=_callbacks(model_dir, training, is_chief, worker_index, throughput, bleu),
         verbose=verbose,
     )
-    seconds = time.perf_counter() - started
     steps = int(model.optimizer.iterations.numpy())
-    losses = history.history.get("loss", [])
     summary = {
         "strategy": strategy_kind,
-        "replicas": replicas,
+        "replicas": strategy.num_replicas_in_sync,
         "workers": workers,
         "jit_compile": jit_compile,
         "steps": steps,
         "planned_steps": training.steps,
         "initial_loss": throughput.initial_loss,
-        "final_loss": losses[-1] if losses else None,
+        "final_loss": history.history.get("loss", [None])[-1],
         "final_dev_loss": history.history.get("val_loss", [None])[-1],
         "tokens_per_second": throughput.tokens_per_second(),
-        "train_seconds": round(seconds, 1),
+        "train_seconds": round(time.perf_counter() - started, 1),
         "data": lengths,
         "dev": bleu.last if bleu else None,
         "weights_sha256": md.weights_fingerprint(model),
@@ -262,6 +176,137 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
         print(f"wrote {model_dir / md.MODEL} and {model_dir / md.SUMMARY}")
     print("summary: " + json.dumps(summary, sort_keys=True), flush=True)
     return summary
+
+
+def _finished_run(model_dir: Path, steps: int) -> dict | None:
+    """The summary of a run that already trained for `steps` steps, or None."""
+    from trainers import model_dir as md
+
+    path = model_dir / md.SUMMARY
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("steps") == steps and not summary.get("stopped_early") else None
+
+
+def _vocabularies(experiment, train_pairs, model_dir: Path, resuming: bool, is_chief: bool):
+    """The run's vocabularies: learned and saved by the chief of a new run, loaded otherwise
+    (other workers wait until the chief has written them)."""
+    from keras_transformer import text
+    from trainers import model_dir as md
+
+    if resuming or not is_chief:
+        if not is_chief:
+            md.wait_for(model_dir / md.EXPERIMENT)
+        return text.Vocabularies.load(model_dir / "vocab")
+    config = experiment.data
+    print(f"learning a {config.vocab_size}-piece SentencePiece vocabulary...", flush=True)
+    vocabularies = text.Vocabularies.train(
+        train_pairs.sources,
+        train_pairs.targets,
+        config.vocab_size,
+        shared=config.shared_vocab,
+        model_type=config.vocab_model_type,
+        max_sentences=config.vocab_max_sentences,
+        seed=experiment.training.seed,
+    )
+    vocabularies.save(model_dir / "vocab")
+    return vocabularies
+
+
+def _datasets(experiment, vocabularies, train_pairs, dev_pairs, strategy, workers, index):
+    """(training batches, dev batches or None). Each worker reads its shard of the corpus."""
+    from keras_transformer import data
+
+    batches = dict(
+        max_length=experiment.model.max_length,
+        tokens_per_batch=experiment.data.tokens_per_batch,
+        batch_multiple=strategy.num_replicas_in_sync,
+        seed=experiment.training.seed,
+        deterministic=experiment.training.deterministic,
+    )
+    train_dataset = data.make_dataset(
+        train_pairs.to_dataset(),
+        vocabularies,
+        shuffle_buffer=experiment.data.shuffle_buffer,
+        shard=(workers, index) if workers > 1 else None,
+        **batches,
+    )
+    # Validation inside fit is skipped across workers: uneven shards of a finite dev set can
+    # leave one worker waiting in a collective. The chief's dev BLEU still runs.
+    if dev_pairs is None or workers > 1:
+        return train_dataset, None
+    dev_dataset = data.make_dataset(
+        dev_pairs.to_dataset(),
+        vocabularies,
+        shuffle_buffer=0,
+        repeat=False,
+        drop_remainder=False,
+        **batches,
+    )
+    return train_dataset, dev_dataset
+
+
+def _compiled_model(experiment, jit_compile: bool):
+    """The model, compiled with the paper's optimizer, schedule and loss (section 5)."""
+    import keras
+
+    import keras_transformer as kt
+
+    training = experiment.training
+    accumulation = training.gradient_accumulation_steps
+    model = kt.build_transformer(experiment.model)
+    schedule = kt.schedule.warmup_schedule_for_accumulation(
+        experiment.model.d_model,
+        warmup_steps=training.warmup_steps,
+        scale=training.learning_rate_scale,
+        accumulation_steps=accumulation,
+    )
+    optimizer = keras.optimizers.Adam(
+        schedule,
+        beta_1=training.adam_beta_1,
+        beta_2=training.adam_beta_2,
+        epsilon=training.adam_epsilon,
+        gradient_accumulation_steps=accumulation if accumulation > 1 else None,
+    )
+    model.compile(
+        optimizer=optimizer,
+        loss=kt.losses.LabelSmoothedCrossEntropy(training.label_smoothing),
+        metrics=[kt.metrics.MaskedAccuracy(), kt.metrics.Perplexity(), kt.metrics.TokenCount()],
+        jit_compile=jit_compile,
+    )
+    return model
+
+
+def _callbacks(model_dir: Path, training, is_chief: bool, worker_index: int, throughput, bleu):
+    """Keras's TerminateOnNaN and BackupAndRestore on every worker; the chief also writes
+    checkpoints (keeping the last ones), TensorBoard logs and the dev BLEU."""
+    import keras
+
+    from trainers import callbacks as cb
+    from trainers import model_dir as md
+
+    # Each worker keeps its own backup (all restart together); only the chief's is the run's.
+    backup_dir = model_dir / "backup"
+    if not is_chief:
+        backup_dir = model_dir / "workers" / f"worker-{worker_index}" / "backup"
+    callbacks = [
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.BackupAndRestore(str(backup_dir), save_freq="epoch"),
+        throughput,
+    ]
+    if not is_chief:
+        return callbacks
+    checkpoints = model_dir / "checkpoints"
+    checkpoints.mkdir(exist_ok=True)
+    callbacks += [
+        keras.callbacks.ModelCheckpoint(
+            str(checkpoints / "ckpt-{epoch:05d}.weights.h5"), save_weights_only=True
+        ),
+        cb.KeepLastCheckpoints(checkpoints, md.CHECKPOINT_PATTERN, training.keep_checkpoints),
+        keras.callbacks.TensorBoard(str(model_dir / "logs")),
+    ]
+    return callbacks + ([bleu] if bleu else [])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,257 @@
+"""Benchmarks of this implementation, printing the peer benchmark's JSON schema.
+
+    python -m benchmarks.run --preset small --mode train --batch-size 32
+    python -m benchmarks.run --preset small --mode decode --cache on --tgt-len 64
+    python -m benchmarks.run --preset small --mode decode --beam-size 4 --tgt-len 64
+    python -m benchmarks.run --mode pipeline       # tokenize + bucket + batch, alone
+    python -m benchmarks.run --mode serve --saved-model saved_models/demo
+
+Same flags and synthetic data as the keras-hub peer (`--preset --mode --batch-size --src-len
+--tgt-len --steps --warmup --jit-compile --cache`), so a comparison script can run both
+alternately. The last stdout line is one JSON object: impl, preset, mode, params, batch_size,
+src_len, tgt_len, jit_compile, cache, step_ms_median, step_ms_min, tokens_per_s,
+sentences_per_s, peak_rss_mb (plus mode-specific fields). Train tokens_per_s counts
+non-padding target tokens; decode counts generated tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import keras_transformer as kt  # noqa: E402
+
+PRESET_VOCAB = {"tiny": 8000, "small": 16000, "base": 37000, "big": 37000}  # the peer's sizes
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def synthetic_batch(rng, vocab, batch, src_len, tgt_len):
+    """The peer's batches: random ids, a random quarter of each row padded on average."""
+    src = rng.integers(1, vocab, (batch, src_len)).astype("int32")
+    tgt = rng.integers(1, vocab, (batch, tgt_len + 1)).astype("int32")
+    for i in range(batch):
+        src[i, rng.integers(src_len // 2, src_len + 1) :] = 0
+        tgt[i, rng.integers(tgt_len // 2, tgt_len + 2) :] = 0
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def time_steps(fn, warmup: int, steps: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def train_flops_per_token(config, src_len, tgt_len) -> float:
+    """The peer's FLOPs count for one trained target token (forward + backward = 3 x forward)."""
+    d, ff, vocab = config.d_model, config.d_ff, config.target_vocab
+    enc = config.num_encoder_layers * (2 * (4 * d**2 + 2 * d * ff) + 4 * src_len * d)
+    dec = config.num_decoder_layers * (
+        2 * (8 * d**2 + 2 * d * ff) + 4 * tgt_len * d + 4 * src_len * d
+    )
+    return 3 * (enc * src_len / tgt_len + dec + 2 * d * vocab)
+
+
+def model_for(args):
+    config = kt.TransformerConfig.preset(
+        args.preset,
+        vocab_size=PRESET_VOCAB[args.preset],
+        max_length=max(args.src_len, args.tgt_len) * 2,
+        dtype=args.dtype,
+    )
+    return kt.build_transformer(config)
+
+
+def bench_train(args, result):
+    rng = np.random.default_rng(args.seed)
+    model = model_for(args)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-4, beta_2=0.98, epsilon=1e-9),
+        loss=kt.losses.LabelSmoothedCrossEntropy(),
+        jit_compile=args.jit_compile == "on",
+    )
+    vocab = model.config.target_vocab
+    batches = [
+        synthetic_batch(rng, vocab, args.batch_size, args.src_len, args.tgt_len) for _ in range(8)
+    ]
+    counter = iter(range(10**9))
+
+    def step():
+        src, tin, tout = batches[next(counter) % len(batches)]
+        model.train_on_batch({"source_ids": src, "target_ids": tin}, tout)
+
+    times = time_steps(step, args.warmup, args.steps)
+    tokens = statistics.mean(float((b[2] != 0).sum()) for b in batches)
+    median = statistics.median(times)
+    flops = train_flops_per_token(model.config, args.src_len, args.tgt_len)
+    result.update(
+        params=int(model.count_params()),
+        step_ms_median=1e3 * median,
+        step_ms_min=1e3 * min(times),
+        tokens_per_s=tokens / median,
+        sentences_per_s=None,
+        cache=None,
+        model_gflops_per_s=tokens / median * flops / 1e9,
+    )
+
+
+def bench_decode(args, result):
+    rng = np.random.default_rng(args.seed)
+    model = model_for(args)
+    src, _, _ = synthetic_batch(
+        rng, model.config.target_vocab, args.batch_size, args.src_len, args.tgt_len
+    )
+    src = tf.constant(src)
+    # Exactly tgt_len tokens a sentence, as the peer decodes: the length limit forces EOS at
+    # the last position, and a random model almost never ends earlier.
+    settings = dict(max_extra_length=args.tgt_len, max_length=args.tgt_len)
+    if args.beam_size == 1:
+
+        def search(s):
+            return kt.decoding.greedy_search(model, s, use_cache=args.cache == "on", **settings)
+    else:
+
+        def search(s):
+            return kt.decoding.beam_search(
+                model, s, beam_size=args.beam_size, use_cache=args.cache == "on", **settings
+            )
+
+    decode = tf.function(search, jit_compile=args.jit_compile == "on")
+    times = time_steps(lambda: decode(src)[0].numpy(), 1, max(3, args.steps // 5))
+    median = statistics.median(times)
+    result.update(
+        params=int(model.count_params()),
+        cache=args.cache == "on",
+        beam_size=args.beam_size,
+        step_ms_median=1e3 * median,
+        step_ms_min=1e3 * min(times),
+        tokens_per_s=args.batch_size * args.tgt_len / median,
+        sentences_per_s=args.batch_size / median,
+    )
+
+
+def bench_pipeline(args, result):
+    """Tokenize, filter, bucket and batch the bundled training split, alone, as training
+    would consume it (target tokens delivered per second)."""
+    corpus = kt.corpus.read_tsv(ROOT / "data" / "bible-en-es" / "train.tsv.xz", "en", "es")
+    vocabularies = kt.text.Vocabularies.train(
+        corpus.sources[:5000], corpus.targets[:5000], 8000, max_sentences=10_000
+    )
+    dataset = kt.data.make_dataset(
+        corpus.to_dataset(),
+        vocabularies,
+        max_length=128,
+        tokens_per_batch=args.batch_size * args.tgt_len,
+        seed=args.seed,
+    )
+    iterator = iter(dataset)
+    tokens = []
+
+    def step():
+        _, labels = next(iterator)
+        tokens.append(int(np.count_nonzero(labels.numpy())))
+
+    times = time_steps(step, args.warmup, args.steps)
+    median = statistics.median(times)
+    result.update(
+        params=None,
+        cache=None,
+        step_ms_median=1e3 * median,
+        step_ms_min=1e3 * min(times),
+        tokens_per_s=sum(tokens[args.warmup :]) / sum(times),
+        sentences_per_s=None,
+    )
+
+
+def bench_serve(args, result):
+    """Latency of the exported SavedModel: one sentence, and a batch of 32."""
+    import tensorflow_text  # noqa: F401
+
+    path = Path(args.saved_model)
+    if not (path / "saved_model.pb").exists():
+        path = max((p for p in path.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    sentences = list(
+        kt.corpus.read_tsv(ROOT / "data" / "bible-en-es" / "test.tsv.xz", "en", "es").sources
+    )
+    rng = np.random.default_rng(args.seed)
+    latencies = {}
+    for batch in (1, 32):
+
+        def call(batch=batch):
+            chosen = [sentences[i] for i in rng.integers(0, len(sentences), batch)]
+            serve(text=tf.constant(chosen))["translation"].numpy()
+
+        times = time_steps(call, args.warmup, args.steps)
+        latencies[batch] = {
+            "p50_ms": 1e3 * float(np.percentile(times, 50)),
+            "p95_ms": 1e3 * float(np.percentile(times, 95)),
+        }
+    result.update(
+        params=None,
+        cache=True,
+        step_ms_median=latencies[32]["p50_ms"],
+        step_ms_min=None,
+        tokens_per_s=None,
+        sentences_per_s=32 / (latencies[32]["p50_ms"] / 1e3),
+        latency_one=latencies[1],
+        latency_batch32=latencies[32],
+        saved_model=str(path),
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESET_VOCAB))
+    parser.add_argument("--mode", default="train", choices=["train", "decode", "pipeline", "serve"])
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--src-len", type=int, default=32)
+    parser.add_argument("--tgt-len", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--jit-compile", default="on", choices=["on", "off"])
+    parser.add_argument("--cache", default="on", choices=["on", "off"])
+    parser.add_argument("--beam-size", type=int, default=1)
+    parser.add_argument("--dtype", default=None, help="e.g. mixed_bfloat16 (default float32)")
+    parser.add_argument("--saved-model", default="saved_models/demo", help="--mode serve")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    keras.utils.set_random_seed(args.seed)
+    result = dict(
+        impl="keras_transformer",
+        preset=args.preset,
+        mode=args.mode,
+        batch_size=args.batch_size,
+        src_len=args.src_len,
+        tgt_len=args.tgt_len,
+        jit_compile=args.jit_compile == "on",
+        dtype=args.dtype or "float32",
+    )
+    {
+        "train": bench_train,
+        "decode": bench_decode,
+        "pipeline": bench_pipeline,
+        "serve": bench_serve,
+    }[args.mode](args, result)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
