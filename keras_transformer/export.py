@@ -14,7 +14,8 @@ and `tensorflow_text`. Input rules, so that no request can crash the server:
 - Invalid UTF-8 bytes become U+FFFD before tokenization.
 - An input longer than the model's `max_length - 1` tokens is cut there (then EOS); the
   output may be up to 50 tokens longer than the (cut) input, within `max_length`.
-- Empty strings give a (short) translation; an empty batch gives an empty batch.
+- An input with nothing to translate (empty, or only spaces) gives an empty translation
+  with score 0; an empty batch gives an empty batch.
 
 Writing is atomic: the version is written under a temporary name and renamed, so a failed
 export leaves earlier versions intact and TF Serving never sees a half-written one.
@@ -68,8 +69,14 @@ def make_export_archive(
         )
 
     def serve(text):
-        ids, score = search(_source_ids(vocabularies.source, text, max_length))
-        return {"translation": vocabularies.target.detokenize(ids), "score": score}
+        source_ids = _source_ids(vocabularies.source, text, max_length)
+        ids, score = search(source_ids)
+        translation = vocabularies.target.detokenize(ids)
+        empty = tf.equal(source_ids[:, 0], EOS_ID)  # no piece to translate: answer nothing
+        return {
+            "translation": tf.where(empty, tf.constant(""), translation),
+            "score": tf.where(empty, tf.zeros_like(score), score),
+        }
 
     def translate_ids(source_ids):
         ids, score = search(source_ids[:, :max_length])

@@ -11,6 +11,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import keras_transformer as kt
 from keras_transformer import decoding, evaluation, export
@@ -152,6 +154,39 @@ def test_a_fresh_process_with_only_tensorflow_serves_any_input(exported, tmp_pat
         assert len(batch["translations"]) == len(batch["scores"]) == batch["inputs"]
         assert all(np.isfinite(batch["scores"]))
     assert [batch["inputs"] for batch in report["results"]] == [3, 1, 1, 2, 0]
+    first = report["results"][0]
+    assert first["translations"][1] == "" and first["scores"][1] == 0.0  # the empty string
+
+
+# Whatever a client may send: any Unicode (control characters, bidi marks, astral planes),
+# arbitrary bytes (mostly invalid UTF-8), empty strings, and huge ones.
+ANY_TEXT = st.one_of(
+    st.text().map(lambda text: text.encode("utf-8")),
+    st.text(st.characters(categories=["Cc", "Cf", "Zs", "Zl", "Zp"])).map(str.encode),
+    st.binary(max_size=64),
+    st.just(b""),
+    st.builds(
+        lambda text, n: (text * n).encode("utf-8"), st.text(min_size=1), st.integers(1, 4000)
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def serving(exported):
+    return tf.saved_model.load(str(exported[1])).signatures["serving_default"]
+
+
+@settings(max_examples=40, deadline=None, print_blob=True)
+@given(batch=st.lists(ANY_TEXT, max_size=6))
+def test_the_signature_answers_any_batch_of_any_strings(serving, batch):
+    out = serving(text=tf.constant(batch, tf.string, shape=[len(batch)]))
+    translations, scores = out["translation"].numpy(), out["score"].numpy()
+    assert translations.shape == scores.shape == (len(batch),)  # one output per input
+    assert np.all(np.isfinite(scores))
+    for source, translation in zip(batch, translations, strict=True):
+        translation.decode("utf-8")  # always valid UTF-8
+        if not source.strip(b" "):
+            assert translation == b""  # nothing to translate: nothing comes back
 
 
 def _cli(*args):
