@@ -174,6 +174,25 @@ class TransformerConfig:
         """d_k = d_v = d_model / h (paper 3.2.2)."""
         return self.d_model // self.num_heads
 
+    def parameter_count(self) -> int:
+        """The model's number of parameters, without building it (for planning memory and
+        disk). Equals `build_transformer(self).count_params()`."""
+        d, ff = self.d_model, self.d_ff
+        attention = 4 * d * d + 4 * d  # query, key, value and output projections, biases
+        feed_forward = 2 * d * ff + ff + d
+        norm = 2 * d
+        encoder_layer = attention + feed_forward + 2 * norm
+        decoder_layer = 2 * attention + feed_forward + 3 * norm
+        stacks = (
+            self.num_encoder_layers * encoder_layer
+            + self.num_decoder_layers * decoder_layer
+            + (2 * norm if self.norm_first else 0)  # the final norms of pre-norm stacks
+        )
+        embeddings = 1 if self.share_embeddings else 2
+        tables = self.target_vocab * d + (0 if self.share_embeddings else self.source_vocab * d)
+        positions = embeddings * self.max_length * d if self.positional == "learned" else 0
+        return stacks + tables + positions
+
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
         """A named preset ("tiny", "small", "base", "big"), with fields overridden by keyword."""

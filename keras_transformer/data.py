@@ -80,7 +80,7 @@ def make_dataset(
     batch_multiple: int = 1,
     shuffle_buffer: int = 100_000,
     seed: int | None = None,
-    deterministic: bool = False,
+    deterministic: bool = True,
     repeat: bool = True,
     drop_remainder: bool = True,
     shard: tuple[int, int] | None = None,
@@ -97,8 +97,9 @@ def make_dataset(
         shuffle_buffer: int. Pairs in the shuffle buffer; 0 disables shuffling.
             Defaults to 100000.
         seed: int or None. Shuffle seed. Defaults to None.
-        deterministic: bool. Same batches in the same order on every run with the same seed
-            (slower: no out-of-order parallelism). Defaults to False.
+        deterministic: bool. Same batches in the same order on every run with the same seed,
+            so a resumed run can skip exactly what was consumed; False lets parallel steps
+            deliver out of order (a little faster). Defaults to True.
         repeat: bool. Cycle forever (reshuffled each pass). Defaults to True.
         drop_remainder: bool. Drop each bucket's last partial batch, so every batch of a
             bucket has one static shape (training); False keeps every pair (validation).

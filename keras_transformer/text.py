@@ -19,7 +19,9 @@ tokenizer made earlier ("Resource ... SentencepieceOp ... does not exist" on its
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,6 +36,7 @@ UNK_ID, BOS_ID, EOS_ID = 1, 2, 3
 MODEL_TYPES = ("unigram", "bpe")
 # Byte fallback needs 256 byte pieces, plus the 4 special ids and some room for real pieces.
 MIN_VOCAB_SIZE = 300
+MANIFEST = "manifest.json"  # sha256 of each SentencePiece model, written by Vocabularies.save
 
 
 def train_sentencepiece(
@@ -157,13 +160,34 @@ class Vocabularies:
             if self.shared
             else {"source": self.source, "target": self.target}
         )
+        manifest = {}
         for name, tokenizer in files.items():
             _write_atomically(directory / f"{name}.model", tokenizer.proto)
+            manifest[f"{name}.model"] = hashlib.sha256(tokenizer.proto).hexdigest()
+        # Written last: a model trained with these files refuses any others.
+        _write_atomically(directory / MANIFEST, json.dumps(manifest, indent=2).encode())
 
     @classmethod
     def load(cls, directory) -> Vocabularies:
-        """Reads what `save` wrote."""
+        """Reads what `save` wrote.
+
+        Raises ValueError naming the file when a SentencePiece model is not the one `save`
+        wrote (its sha256 is recorded in `manifest.json`): ids from another vocabulary would
+        silently garble a model trained with this one.
+        """
         directory = Path(directory)
+        if (directory / MANIFEST).exists():
+            manifest = json.loads((directory / MANIFEST).read_text())
+            for name, expected in manifest.items():
+                path = directory / name
+                if not path.exists():
+                    raise FileNotFoundError(f"{path}: missing (listed in {directory / MANIFEST})")
+                if hashlib.sha256(path.read_bytes()).hexdigest() != expected:
+                    raise ValueError(
+                        f"{path} is not the vocabulary this directory was made with (its "
+                        f"sha256 differs from the one in {directory / MANIFEST}); restore "
+                        "the original file: ids from another vocabulary garble the model"
+                    )
         if (directory / "shared.model").exists():
             tokenizer = make_tokenizer(directory / "shared.model")
             return cls(tokenizer, tokenizer)

@@ -181,3 +181,18 @@ def test_float16_training_uses_loss_scaling(policy, scaled):
         {"source_ids": SOURCE, "target_ids": target[:, :-1]}, target[:, 1:], epochs=2, verbose=0
     )
     assert np.isfinite(history.history["loss"]).all()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(),
+        dict(norm_first=True),
+        dict(positional="learned"),
+        dict(share_embeddings=False, source_vocab_size=40, target_vocab_size=70),
+        dict(share_embeddings=False, positional="learned", norm_first=True, num_decoder_layers=3),
+    ],
+)
+def test_parameter_count_without_building(overrides):
+    config = tiny(**overrides)
+    assert config.parameter_count() == kt.build_transformer(config).count_params()

@@ -2,6 +2,7 @@
 fallback, saving and loading."""
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -94,11 +95,26 @@ def test_vocabularies_save_and_load(shared, tmp_path):
     vocabularies = bible.vocabularies(shared=shared, size=500)
     vocabularies.save(tmp_path / "vocab")
     names = sorted(p.name for p in (tmp_path / "vocab").iterdir())
-    assert names == (["shared.model"] if shared else ["source.model", "target.model"])
+    models = ["shared.model"] if shared else ["source.model", "target.model"]
+    assert names == sorted(["manifest.json", *models])
     loaded = text.Vocabularies.load(tmp_path / "vocab")
     assert loaded.shared == shared
     assert loaded.target.proto == vocabularies.target.proto
     assert loaded.source.proto == vocabularies.source.proto
+
+
+def test_a_replaced_or_missing_vocabulary_file_is_refused_by_name(tmp_path):
+    bible.vocabularies(shared=False, size=500).save(tmp_path / "vocab")
+    target = tmp_path / "vocab" / "target.model"
+    original = target.read_bytes()
+    target.write_bytes((tmp_path / "vocab" / "source.model").read_bytes())  # same size
+    with pytest.raises(ValueError, match=re.escape(f"{target} is not the vocabulary")):
+        text.Vocabularies.load(tmp_path / "vocab")
+    target.unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{target}: missing")):
+        text.Vocabularies.load(tmp_path / "vocab")
+    target.write_bytes(original)
+    assert text.Vocabularies.load(tmp_path / "vocab").target.proto == original
 
 
 def test_separate_vocabularies_differ_per_language():

@@ -330,7 +330,7 @@ def test_multi_worker_mirrored_strategy_with_two_workers(tmp_path):
     # Only the chief writes checkpoints, the model and the summary.
     assert json.loads((model_dir / "train_summary.json").read_text()) == chief
     assert len(list((model_dir / "checkpoints").glob("*.weights.h5"))) == 2
-    assert not list((model_dir / "backup").rglob("*.weights.h5"))  # removed at the end
+    assert not (model_dir / "backup").exists()  # removed once training ends
 
 
 def test_a_bad_corpus_fails_before_anything_is_written(tmp_path):

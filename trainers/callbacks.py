@@ -1,9 +1,8 @@
-"""Training callbacks beyond Keras's own: dev-set BLEU, throughput, checkpoint pruning."""
+"""Training callbacks beyond Keras's own: dev-set BLEU and throughput."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import keras
 import tensorflow as tf
@@ -109,16 +108,3 @@ class Throughput(keras.callbacks.Callback):
         epochs = self.epochs[1:] or self.epochs
         seconds = sum(e["seconds"] for e in epochs)
         return sum(e["tokens"] for e in epochs) / seconds if seconds else None
-
-
-class KeepLastCheckpoints(keras.callbacks.Callback):
-    """Deletes all but the newest `keep` files matching `pattern` in `directory`, after each
-    epoch (list it after the `ModelCheckpoint` that writes them)."""
-
-    def __init__(self, directory, pattern: str, keep: int):
-        super().__init__()
-        self.directory, self.pattern, self.keep = Path(directory), pattern, keep
-
-    def on_epoch_end(self, epoch, logs=None):
-        for path in sorted(self.directory.glob(self.pattern))[: -self.keep]:
-            path.unlink()

@@ -81,7 +81,8 @@ class TrainingConfig:
         bleu_beam_size: beam for the dev BLEU (1 = greedy, faster).
         keep_checkpoints: checkpoints kept (the last ones, for averaging).
         seed: seed of initialization, dropout and shuffling.
-        deterministic: op determinism and a deterministic input order (slower).
+        deterministic: TensorFlow's op determinism: a run and its resumption after a crash
+            give bit-identical weights (slower). The input order is always fixed by the seed.
     """
 
     steps: int = 10_000

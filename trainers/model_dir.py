@@ -1,9 +1,11 @@
 """The model directory: what a training run writes, and how the other programs read it.
 
     DIR/experiment.yaml        the resolved configuration (owns the directory)
-    DIR/vocab/                 SentencePiece model(s): shared.model or source/target.model
+    DIR/vocab/                 SentencePiece model(s): shared.model or source/target.model,
+                               and manifest.json (their sha256: replaced files are refused)
     DIR/checkpoints/           ckpt-NNNNN.weights.h5, one every training.steps_per_epoch steps
-    DIR/backup/                BackupAndRestore state (a restarted run resumes from it)
+    DIR/backup/                the training state a restarted run resumes from (see
+                               trainers/checkpointing.py); removed when training ends
     DIR/logs/                  TensorBoard
     DIR/model.keras            the trained model (fine-tune it with model.fit)
     DIR/model.averaged.keras   written by trainers.average_checkpoints
@@ -19,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -63,8 +66,32 @@ def weights_fingerprint(model: keras.Model) -> str:
     """sha256 of all weights' bytes, in order: equal fingerprints, equal models."""
     digest = hashlib.sha256()
     for weight in model.weights:
-        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight)).tobytes())
+        digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
     return digest.hexdigest()
+
+
+def check_disk_space(directory: Path, experiment: Experiment) -> None:
+    """Refuses to start a run whose files cannot fit on the disk: the kept checkpoints, two
+    backups (weights and Adam's two moments each), and two saved models, in float32."""
+    config = experiment.model
+    if config.share_embeddings:
+        config = config.replace(vocab_size=experiment.data.vocab_size)
+    else:
+        size = experiment.data.vocab_size
+        config = config.replace(source_vocab_size=size, target_vocab_size=size)
+    weights = 4 * config.parameter_count()
+    copies = experiment.training.keep_checkpoints + 2 * 3 + 2
+    needed = weights * copies + (64 << 20)  # plus logs, vocabularies and summaries
+    existing = Path(directory).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise ConfigError(
+            f"--model-dir {directory}: the run needs about {needed >> 20} MiB "
+            f"({copies} copies of {weights >> 20} MiB of weights and optimizer state) but "
+            f"only {free >> 20} MiB are free there"
+        )
 
 
 def check_writable(directory: Path) -> None:
@@ -129,10 +156,18 @@ def load_trained(directory, model_file: str = MODEL):
         if not (directory / needed).exists():
             raise ConfigError(f"--model-dir {directory}: no {needed}; train it first")
     experiment = load_experiment(directory / EXPERIMENT, resolved=True)
-    vocabularies = Vocabularies.load(directory / "vocab")
+    vocabularies = load_vocabularies(directory)
     model = keras.saving.load_model(directory / model_file)
     check_vocabulary(model.config, vocabularies, directory)
     return experiment, vocabularies, model
+
+
+def load_vocabularies(directory: Path) -> Vocabularies:
+    """The vocabularies in `directory/vocab`; ConfigError if missing or not the original."""
+    try:
+        return Vocabularies.load(Path(directory) / "vocab")
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"--model-dir {directory}: {error}") from None
 
 
 def check_vocabulary(config, vocabularies: Vocabularies, directory) -> None:

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainers import runtime
+from trainers import checkpointing, runtime
 from trainers.experiment import ConfigError
 
 
@@ -55,7 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from keras_transformer.corpus import CorpusError  # importing TF starts no device yet
+    import tensorflow as tf  # importing TF starts no device yet
+
+    from keras_transformer.corpus import CorpusError
     from trainers.experiment import load_experiment
 
     try:
@@ -66,6 +68,13 @@ def main(argv=None) -> int:
     except (ConfigError, CorpusError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except (tf.errors.UnavailableError, tf.errors.CancelledError) as error:
+        print(
+            f"error: lost contact with another worker ({type(error).__name__}); start the "
+            "same command again on every worker: training resumes from the last backup",
+            file=sys.stderr,
+        )
+        return 3
     if summary.get("stopped_early"):
         print(f"error: {summary['stopped_early']}", file=sys.stderr)
         return 1
@@ -80,7 +89,7 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     from keras_transformer import data
     from trainers import callbacks as cb
     from trainers import model_dir as md
-    from trainers.experiment import read_split
+    from trainers.experiment import load_experiment, read_split
 
     model_dir, training = Path(model_dir), experiment.training
     resuming = md.check_owner(model_dir, experiment)
@@ -96,6 +105,7 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
         f"training pairs: {len(train_pairs)} from {train_pairs.origin} "
         f"({train_pairs.skipped_empty} empty pairs skipped)"
     )
+    md.check_disk_space(model_dir, experiment)
     md.check_writable(model_dir)
 
     strategy = runtime.make_strategy(strategy_kind)
@@ -106,10 +116,12 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
         tf.config.experimental.enable_op_determinism()
 
     vocabularies = _vocabularies(experiment, train_pairs, model_dir, resuming, is_chief)
+    if resuming or not is_chief:  # the vocabulary must be the one the run was made with
+        saved = load_experiment(model_dir / md.EXPERIMENT, resolved=True)
+        md.check_vocabulary(saved.model, vocabularies, model_dir)
     experiment = experiment.with_vocab_sizes(
         vocabularies.source.vocabulary_size(), vocabularies.target.vocabulary_size()
     )
-    md.check_vocabulary(experiment.model, vocabularies, model_dir)
     if is_chief and not resuming:
         md.save_experiment(model_dir, experiment)
     max_length = experiment.model.max_length
@@ -118,12 +130,23 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
         f"over-long pairs (> {max_length} tokens) skipped: {lengths['too_long']} of "
         f"{lengths['pairs']}; kept {lengths['target_tokens']} target tokens"
     )
+    with strategy.scope():
+        model = _compiled_model(experiment, jit_compile)
+        # Every worker resumes from the chief's backup: all hold the same state.
+        initial_epoch = checkpointing.restore_state(model, model_dir / "backup")
+    print(runtime.describe(strategy), f"jit_compile={jit_compile}", flush=True)
+    batches_per_epoch = training.steps_per_epoch * training.gradient_accumulation_steps
+    if initial_epoch:
+        print(
+            f"resuming after epoch {initial_epoch} (step "
+            f"{int(model.optimizer.iterations.numpy())}) from {model_dir / 'backup'}",
+            flush=True,
+        )
     train_dataset, dev_dataset = _datasets(
         experiment, vocabularies, train_pairs, dev_pairs, strategy, workers, worker_index
     )
-    with strategy.scope():
-        model = _compiled_model(experiment, jit_compile)
-    print(runtime.describe(strategy), f"jit_compile={jit_compile}", flush=True)
+    # The input order is fixed by the seed: skipping what was consumed resumes it exactly.
+    train_dataset = train_dataset.skip(initial_epoch * batches_per_epoch)
 
     throughput = cb.Throughput()
     bleu = None
@@ -140,11 +163,12 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     started = time.perf_counter()
     history = model.fit(
         train_dataset,
+        initial_epoch=initial_epoch,
         epochs=training.steps // training.steps_per_epoch,
-        steps_per_epoch=training.steps_per_epoch * training.gradient_accumulation_steps,
+        steps_per_epoch=batches_per_epoch,
         validation_data=dev_dataset,
         shuffle=False,  # the pipeline shuffles
-        callbacks=_callbacks(model_dir, training, is_chief, worker_index, throughput, bleu),
+        callbacks=_callbacks(model_dir, training, is_chief, throughput, bleu),
         verbose=verbose,
     )
     steps = int(model.optimizer.iterations.numpy())
@@ -198,7 +222,7 @@ def _vocabularies(experiment, train_pairs, model_dir: Path, resuming: bool, is_c
     if resuming or not is_chief:
         if not is_chief:
             md.wait_for(model_dir / md.EXPERIMENT)
-        return text.Vocabularies.load(model_dir / "vocab")
+        return md.load_vocabularies(model_dir)
     config = experiment.data
     print(f"learning a {config.vocab_size}-piece SentencePiece vocabulary...", flush=True)
     vocabularies = text.Vocabularies.train(
@@ -223,7 +247,6 @@ def _datasets(experiment, vocabularies, train_pairs, dev_pairs, strategy, worker
         tokens_per_batch=experiment.data.tokens_per_batch,
         batch_multiple=strategy.num_replicas_in_sync,
         seed=experiment.training.seed,
-        deterministic=experiment.training.deterministic,
     )
     train_dataset = data.make_dataset(
         train_pairs.to_dataset(),
@@ -278,32 +301,17 @@ def _compiled_model(experiment, jit_compile: bool):
     return model
 
 
-def _callbacks(model_dir: Path, training, is_chief: bool, worker_index: int, throughput, bleu):
-    """Keras's TerminateOnNaN and BackupAndRestore on every worker; the chief also writes
-    checkpoints (keeping the last ones), TensorBoard logs and the dev BLEU."""
+def _callbacks(model_dir: Path, training, is_chief: bool, throughput, bleu):
+    """TerminateOnNaN everywhere; the chief also writes the backup, the checkpoints (keeping
+    the last ones), TensorBoard logs and the dev BLEU."""
     import keras
 
-    from trainers import callbacks as cb
-    from trainers import model_dir as md
-
-    # Each worker keeps its own backup (all restart together); only the chief's is the run's.
-    backup_dir = model_dir / "backup"
-    if not is_chief:
-        backup_dir = model_dir / "workers" / f"worker-{worker_index}" / "backup"
-    callbacks = [
-        keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.BackupAndRestore(str(backup_dir), save_freq="epoch"),
-        throughput,
-    ]
+    callbacks = [keras.callbacks.TerminateOnNaN(), throughput]
     if not is_chief:
         return callbacks
-    checkpoints = model_dir / "checkpoints"
-    checkpoints.mkdir(exist_ok=True)
     callbacks += [
-        keras.callbacks.ModelCheckpoint(
-            str(checkpoints / "ckpt-{epoch:05d}.weights.h5"), save_weights_only=True
-        ),
-        cb.KeepLastCheckpoints(checkpoints, md.CHECKPOINT_PATTERN, training.keep_checkpoints),
+        checkpointing.Backup(model_dir / "backup"),
+        checkpointing.Checkpoints(model_dir / "checkpoints", training.keep_checkpoints),
         keras.callbacks.TensorBoard(str(model_dir / "logs")),
     ]
     return callbacks + ([bleu] if bleu else [])

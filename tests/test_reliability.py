@@ -1,0 +1,312 @@
+"""Faults: a killed trainer resumes to the same weights, a killed worker's cluster resumes,
+corrupt or half-written state is detected and skipped, a NaN loss stops training and keeps
+the last good state, configuration errors come before any work."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from tests import bible
+from tests.test_trainer import ENV, ROOT, free_ports, slice_config, summary_line, train_cli
+from trainers import checkpointing
+from trainers import model_dir as md
+from trainers.experiment import ConfigError, load_experiment
+
+
+def tiny_compiled_model():
+    model = kt.build_transformer(
+        kt.TransformerConfig.preset(
+            "tiny", vocab_size=30, num_encoder_layers=1, num_decoder_layers=1
+        )
+    )
+    model.compile(optimizer="adam", loss=kt.losses.LabelSmoothedCrossEntropy())
+    ids = np.random.default_rng(0).integers(1, 30, (4, 6)).astype("int32")
+    model.fit({"source_ids": ids, "target_ids": ids}, ids, epochs=1, verbose=0)
+    return model
+
+
+def snapshot(model):
+    return [v.numpy().copy() for v in model.variables + model.optimizer.variables]
+
+
+def perturb(model):
+    for variable in model.variables + model.optimizer.variables:
+        variable.assign(variable + keras.ops.cast(1, variable.dtype))
+
+
+# -- Input position ---------------------------------------------------------------------------
+
+
+def test_the_input_resumes_at_its_position():
+    corpus, vocabularies = bible.pairs("train", 600), bible.vocabularies()
+
+    def batches():
+        return kt.data.make_dataset(
+            corpus.to_dataset(), vocabularies, max_length=48, tokens_per_batch=512, seed=5
+        )
+
+    uninterrupted = [labels for _, labels in batches().take(30).as_numpy_iterator()]
+    resumed = [labels for _, labels in batches().skip(20).take(10).as_numpy_iterator()]
+    for a, b in zip(uninterrupted[20:], resumed, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# -- Backups and checkpoints ------------------------------------------------------------------
+
+
+def test_a_backup_restores_every_variable_including_dropout_generators(tmp_path):
+    model = tiny_compiled_model()
+    seeds = [v for v in model.variables if "seed_generator" in v.path]
+    assert seeds  # the dropout layers' generator states, which save_weights leaves out
+    saved = snapshot(model)
+    checkpointing.save_state(model, tmp_path, epoch=3)
+    perturb(model)
+    assert checkpointing.restore_state(model, tmp_path) == 3
+    for before, after in zip(saved, snapshot(model), strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_a_corrupt_backup_is_named_and_the_one_before_is_used(tmp_path, capsys):
+    model = tiny_compiled_model()
+    checkpointing.save_state(model, tmp_path, epoch=1)
+    first = snapshot(model)
+    perturb(model)
+    checkpointing.save_state(model, tmp_path, epoch=2)
+    state = tmp_path / "state-00002.npz"
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # truncated
+    perturb(model)
+    assert checkpointing.restore_state(model, tmp_path) == 1
+    assert f"backup {state} does not match its recorded sha256" in capsys.readouterr().out
+    for before, after in zip(first, snapshot(model), strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_an_uncommitted_or_unreadable_record_is_survived(tmp_path, capsys):
+    model = tiny_compiled_model()
+    checkpointing.save_state(model, tmp_path, epoch=1)
+    committed = snapshot(model)
+    # A crash after writing the next state file, before committing it: never used.
+    perturb(model)
+    np.savez(tmp_path / "state-00002.npz", *[v.numpy() for v in model.variables])
+    assert checkpointing.restore_state(model, tmp_path) == 1
+    np.testing.assert_array_equal(snapshot(model)[0], committed[0])
+    # A torn commit record: the newest readable state is used, with a warning.
+    (tmp_path / "latest.json").write_text('{"epoch": 1, "fi')
+    (tmp_path / "state-00002.npz").unlink()
+    assert checkpointing.restore_state(model, tmp_path) == 1
+    assert "latest.json is corrupt" in capsys.readouterr().out
+    assert checkpointing.restore_state(model, tmp_path / "nothing") == 0
+
+
+def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
+    model = tiny_compiled_model()
+    callback = checkpointing.Checkpoints(tmp_path, keep=2)
+    callback.set_model(model)
+    for epoch in range(3):
+        callback.on_epoch_end(epoch, {"loss": 1.0})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-00002.weights.h5",
+        "ckpt-00003.weights.h5",
+    ]
+
+    def crash(path, *args, **kwargs):
+        Path(path).write_bytes(b"half an h5 file")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(model, "save_weights", crash)
+    with pytest.raises(OSError, match="No space left"):
+        callback.on_epoch_end(3, {"loss": 1.0})
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[1:] == ["ckpt-00002.weights.h5", "ckpt-00003.weights.h5"]
+    assert names[0].startswith(".tmp-")  # the torn file never got a checkpoint's name
+    callback.on_train_begin()
+    assert len(list(tmp_path.iterdir())) == 2  # stale temporaries are removed
+    callback.on_epoch_end(4, {"loss": float("nan")})  # a NaN epoch is never kept
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+# -- Killed processes -------------------------------------------------------------------------
+
+
+def wait_for_backup(path: Path, epoch: int, process, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"training ended before its backup: {process.stderr.read()}")
+        try:
+            if json.loads((path / "backup" / "latest.json").read_text())["epoch"] >= epoch:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError("no backup appeared")
+
+
+def start(config, model_dir, *args, env=ENV):
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainers.train",
+            "--config",
+            config,
+            "--model-dir",
+            model_dir,
+            "--verbose",
+            "0",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    config = slice_config(
+        tmp_path, steps=60, steps_per_epoch=20, deterministic="true", bleu_max_sentences=1
+    )
+    uninterrupted = summary_line(train_cli(config, tmp_path / "once").stdout)
+    process = start(config, tmp_path / "killed")
+    wait_for_backup(tmp_path / "killed", 1, process)
+    time.sleep(1.0)  # into the second epoch
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    result = train_cli(config, tmp_path / "killed")
+    assert "resuming after epoch" in result.stdout
+    resumed = summary_line(result.stdout)
+    assert resumed["steps"] == 60
+    assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]  # bit-identical
+    assert not (tmp_path / "killed" / "backup").exists()  # removed once finished
+
+
+@pytest.mark.slow
+def test_a_killed_worker_and_its_cluster_resume(tmp_path):
+    config = slice_config(tmp_path, steps=60, steps_per_epoch=20, bleu_max_sentences=1)
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+
+    def launch(index):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        return start(
+            config,
+            tmp_path / "model",
+            "--strategy",
+            "multi_worker",
+            env={**ENV, "TF_CONFIG": json.dumps(tf_config)},
+        )
+
+    chief, other = launch(0), launch(1)
+    wait_for_backup(tmp_path / "model", 1, chief)
+    other.send_signal(signal.SIGKILL)
+    other.wait()
+    _, stderr = chief.communicate(timeout=300)
+    assert chief.returncode == 3, stderr[-2000:]
+    assert "lost contact with another worker" in stderr
+    assert "start the same command again on every worker" in stderr
+    processes = [launch(0), launch(1)]
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for process, (stdout, stderr) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, stderr[-2000:]
+        assert "resuming after epoch" in stdout
+    summaries = [summary_line(stdout) for stdout, _ in outputs]
+    assert summaries[0]["steps"] == summaries[1]["steps"] == 60
+    assert summaries[0]["weights_sha256"] == summaries[1]["weights_sha256"]
+
+
+# -- NaN --------------------------------------------------------------------------------------
+
+
+def test_a_nan_loss_stops_training_and_keeps_the_last_good_state(tmp_path, monkeypatch, capsys):
+    from trainers import train
+
+    calls = tf.Variable(0)
+    original = kt.losses.LabelSmoothedCrossEntropy.call
+
+    def poisoned(self, y_true, y_pred):  # the 25th batch's loss is NaN
+        calls.assign_add(1)
+        losses = original(self, y_true, y_pred)
+        return tf.where(calls >= 25, tf.constant(float("nan")), losses)
+
+    monkeypatch.setattr(kt.losses.LabelSmoothedCrossEntropy, "call", poisoned)
+    config = slice_config(tmp_path, steps=60, steps_per_epoch=20)
+    code = train.main(
+        [
+            "--config",
+            str(config),
+            "--model-dir",
+            str(tmp_path / "model"),
+            "--set",
+            "data.dev=null",
+            "--set",
+            "training.jit_compile=false",
+            "--verbose",
+            "0",
+        ]
+    )
+    assert code == 1
+    assert "the loss became NaN or infinite; the last good checkpoint is in" in (
+        capsys.readouterr().err
+    )
+    model_dir = tmp_path / "model"
+    assert [p.name for p in (model_dir / "checkpoints").iterdir()] == ["ckpt-00001.weights.h5"]
+    assert json.loads((model_dir / "backup" / "latest.json").read_text())["epoch"] == 1
+    assert not (model_dir / "model.keras").exists()
+    assert json.loads((model_dir / "train_summary.json").read_text())["stopped_early"]
+
+
+# -- Configuration errors before any work -----------------------------------------------------
+
+
+def test_a_full_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    experiment = load_experiment(slice_config(tmp_path))
+    monkeypatch.setattr(md.shutil, "disk_usage", lambda path: type("U", (), {"free": 10 << 20}))
+    with pytest.raises(ConfigError, match=r"needs about \d+ MiB .* but only 10 MiB are free"):
+        md.check_disk_space(tmp_path / "model", experiment)
+    from trainers import train
+
+    with pytest.raises(ConfigError, match="only 10 MiB are free"):
+        train.train(experiment, tmp_path / "model")
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.slow
+def test_a_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path):
+    config = slice_config(tmp_path, steps=60, steps_per_epoch=20, bleu_max_sentences=1)
+    model_dir = tmp_path / "model"
+    process = start(config, model_dir)
+    wait_for_backup(model_dir, 1, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    vocab = model_dir / "vocab" / "shared.model"
+    original, size = vocab.read_bytes(), load_experiment(config).data.vocab_size
+    backup = sorted((model_dir / "backup").iterdir())
+    # Another vocabulary of the same size: caught by the sha256 that the run recorded.
+    vocab.write_bytes(kt.text.train_sentencepiece(bible.pairs("train", 300).targets, size))
+    result = train_cli(config, model_dir, check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"{vocab} is not the vocabulary this directory was made with" in result.stderr
+    # Another size, with the record gone too: caught against the run's embedding sizes.
+    vocab.write_bytes(kt.text.train_sentencepiece(bible.pairs("train", 300).targets, 350))
+    (model_dir / "vocab" / "manifest.json").unlink()
+    result = train_cli(config, model_dir, check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "the vocabulary has 350/350 source/target pieces" in result.stderr
+    assert f"but the model expects {size}/{size}" in result.stderr
+    # Nothing was lost: with its own vocabulary back, the run resumes and finishes.
+    assert sorted((model_dir / "backup").iterdir()) == backup
+    vocab.write_bytes(original)
+    result = train_cli(config, model_dir)
+    assert "resuming after epoch 1" in result.stdout
+    assert json.loads((model_dir / "train_summary.json").read_text())["steps"] == 60
