@@ -72,7 +72,9 @@ def make_export_archive(
         source_ids = _source_ids(vocabularies.source, text, max_length)
         ids, score = search(source_ids)
         translation = vocabularies.target.detokenize(ids)
-        empty = tf.equal(source_ids[:, 0], EOS_ID)  # no piece to translate: answer nothing
+        # Nothing but EOS: no piece to translate, so nothing is answered. (Counted rather
+        # than indexed: an empty batch has no column to index.)
+        empty = tf.math.count_nonzero(source_ids, axis=1) <= 1
         return {
             "translation": tf.where(empty, tf.constant(""), translation),
             "score": tf.where(empty, tf.zeros_like(score), score),
