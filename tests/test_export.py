@@ -244,6 +244,7 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(result.stdout.splitlines()) == 5
+    assert "translated 5 sentences in" in result.stderr  # and how fast, on stderr
     piped = subprocess.run(
         [sys.executable, "-m", "trainers.translate", "--saved-model", str(directory / "1")],
         cwd=ROOT,

@@ -4,8 +4,6 @@ the last good state, configuration errors come before any work."""
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from tests import bible
-from tests.test_trainer import ENV, ROOT, free_ports, slice_config, summary_line, train_cli
+from tests.test_trainer import ENV, free_ports, slice_config, summary_line, train_cli
+from tests.test_trainer import start_training as start
 from trainers import checkpointing
 from trainers import model_dir as md
 from trainers.experiment import ConfigError, load_experiment
@@ -36,6 +35,12 @@ def tiny_compiled_model():
 
 def snapshot(model):
     return [v.numpy().copy() for v in model.variables + model.optimizer.variables]
+
+
+def assert_holds(model, snapshot_before):
+    """Every variable of `model` and its optimizer equals the snapshot."""
+    for before, after in zip(snapshot_before, snapshot(model), strict=True):
+        np.testing.assert_array_equal(before, after)
 
 
 def perturb(model):
@@ -71,8 +76,7 @@ def test_a_backup_restores_every_variable_including_dropout_generators(tmp_path)
     checkpointing.save_state(model, tmp_path, epoch=3)
     perturb(model)
     assert checkpointing.restore_state(model, tmp_path) == 3
-    for before, after in zip(saved, snapshot(model), strict=True):
-        np.testing.assert_array_equal(before, after)
+    assert_holds(model, saved)
 
 
 def test_a_corrupt_backup_is_named_and_the_one_before_is_used(tmp_path, capsys):
@@ -86,8 +90,7 @@ def test_a_corrupt_backup_is_named_and_the_one_before_is_used(tmp_path, capsys):
     perturb(model)
     assert checkpointing.restore_state(model, tmp_path) == 1
     assert f"backup {state} does not match its recorded sha256" in capsys.readouterr().out
-    for before, after in zip(first, snapshot(model), strict=True):
-        np.testing.assert_array_equal(before, after)
+    assert_holds(model, first)
 
 
 def test_an_uncommitted_or_unreadable_record_is_survived(tmp_path, capsys):
@@ -149,28 +152,6 @@ def wait_for_backup(path: Path, epoch: int, process, timeout=300):
             pass
         time.sleep(0.2)
     raise AssertionError("no backup appeared")
-
-
-def start(config, model_dir, *args, env=ENV):
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainers.train",
-            "--config",
-            config,
-            "--model-dir",
-            model_dir,
-            "--verbose",
-            "0",
-            *args,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 @pytest.mark.slow

@@ -65,6 +65,19 @@ def train_cli(config, model_dir, *args, check=True):
     )
 
 
+def start_training(config, model_dir, *args, env=ENV) -> subprocess.Popen:
+    """`trainers.train` in a process of its own, quiet, with its output piped."""
+    command = ["-m", "trainers.train", "--config", config, "--model-dir", model_dir]
+    return subprocess.Popen(
+        [sys.executable, *command, "--verbose", "0", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def summary_line(output: str) -> dict:
     line = next(line for line in output.splitlines() if line.startswith("summary: "))
     return json.loads(line.removeprefix("summary: "))
@@ -296,25 +309,12 @@ def test_multi_worker_mirrored_strategy_with_two_workers(tmp_path):
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "trainers.train",
-                    "--config",
-                    config,
-                    "--model-dir",
-                    tmp_path / "model",
-                    "--strategy",
-                    "multi_worker",
-                    "--verbose",
-                    "0",
-                ],
-                cwd=ROOT,
+            start_training(
+                config,
+                tmp_path / "model",
+                "--strategy",
+                "multi_worker",
                 env={**ENV, "TF_CONFIG": json.dumps(tf_config)},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
             )
         )
     outputs = [process.communicate(timeout=600) for process in processes]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -72,6 +73,7 @@ def main(argv=None) -> int:
         source = sys.stdin
         source.reconfigure(encoding="utf-8", errors="surrogateescape")
     sink = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    sentences, started = 0, time.perf_counter()
     with source, sink:
         for batch in batches(source, args.batch_size):
             # Bytes as read: undecodable input reaches the model, which replaces it with U+FFFD.
@@ -83,6 +85,13 @@ def main(argv=None) -> int:
                 line = translation.decode("utf-8")
                 sink.write(f"{score:.4f}\t{line}\n" if args.with_scores else line + "\n")
             sink.flush()
+            sentences += len(batch)
+    seconds = time.perf_counter() - started
+    print(
+        f"translated {sentences} sentences in {seconds:.1f} s "
+        f"({sentences / max(seconds, 1e-9):.1f} sentences/s, after loading the model)",
+        file=sys.stderr,
+    )
     return 0
 
 
