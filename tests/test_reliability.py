@@ -170,7 +170,11 @@ def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
     resumed = summary_line(result.stdout)
     assert resumed["steps"] == 60
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]  # bit-identical
-    assert not (tmp_path / "killed" / "backup").exists()  # removed once finished
+    # A finished run keeps its last state: the same command with more steps continues it.
+    assert [p.name for p in (tmp_path / "killed" / "backup").glob("state-*")] == ["state-00003.npz"]
+    longer = train_cli(config, tmp_path / "killed", "--set", "training.steps=80")
+    assert "resuming after epoch 3 (step 60)" in longer.stdout
+    assert summary_line(longer.stdout)["steps"] == 80
 
 
 @pytest.mark.slow

@@ -330,7 +330,8 @@ def test_multi_worker_mirrored_strategy_with_two_workers(tmp_path):
     # Only the chief writes checkpoints, the model and the summary.
     assert json.loads((model_dir / "train_summary.json").read_text()) == chief
     assert len(list((model_dir / "checkpoints").glob("*.weights.h5"))) == 2
-    assert not (model_dir / "backup").exists()  # removed once training ends
+    # The chief's backup: only the last state stays once training ends.
+    assert [p.name for p in (model_dir / "backup").glob("state-*")] == ["state-00002.npz"]
 
 
 def test_a_bad_corpus_fails_before_anything_is_written(tmp_path):

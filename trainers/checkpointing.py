@@ -120,7 +120,8 @@ def _finite(logs) -> bool:
 
 class Backup(keras.callbacks.Callback):
     """Saves the backup at the end of every epoch (on the chief only: all workers hold the
-    same state and restore from it) and removes it when training ends.
+    same state and restore from it); when training ends, only the last one stays, so that the
+    same command with more steps continues the run.
 
     Args:
         directory: the backup folder.
@@ -136,10 +137,12 @@ class Backup(keras.callbacks.Callback):
             save_state(self.model, self.directory, epoch + 1)
 
     def on_train_end(self, logs=None):
-        if self.write and not self.model.stop_training and self.directory.exists():
-            for path in self.directory.glob("*"):
-                path.unlink()
-            self.directory.rmdir()
+        # The finished run keeps its last state, so that more steps continue it.
+        if self.write and not self.model.stop_training and (self.directory / LATEST).exists():
+            committed = json.loads((self.directory / LATEST).read_text())["file"]
+            for path in self.directory.glob("state-*.npz"):
+                if path.name != committed:
+                    path.unlink()
 
 
 class Checkpoints(keras.callbacks.Callback):

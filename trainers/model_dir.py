@@ -5,7 +5,7 @@
                                and manifest.json (their sha256: replaced files are refused)
     DIR/checkpoints/           ckpt-NNNNN.weights.h5, one every training.steps_per_epoch steps
     DIR/backup/                the training state a restarted run resumes from (see
-                               trainers/checkpointing.py); removed when training ends
+                               trainers/checkpointing.py); a finished run keeps its last one
     DIR/logs/                  TensorBoard
     DIR/model.keras            the trained model (fine-tune it with model.fit)
     DIR/model.averaged.keras   written by trainers.average_checkpoints
