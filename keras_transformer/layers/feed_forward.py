@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -60,9 +62,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
             self.d_ff, activation=self.activation, name="inner_dense", **dense
         )
         self.inner_dense.build(inputs_shape)
-        self.dropout_layer = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="dropout"
-        )
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.output_dense = keras.layers.Dense(d_model, name="output_dense", **dense)
         self.output_dense.build((*inputs_shape[:-1], self.d_ff))
         self.built = True

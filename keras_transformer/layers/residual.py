@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class AddAndNorm(keras.layers.Layer):
@@ -47,7 +49,7 @@ class AddAndNorm(keras.layers.Layer):
         self.dropout = dropout
         self.norm_first = norm_first
         self.epsilon = epsilon
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
