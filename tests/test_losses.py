@@ -4,6 +4,7 @@ MirroredStrategy."""
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_transformer as kt
 
@@ -54,6 +55,55 @@ def test_sample_weight_scales_sequences():
     expected = (per_token * weights[:, None]).sum() / mask.sum()
     np.testing.assert_allclose(
         float(loss(LABELS, LOGITS, sample_weight=weights)), expected, rtol=1e-5
+    )
+
+
+def reference_gradient(labels, logits, eps, weights):
+    """d loss / d logits of the NumPy reference: (softmax - smoothed target) per real token."""
+    logits = logits.astype("float64")
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    vocab = logits.shape[-1]
+    target = np.full(logits.shape, eps / vocab)
+    np.put_along_axis(target, labels[..., None], 1 - eps + eps / vocab, axis=-1)
+    mask = labels != 0
+    return (probs - target) * (mask * weights[:, None])[..., None] / mask.sum()
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradient_equals_the_reference(eps):
+    loss = kt.losses.LabelSmoothedCrossEntropy(label_smoothing=eps)
+    weights = np.array([1.0, 0.5, 2.0], "float32")
+    logits = tf.constant(LOGITS)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        value = loss(LABELS, logits, sample_weight=weights)
+    np.testing.assert_allclose(
+        tape.gradient(value, logits).numpy(),
+        reference_gradient(LABELS, LOGITS, eps, weights),
+        atol=1e-7,
+        rtol=1e-5,
+    )
+
+
+def test_gradient_under_xla_with_unknown_batch():
+    loss = kt.losses.LabelSmoothedCrossEntropy()
+
+    @tf.function(
+        jit_compile=True,
+        input_signature=[tf.TensorSpec([None, 5], tf.int32), tf.TensorSpec([None, 5, 11])],
+    )
+    def gradient(labels, logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = loss(labels, logits)
+        return tape.gradient(value, logits)
+
+    np.testing.assert_allclose(
+        gradient(LABELS, LOGITS).numpy(),
+        reference_gradient(LABELS, LOGITS, 0.1, np.ones(3)),
+        atol=1e-7,
+        rtol=1e-5,
     )
 
 
