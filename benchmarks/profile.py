@@ -2,10 +2,10 @@
 
     python -m benchmarks.profile --preset small
     python -m benchmarks.profile --preset small --set dropout=0.0 --set vocab_size=1000
-    python -m benchmarks.profile --preset small --mode decode --tgt-len 64
+    python -m benchmarks.profile --preset small --mode decode --tgt-len 64 [--beam-size 4]
 
 Runs the synthetic work of `benchmarks.run` (same batches, XLA on): a train step, or a whole
-greedy decode of `--tgt-len` tokens. It records `--steps` of them with XLA's CPU ops traced
+greedy or beam decode of `--tgt-len` tokens. It records `--steps` of them with XLA's CPU ops traced
 (`--xla_cpu_enable_xprof_traceme`), and prints the time per step (per decode) of each kind of
 event (an XLA fusion, a dot, the random-bit generator, a
 TensorFlow op outside the cluster), summed over threads, largest first. `--set` overrides a
@@ -83,6 +83,7 @@ def main(argv=None):
     parser.add_argument("--tgt-len", type=int, default=32)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--beam-size", type=int, default=1, help="--mode decode: 1 is greedy")
     parser.add_argument("--top", type=int, default=25, help="event kinds to print")
     parser.add_argument("--set", type=parse_override, action="append", default=[])
     parser.add_argument("--logdir", type=Path, help="default: a temporary directory")
@@ -111,9 +112,10 @@ def main(argv=None):
             model.train_on_batch({"source_ids": src, "target_ids": tin}, tout)
     else:
         limits = dict(max_extra_length=args.tgt_len, max_length=args.tgt_len)
-        decode = tf.function(
-            lambda src: kt.decoding.greedy_search(model, src, **limits), jit_compile=True
-        )
+        if args.beam_size > 1:
+            limits["beam_size"] = args.beam_size
+        search = kt.decoding.beam_search if args.beam_size > 1 else kt.decoding.greedy_search
+        decode = tf.function(lambda src: search(model, src, **limits), jit_compile=True)
 
         def step(i):
             decode(tf.constant(batches[0][0]))[0].numpy()

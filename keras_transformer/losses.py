@@ -21,6 +21,44 @@ def global_sum(value):
     return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
+def smoothed_cross_entropy(labels, logits, label_smoothing):
+    """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))`, with a hand-written
+    gradient.
+
+    Automatic differentiation of the same expression builds the gradient from three
+    `[..., vocab]` terms (the log-normalizer's softmax, a scatter for the label, the mean's
+    broadcast), each a buffer the size of the logits. Written out,
+    `softmax(logits) - (1 - eps) * onehot(y) - eps / vocab` is one elementwise pass over the
+    logits: the paper's base model on 4,096 target tokens and 37,000 pieces (600 MB of
+    logits) trains with 0.8 GB less peak memory (see BENCHMARKS.md).
+
+    Args:
+        labels: int32 `[...]`. logits: float32 `[..., vocab]`. label_smoothing: float eps.
+
+    Returns:
+        float32 `[...]`, one loss a position.
+    """
+    eps = label_smoothing
+
+    @tf.custom_gradient
+    def per_token(logits):
+        log_normalizer = tf.reduce_logsumexp(logits, axis=-1)  # (...)
+        label_logits = tf.gather(logits, labels, batch_dims=labels.shape.rank)
+        nll = log_normalizer - label_logits  # -log p(y)
+        uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)  # mean_v -log p(v)
+
+        def grad(upstream):
+            vocab = tf.shape(logits)[-1]
+            is_label = tf.range(vocab) == labels[..., None]
+            target = tf.where(is_label, 1.0 - eps, 0.0) + eps / tf.cast(vocab, tf.float32)
+            probs = tf.exp(logits - log_normalizer[..., None])
+            return upstream[..., None] * (probs - target)
+
+        return (1.0 - eps) * nll + eps * uniform, grad
+
+    return per_token(logits)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy against smoothed targets, averaged over the non-padding tokens.
@@ -79,12 +117,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         labels = ops.cast(y_true, "int32")  # Loss.__call__ hands labels over as float32
         logits = ops.cast(y_pred, "float32")  # (batch, tgt_len, vocab)
-        log_normalizer = ops.logsumexp(logits, axis=-1)  # (batch, tgt_len)
-        label_logits = ops.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
-        nll = log_normalizer - label_logits  # -log p(y)
-        uniform = log_normalizer - ops.mean(logits, axis=-1)  # mean_v -log p(v)
-        eps = self.label_smoothing
-        losses = (1.0 - eps) * nll + eps * uniform
+        losses = smoothed_cross_entropy(labels, logits, self.label_smoothing)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
         tokens = ops.maximum(global_sum(ops.sum(mask)), 1.0)
         return losses * mask / tokens
