@@ -21,7 +21,7 @@ def global_sum(value):
     return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
-def smoothed_cross_entropy(labels, logits, label_smoothing):
+def _smoothed_cross_entropy(labels, logits, label_smoothing):
     """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))`, with a hand-written
     gradient.
 
@@ -117,7 +117,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         labels = ops.cast(y_true, "int32")  # Loss.__call__ hands labels over as float32
         logits = ops.cast(y_pred, "float32")  # (batch, tgt_len, vocab)
-        losses = smoothed_cross_entropy(labels, logits, self.label_smoothing)
+        losses = _smoothed_cross_entropy(labels, logits, self.label_smoothing)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
         tokens = ops.maximum(global_sum(ops.sum(mask)), 1.0)
         return losses * mask / tokens
