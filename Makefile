@@ -28,8 +28,10 @@ demo: $(STAMP)
 		--out saved_models/demo
 	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --saved-model saved_models/demo
 
+# Two pytest workers, each taking whole test files (module fixtures train once): 8 minutes on
+# 2 cores instead of 11.5 serially.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
