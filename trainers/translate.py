@@ -88,7 +88,7 @@ def main(argv=None) -> int:
             sentences += len(batch)
     seconds = time.perf_counter() - started
     print(
-        f"translated {sentences} sentences in {seconds:.1f} s "
+        f"translated {sentences} sentence{'' if sentences == 1 else 's'} in {seconds:.1f} s "
         f"({sentences / max(seconds, 1e-9):.1f} sentences/s, after loading the model)",
         file=sys.stderr,
     )
