@@ -1,0 +1,62 @@
+"""The benchmark scripts keep printing the peer's JSON schema, and the profile summary counts
+each event's own time (no timing is asserted here: figures belong in BENCHMARKS.md)."""
+
+import json
+
+import pytest
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+from benchmarks import profile, run
+
+# The fields the shared bench kit's compare.py and README expect of every benchmark.
+PEER_FIELDS = {
+    "impl",
+    "preset",
+    "mode",
+    "params",
+    "batch_size",
+    "src_len",
+    "tgt_len",
+    "jit_compile",
+    "cache",
+    "step_ms_median",
+    "step_ms_min",
+    "tokens_per_s",
+    "sentences_per_s",
+    "peak_rss_mb",
+}
+SMALL = ["--preset", "tiny", "--batch-size", "2", "--src-len", "6", "--tgt-len", "5"]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--mode", "train", "--steps", "2", "--warmup", "1"],
+        ["--mode", "decode", "--steps", "1", "--beam-size", "2", "--jit-compile", "off"],
+    ],
+    ids=["train", "decode"],
+)
+def test_the_last_line_is_the_peer_schema(flags, capsys):
+    run.main(SMALL + flags)
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert PEER_FIELDS <= set(result)
+    assert result["impl"] == "keras_transformer" and result["mode"] == flags[1]
+    assert result["tokens_per_s"] > 0 and result["step_ms_min"] <= result["step_ms_median"]
+    assert result["params"] > 0
+
+
+def test_self_times_subtract_nested_events():
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    for key, name in enumerate(["fusion.1", "dot.7", "dot.9", "SlinkyThreadPool::Await"], 1):
+        plane.event_metadata[key].name = name
+    line = plane.lines.add(name="worker")
+    for metadata_id, offset, duration in [(1, 0, 100), (2, 10, 30), (3, 50, 20), (4, 200, 50)]:
+        line.events.add(metadata_id=metadata_id, offset_ps=offset, duration_ps=duration)
+    device = space.planes.add(name="/device:GPU:0")  # not the host: ignored
+    device.event_metadata[1].name = "fusion.2"
+    device.lines.add(name="stream").events.add(metadata_id=1, offset_ps=0, duration_ps=999)
+
+    totals = profile.self_times(space)
+    # fusion.1 runs 100 with dot.7 (30) and dot.9 (20) inside it; waiting is not work.
+    assert dict(totals) == {"fusion": 50, "dot": 50}
