@@ -32,8 +32,7 @@ import tensorflow as tf  # noqa: E402
 import yaml  # noqa: E402
 from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: E402
 
-import keras_transformer as kt  # noqa: E402
-from benchmarks.run import PRESET_VOCAB, synthetic_batch  # noqa: E402
+from benchmarks import run  # noqa: E402
 
 # Events that wait for others, or only dispatch them.
 WAITING = {"ThunkExecutor::Execute", "SlinkyThreadPool::Await", "BlockUntilReady"}
@@ -72,7 +71,7 @@ def parse_override(text: str):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", default="small", choices=sorted(PRESET_VOCAB))
+    parser.add_argument("--preset", default="small", choices=sorted(run.PRESET_VOCAB))
     parser.add_argument("--mode", default="train", choices=["train", "decode"])
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--src-len", type=int, default=32)
@@ -83,6 +82,7 @@ def main(argv=None):
     parser.add_argument("--top", type=int, default=25, help="event kinds to print")
     parser.add_argument("--set", type=parse_override, action="append", default=[])
     parser.add_argument("--logdir", type=Path, help="default: a temporary directory")
+    parser.set_defaults(dtype=None, jit_compile="on", cache="on")  # what benchmarks.run reads
     args = parser.parse_args(argv)
     # Read at XLA's first compilation: its CPU runtime then emits a trace event per op it runs.
     os.environ["XLA_FLAGS"] = (
@@ -90,32 +90,22 @@ def main(argv=None):
     ).strip()
 
     keras.utils.set_random_seed(0)
-    longest = max(args.src_len, args.tgt_len)
-    overrides = dict(vocab_size=PRESET_VOCAB[args.preset], max_length=2 * longest)
-    overrides.update(dict(args.set))
-    config = kt.TransformerConfig.preset(args.preset, **overrides)
-    model = kt.build_transformer(config)
+    model = run.model_for(args, **dict(args.set))
     rng = np.random.default_rng(0)
     batches = [
-        synthetic_batch(rng, config.target_vocab, args.batch_size, args.src_len, args.tgt_len)
+        run.synthetic_batch(
+            rng, model.config.target_vocab, args.batch_size, args.src_len, args.tgt_len
+        )
         for _ in range(8)
     ]
     if args.mode == "train":
-        model.compile(
-            optimizer=keras.optimizers.Adam(1e-4, beta_2=0.98, epsilon=1e-9),
-            loss=kt.losses.LabelSmoothedCrossEntropy(),
-            jit_compile=True,
-        )
+        run.compile_for_training(model, args)
 
         def step(i):
             src, tin, tout = batches[i % len(batches)]
             model.train_on_batch({"source_ids": src, "target_ids": tin}, tout)
     else:
-        limits = dict(max_extra_length=args.tgt_len, max_length=args.tgt_len)
-        if args.beam_size > 1:
-            limits["beam_size"] = args.beam_size
-        search = kt.decoding.beam_search if args.beam_size > 1 else kt.decoding.greedy_search
-        decode = tf.function(lambda src: search(model, src, **limits), jit_compile=True)
+        decode = run.decoder_for(model, args)
 
         def step(i):
             decode(tf.constant(batches[0][0]))[0].numpy()

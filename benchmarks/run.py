@@ -68,24 +68,48 @@ def train_flops_per_token(config, src_len, tgt_len) -> float:
     return 3 * (enc * src_len / tgt_len + dec + 2 * d * vocab)
 
 
-def model_for(args):
-    config = kt.TransformerConfig.preset(
-        args.preset,
+def model_for(args, **overrides):
+    """The preset with the peer's vocabulary, room for the lengths, and `overrides`."""
+    config = dict(
         vocab_size=PRESET_VOCAB[args.preset],
         max_length=max(args.src_len, args.tgt_len) * 2,
         dtype=args.dtype,
     )
-    return kt.build_transformer(config)
+    return kt.build_transformer(kt.TransformerConfig.preset(args.preset, **config | overrides))
 
 
-def bench_train(args, result):
-    rng = np.random.default_rng(args.seed)
-    model = model_for(args)
+def compile_for_training(model, args):
+    """Adam and the label-smoothed loss, as the peer compiles its model."""
     model.compile(
         optimizer=keras.optimizers.Adam(1e-4, beta_2=0.98, epsilon=1e-9),
         loss=kt.losses.LabelSmoothedCrossEntropy(),
         jit_compile=args.jit_compile == "on",
     )
+
+
+def decoder_for(model, args):
+    """`decode(source_ids) -> (ids, scores)`: greedy (`--beam-size 1`) or beam search of
+    exactly `tgt_len` tokens a sentence, as the peer decodes (the length limit forces EOS at
+    the last position, and a random model almost never ends earlier)."""
+    settings = dict(
+        max_extra_length=args.tgt_len, max_length=args.tgt_len, use_cache=args.cache == "on"
+    )
+    if args.beam_size == 1:
+
+        def search(s):
+            return kt.decoding.greedy_search(model, s, **settings)
+    else:
+
+        def search(s):
+            return kt.decoding.beam_search(model, s, beam_size=args.beam_size, **settings)
+
+    return tf.function(search, jit_compile=args.jit_compile == "on")
+
+
+def bench_train(args, result):
+    rng = np.random.default_rng(args.seed)
+    model = model_for(args)
+    compile_for_training(model, args)
     vocab = model.config.target_vocab
     batches = [
         synthetic_batch(rng, vocab, args.batch_size, args.src_len, args.tgt_len) for _ in range(8)
@@ -118,21 +142,7 @@ def bench_decode(args, result):
         rng, model.config.target_vocab, args.batch_size, args.src_len, args.tgt_len
     )
     src = tf.constant(src)
-    # Exactly tgt_len tokens a sentence, as the peer decodes: the length limit forces EOS at
-    # the last position, and a random model almost never ends earlier.
-    settings = dict(max_extra_length=args.tgt_len, max_length=args.tgt_len)
-    if args.beam_size == 1:
-
-        def search(s):
-            return kt.decoding.greedy_search(model, s, use_cache=args.cache == "on", **settings)
-    else:
-
-        def search(s):
-            return kt.decoding.beam_search(
-                model, s, beam_size=args.beam_size, use_cache=args.cache == "on", **settings
-            )
-
-    decode = tf.function(search, jit_compile=args.jit_compile == "on")
+    decode = decoder_for(model, args)
     times = time_steps(lambda: decode(src)[0].numpy(), 1, max(3, args.steps // 5))
     median = statistics.median(times)
     result.update(

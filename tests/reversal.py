@@ -40,14 +40,19 @@ def held_out_data(n=500):
 
 
 def train_reversal_model():
-    """The tiny preset trained 16 epochs on the task with the paper's recipe (~55 s on CPU)."""
+    """The tiny preset trained 16 epochs on the task with the paper's recipe (~55 s on CPU).
+
+    The learning rate is the paper's own: at 1.5 times it, the held-out exact-reversal rate
+    swung between 0.85 and 1.0 from epoch to epoch, and with the CPU's float rounding; at
+    1.0 it ended at 0.98-1.0 over three seeds.
+    """
     keras.utils.set_random_seed(0)
     source, target = training_data()
     config = kt.TransformerConfig.preset("tiny", vocab_size=VOCAB_SIZE, dropout=0.0)
     model = kt.build_transformer(config)
     model.compile(
         optimizer=keras.optimizers.Adam(
-            kt.WarmupSchedule(config.d_model, warmup_steps=300, scale=1.5),
+            kt.WarmupSchedule(config.d_model, warmup_steps=300),
             beta_1=0.9,
             beta_2=0.98,
             epsilon=1e-9,
