@@ -139,6 +139,21 @@ def test_incremental_self_attention_in_chunks_equals_causal_call():
     np.testing.assert_allclose(ops.concatenate([first, second], axis=1), full, atol=1e-5)
 
 
+def test_cached_attention_mask_narrows_what_each_query_sees():
+    # Two new queries at positions 3 and 4, which the mask keeps from seeing position 1:
+    # the same outputs as the full call with that mask and the causal one.
+    layer = layers.MultiHeadAttention(num_heads=4)
+    mask = np.ones((2, 5, 5), bool)
+    mask[:, 3, 4] = mask[:, 3, 1] = mask[:, 4, 1] = False
+    full = layer(QUERY, attention_mask=mask & np.tril(np.ones((5, 5), bool)))
+    cache = layer.init_cache(batch_size=2, max_length=5)
+    _, cache = layer.call_with_cache(QUERY[:, :3], cache, cache_index=0)
+    out, _ = layer.call_with_cache(QUERY[:, 3:], cache, cache_index=3, attention_mask=mask[:, 3:])
+    np.testing.assert_allclose(out, full[:, 3:], atol=1e-5)
+    unmasked, _ = layer.call_with_cache(QUERY[:, 3:], cache, cache_index=3)
+    assert not np.allclose(out, unmasked, atol=1e-3)
+
+
 def test_cross_attention_cache_equals_call():
     layer = layers.MultiHeadAttention(num_heads=4)
     full = layer(QUERY, MEMORY, padding_mask=PADDING)

@@ -15,7 +15,13 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.decoding import EOS_ID, beam_search, greedy_search, sample
+from keras_transformer.decoding import (
+    EOS_ID,
+    beam_search,
+    greedy_search,
+    sample,
+    top_k_by_blocks,
+)
 from tests.reversal import BOS, EOS, held_out_data
 
 HELD_OUT_SOURCE, HELD_OUT_TARGET = held_out_data()
@@ -306,3 +312,37 @@ def test_bad_arguments_raise(random_model, kwargs):
 def test_bad_sampling_arguments_raise(random_model, kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         sample(random_model, RANDOM_SOURCE, **kwargs)
+
+
+def _ties_below_a_few_late_maxima():
+    """Rows of 0s, 1s and 2s with their 3 largest values near the end: the blocks holding
+    those come first by maximum, the tied 2s must still come out lowest index first."""
+    values = np.random.default_rng(3).integers(0, 3, (6, 4000))
+    values[:, [-1, -200, -500]] = [10, 9, 8]
+    return values
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.random.default_rng(0).standard_normal((6, 4000)),
+        np.random.default_rng(1).integers(0, 3, (6, 4000)),  # ties everywhere
+        _ties_below_a_few_late_maxima(),
+        np.where(np.random.default_rng(2).random((6, 4000)) < 0.99, -1e9, 0.5),  # ties at top
+    ],
+    ids=["distinct", "ties", "late-maxima", "few-finite"],
+)
+@pytest.mark.parametrize("k", [1, 8])
+@pytest.mark.parametrize("block", [None, 16, 400])
+def test_top_k_by_blocks_equals_top_k(values, k, block):
+    x = tf.constant(values, tf.float32)
+    expected_values, expected_indices = tf.math.top_k(x, k)
+    xla = tf.function(lambda x: top_k_by_blocks(x, k, block), jit_compile=True)
+    for got_values, got_indices in (top_k_by_blocks(x, k, block), xla(x)):
+        np.testing.assert_array_equal(got_values, expected_values)
+        np.testing.assert_array_equal(got_indices, expected_indices)
+
+
+def test_top_k_by_blocks_needs_a_dividing_block():
+    with pytest.raises(ValueError, match="block=300 must divide the row length 4000"):
+        top_k_by_blocks(tf.zeros([2, 4000]), 4, block=300)

@@ -94,6 +94,16 @@ def test_reverse_is_the_tied_projection_in_float32():
     np.testing.assert_allclose(logits, hidden @ table.T, atol=0.1, rtol=0.02)
 
 
+@pytest.mark.parametrize("tie_weights", [True, False])
+def test_output_kernel_projects_as_reverse_does(tie_weights):
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, tie_weights=tie_weights)
+    layer(IDS)
+    hidden = np.random.default_rng(0).normal(size=(6, 8)).astype("float32")
+    kernel = layer.output_kernel()
+    assert kernel.shape == (8, 20)
+    np.testing.assert_allclose(hidden @ kernel, layer(hidden, reverse=True), atol=1e-5)
+
+
 def test_untied_projection_has_its_own_matrix():
     layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, tie_weights=False)
     layer(IDS)

@@ -251,7 +251,9 @@ class MultiHeadAttention(keras.layers.Layer):
             "value": self._split_heads(value, self.value_kernel, self.value_bias),
         }
 
-    def call_with_cache(self, query, cache, *, cache_index=None, padding_mask=None):
+    def call_with_cache(
+        self, query, cache, *, cache_index=None, padding_mask=None, attention_mask=None
+    ):
         """Attention of new query positions against cached keys and values (inference only).
 
         Two uses:
@@ -262,11 +264,18 @@ class MultiHeadAttention(keras.layers.Layer):
         - Encoder-decoder attention (`cache_index` None): keys and values come unchanged from
           `compute_cache`; `padding_mask` `[batch, k_len]` hides source padding.
 
+        `attention_mask` narrows either further. Beam search uses it to decode the k
+        hypotheses of a sentence as k query positions of one row: each step writes their k
+        keys and values side by side, and the mask lets each hypothesis see only the slots
+        of its own ancestors, so the buffers never move when beams are reordered.
+
         Args:
             query: `[batch, new_len, d_in]`, usually `new_len` = 1.
             cache: `{"key": ..., "value": ...}` from `init_cache` or `compute_cache`.
             cache_index: scalar int (tensor), the position of the first new token, or None.
             padding_mask: boolean `[batch, k_len]` over the cached keys. Defaults to None.
+            attention_mask: boolean `[batch, new_len, k_len]`, True = attend, over the cached
+                keys (after this call's writes). Defaults to None.
 
         Returns:
             `(output [batch, new_len, output_dim], updated cache)`.
@@ -290,7 +299,7 @@ class MultiHeadAttention(keras.layers.Layer):
             causal = kt_ops.causal_mask(
                 ops.shape(query)[1], ops.shape(cache["key"])[2], offset=cache_index
             )
-        mask = kt_ops.combine_masks(padding_mask, None, causal)
+        mask = kt_ops.combine_masks(padding_mask, attention_mask, causal)
         output, _ = self._compute_attention(q, cache["key"], cache["value"], mask, training=False)
         return self._merge_heads(output), cache
 

@@ -132,7 +132,9 @@ class DecoderLayer(TransformerBlock):
             "cross_attention": self.cross_attention.compute_cache(encoder_output),
         }
 
-    def call_with_cache(self, inputs, cache, cache_index, encoder_padding_mask=None):
+    def call_with_cache(
+        self, inputs, cache, cache_index, encoder_padding_mask=None, self_attention_mask=None
+    ):
         """Decodes new target positions given the cache of the earlier ones (inference only).
 
         Args:
@@ -141,6 +143,9 @@ class DecoderLayer(TransformerBlock):
             cache: this layer's state, from `init_cache` or a previous call.
             cache_index: scalar int (tensor), position of the first new token.
             encoder_padding_mask: boolean `[batch, src_len]`. Defaults to None.
+            self_attention_mask: boolean `[batch, new_len, max_length]`, which cached
+                positions each new one may see besides the causal limit (beam search: its
+                ancestors'; see `MultiHeadAttention.call_with_cache`). Defaults to None.
 
         Returns:
             `(outputs [batch, new_len, d_model], updated cache)`: the same outputs the full
@@ -149,7 +154,7 @@ class DecoderLayer(TransformerBlock):
         x = inputs
         h = self.self_attention_residual.normalize_input(x)
         h, self_cache = self.self_attention.call_with_cache(
-            h, cache["self_attention"], cache_index=cache_index
+            h, cache["self_attention"], cache_index=cache_index, attention_mask=self_attention_mask
         )
         x = self.self_attention_residual(x, h, training=False)
         h = self.cross_attention_residual.normalize_input(x)
@@ -250,12 +255,18 @@ class Decoder(TransformerBlock):
         """One `DecoderLayer.init_cache` state a layer, as a list."""
         return [layer.init_cache(encoder_output, max_length) for layer in self.decoder_layers]
 
-    def call_with_cache(self, inputs, cache, cache_index, encoder_padding_mask=None):
+    def call_with_cache(
+        self, inputs, cache, cache_index, encoder_padding_mask=None, self_attention_mask=None
+    ):
         """`DecoderLayer.call_with_cache` through the stack: `(outputs, updated cache list)`."""
         x, new_cache = inputs, []
         for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
             x, layer_cache = layer.call_with_cache(
-                x, layer_cache, cache_index, encoder_padding_mask=encoder_padding_mask
+                x,
+                layer_cache,
+                cache_index,
+                encoder_padding_mask=encoder_padding_mask,
+                self_attention_mask=self_attention_mask,
             )
             new_cache.append(layer_cache)
         return (x if self.final_norm is None else self.final_norm(x)), new_cache

@@ -158,6 +158,18 @@ class TransformerEmbedding(keras.layers.Layer):
         self.position_embedding.build((None, self.max_length, self.d_model))
         self.built = True
 
+    def output_kernel(self):
+        """The pre-softmax projection as a `[d_model, vocab_size]` matrix in the compute dtype.
+
+        `E^T` when tied (a transposed copy), else the separate reverse matrix. Decoders that
+        project every step take it once, outside their loop: `matmul(x, kernel)`, cast to
+        float32, equals `call(x, reverse=True)`, and the matrix multiply runs faster on the
+        laid-out copy than on `E` transposed at each call.
+        """
+        table = self.token_embedding
+        kernel = ops.transpose(table.embeddings) if self.tie_weights else table.reverse_embeddings
+        return ops.cast(kernel, self.compute_dtype)
+
     def call(self, inputs, start_index=0, reverse=False, training=None):
         if reverse:
             return ops.cast(self.token_embedding(inputs, reverse=True), "float32")
