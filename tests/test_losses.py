@@ -15,6 +15,7 @@ LABELS = np.array([[4, 2, 9, 0, 0], [1, 1, 0, 0, 0], [3, 8, 7, 6, 5]], "int32")
 
 def reference(labels, logits, eps, pad=0):
     logits = logits.astype("float64")
+    logits = logits - logits.max(-1, keepdims=True)
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     vocab = logits.shape[-1]
     target = np.full(logits.shape, eps / vocab)
@@ -102,6 +103,26 @@ def test_gradient_under_xla_with_unknown_batch():
     np.testing.assert_allclose(
         gradient(LABELS, LOGITS).numpy(),
         reference_gradient(LABELS, LOGITS, 0.1, np.ones(3)),
+        atol=1e-7,
+        rtol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_far_apart_logits_give_finite_loss_and_gradient(eps):
+    """Logits hundreds apart: the labels' probabilities underflow to 0 in float32, yet the
+    loss is the label's distance below the log-normalizer, not inf or NaN."""
+    logits = LOGITS * 100  # spreads of up to ~1,800
+    loss = kt.losses.LabelSmoothedCrossEntropy(label_smoothing=eps)
+    weights = np.ones(3, "float32")
+    tensor = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(tensor)
+        value = loss(LABELS, tensor)
+    np.testing.assert_allclose(float(value), reference(LABELS, logits, eps), rtol=1e-5)
+    np.testing.assert_allclose(
+        tape.gradient(value, tensor).numpy(),
+        reference_gradient(LABELS, logits, eps, weights),
         atol=1e-7,
         rtol=1e-5,
     )
