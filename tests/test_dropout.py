@@ -9,6 +9,15 @@ from keras_transformer.layers.dropout import LEVELS
 
 X = np.random.default_rng(0).normal(size=(8, 64, 256)).astype("float32")  # 131,072 elements
 
+# Eagerly (Philox) and under XLA (Threefry): the statistics below must hold for both.
+EXECUTION = ["eager", "xla"]
+
+
+def apply(layer, x, execution):
+    if execution == "eager":
+        return layer(x, training=True).numpy()
+    return tf.function(lambda t: layer(t, training=True), jit_compile=True)(x).numpy()
+
 
 class DropoutLayerTest(TestCase):
     def test_layer(self):
@@ -28,9 +37,10 @@ def test_inference_is_the_identity():
     np.testing.assert_array_equal(layers.Dropout(0.3)(X), X)
 
 
+@pytest.mark.parametrize("execution", EXECUTION)
 @pytest.mark.parametrize("rate", [0.1, 0.3, 0.5])
-def test_drops_the_rate_and_scales_the_rest_to_keep_the_mean(rate):
-    y = layers.Dropout(rate, seed=1)(X, training=True).numpy()
+def test_drops_the_rate_and_scales_the_rest_to_keep_the_mean(rate, execution):
+    y = apply(layers.Dropout(rate, seed=1), X, execution)
     dropped = y == 0
     # 131,072 Bernoulli draws: the standard deviation of the fraction is below 0.0014.
     assert abs(dropped.mean() - rate) < 0.006
@@ -38,20 +48,29 @@ def test_drops_the_rate_and_scales_the_rest_to_keep_the_mean(rate):
     np.testing.assert_allclose(y[~dropped], X[~dropped] / keep, rtol=1e-6)
 
 
-def test_the_two_halves_of_each_random_word_are_independent():
+@pytest.mark.parametrize("execution", EXECUTION)
+def test_the_two_halves_of_each_random_word_are_independent(execution):
     # Elements 2i and 2i+1 share a 32-bit word: their decisions must not be correlated.
-    dropped = (layers.Dropout(0.5, seed=2)(np.ones((1 << 18,), "float32"), training=True)) == 0
-    pairs = dropped.numpy().reshape(-1, 2).astype("float64")
+    dropped = apply(layers.Dropout(0.5, seed=2), np.ones((1 << 18,), "float32"), execution) == 0
+    pairs = dropped.reshape(-1, 2).astype("float64")
     assert abs(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]) < 0.02
     # and the both-dropped pairs are a quarter of all, as for independent halves
     assert abs(pairs.prod(axis=1).mean() - 0.25) < 0.006
 
 
-def test_each_call_draws_a_new_mask_and_a_seed_repeats_them():
+@pytest.mark.parametrize("execution", EXECUTION)
+def test_each_call_draws_a_new_mask_and_a_seed_repeats_them(execution):
     a, b = layers.Dropout(0.5, seed=7), layers.Dropout(0.5, seed=7)
-    first = a(X, training=True).numpy()
-    assert not np.array_equal(first, a(X, training=True).numpy())
-    np.testing.assert_array_equal(first, b(X, training=True).numpy())
+    first = apply(a, X, execution)
+    assert not np.array_equal(first, apply(a, X, execution))
+    np.testing.assert_array_equal(first, apply(b, X, execution))
+
+
+def test_xla_draws_its_masks_with_threefry():
+    """The generator is chosen by where the layer runs; nothing else tells them apart."""
+    eager = apply(layers.Dropout(0.5, seed=9), X, "eager") == 0
+    xla = apply(layers.Dropout(0.5, seed=9), X, "xla") == 0
+    assert 0.4 < (eager != xla).mean() < 0.6  # independent masks, not the same one
 
 
 def test_odd_sizes_and_unknown_shapes_under_xla():

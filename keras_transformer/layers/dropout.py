@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 from keras import ops
+from tensorflow.python.ops import control_flow_util  # the XLA-context test Keras 2 used
 
 # Each element's keep/drop decision compares 16 random bits with round(rate * 2^16).
 LEVELS = 2**16
@@ -22,6 +23,13 @@ class Dropout(keras.layers.Dropout):
     the kept ones are scaled by the exact inverse of the resulting keep probability, so the
     expected output equals the input. The dropped fraction differs from `rate` by less than
     2^-17 (rate 0.1 drops 6554/65536 = 0.100006 of the elements).
+
+    Under XLA (`jit_compile=True`) the words come from Threefry-2x32 rather than Philox-4x32,
+    both counter-based generators of Salmon et al. (2011) that TensorFlow offers for
+    stateless random numbers: XLA's CPU code makes Threefry's 2.5x faster (0.38 against
+    0.98 ms for the 131,072 words of one `small` dropout). TensorFlow's kernels outside XLA
+    have Philox only, so that is what eager and graph execution use: the same seed gives
+    different masks with and without XLA, and the same mask every time within either.
 
     With `noise_shape` (a mask shared along some axes) it falls back to Keras's own dropout.
 
@@ -56,8 +64,14 @@ class Dropout(keras.layers.Dropout):
         # as Keras's own TensorFlow dropout does.
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), "int32")
         size = tf.size(inputs)
+        xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
         words = tf.random.stateless_uniform(
-            [(size + 1) // 2], seed, minval=None, maxval=None, dtype=tf.uint32
+            [(size + 1) // 2],
+            seed,
+            minval=None,
+            maxval=None,
+            dtype=tf.uint32,
+            alg="threefry" if xla else "philox",
         )
         draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]  # two per word
         keep = tf.reshape(draws >= drop_levels, tf.shape(inputs))
