@@ -3,6 +3,7 @@
     python -m benchmarks.run --preset small --mode train --batch-size 32
     python -m benchmarks.run --preset small --mode decode --cache on --tgt-len 64
     python -m benchmarks.run --preset small --mode decode --beam-size 4 --tgt-len 64
+    python -m benchmarks.run --preset small --mode decode --tgt-len 64 --shards 2
     python -m benchmarks.run --mode pipeline       # tokenize + bucket + batch, alone
     python -m benchmarks.run --mode serve --saved-model saved_models/demo
 
@@ -103,6 +104,8 @@ def decoder_for(model, args):
         def search(s):
             return kt.decoding.beam_search(model, s, beam_size=args.beam_size, **settings)
 
+    if args.shards > 1:
+        return kt.decoding.parallel_search(search, shards=args.shards)
     return tf.function(search, jit_compile=args.jit_compile == "on")
 
 
@@ -149,6 +152,7 @@ def bench_decode(args, result):
         params=int(model.count_params()),
         cache=args.cache == "on",
         beam_size=args.beam_size,
+        shards=args.shards,
         step_ms_median=1e3 * median,
         step_ms_min=1e3 * min(times),
         tokens_per_s=args.batch_size * args.tgt_len / median,
@@ -238,10 +242,21 @@ def main(argv=None):
     parser.add_argument("--jit-compile", default="on", choices=["on", "off"])
     parser.add_argument("--cache", default="on", choices=["on", "off"])
     parser.add_argument("--beam-size", type=int, default=1)
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="--mode decode: slices of the batch decoded at once, each by its own XLA program "
+        "(keras_transformer.decoding.parallel_search; needs --jit-compile on)",
+    )
     parser.add_argument("--dtype", default=None, help="e.g. mixed_bfloat16 (default float32)")
     parser.add_argument("--saved-model", default="saved_models/demo", help="--mode serve")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.shards < 1:
+        parser.error(f"--shards {args.shards}: must be >= 1")
+    if args.shards > 1 and args.jit_compile == "off":
+        parser.error("--shards > 1 runs each slice under XLA; it needs --jit-compile on")
     keras.utils.set_random_seed(args.seed)
     result = dict(
         impl="keras_transformer",

@@ -33,8 +33,9 @@ SMALL = ["--preset", "tiny", "--batch-size", "2", "--src-len", "6", "--tgt-len",
     [
         ["--mode", "train", "--steps", "2", "--warmup", "1"],
         ["--mode", "decode", "--steps", "1", "--beam-size", "2", "--jit-compile", "off"],
+        ["--mode", "decode", "--steps", "1", "--shards", "2"],
     ],
-    ids=["train", "decode"],
+    ids=["train", "decode", "decode-shards"],
 )
 def test_the_last_line_is_the_peer_schema(flags, capsys):
     run.main(SMALL + flags)
@@ -43,6 +44,19 @@ def test_the_last_line_is_the_peer_schema(flags, capsys):
     assert result["impl"] == "keras_transformer" and result["mode"] == flags[1]
     assert result["tokens_per_s"] > 0 and result["step_ms_min"] <= result["step_ms_median"]
     assert result["params"] > 0
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--shards", "0"], "--shards 0: must be >= 1"),
+        (["--shards", "2", "--jit-compile", "off"], "it needs --jit-compile on"),
+    ],
+)
+def test_bad_shards_are_refused(flags, message, capsys):
+    with pytest.raises(SystemExit):
+        run.main(SMALL + ["--mode", "decode"] + flags)
+    assert message in capsys.readouterr().err
 
 
 def test_self_times_subtract_nested_events():

@@ -19,6 +19,7 @@ from keras_transformer.decoding import (
     EOS_ID,
     beam_search,
     greedy_search,
+    parallel_search,
     sample,
     top_k_by_blocks,
 )
@@ -227,6 +228,40 @@ def test_graph_mode_and_xla_match_eager(reversal_model, search):
         np.testing.assert_allclose(scores, expected_scores, atol=1e-4)
     graph(tf.constant(RANDOM_SOURCE[:2], tf.int32))  # another batch size and length
     assert graph.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.parametrize("which", ["unfamiliar", "random"])
+def test_parallel_search_decodes_as_the_whole_batch(request, search, which):
+    model, source = (
+        (request.getfixturevalue("reversal_model"), UNFAMILIAR_SOURCE)  # beams reorder
+        if which == "unfamiliar"
+        else (request.getfixturevalue("random_model"), RANDOM_SOURCE)  # length limits
+    )
+    settings = {"max_extra_length": 5}
+    expected_ids, expected_scores = SEARCHES[search](model, source, **settings)
+    parallel = parallel_search(lambda s: SEARCHES[search](model, s, **settings), shards=3)
+    for rows in (len(source), 1):  # 8 sentences as 3 + 3 + 2, or 3 as 1 + 1 + 1; 1 + 0 + 0
+        ids, scores = parallel(source[:rows])
+        np.testing.assert_array_equal(ids, np.asarray(expected_ids)[:rows])
+        np.testing.assert_allclose(scores, np.asarray(expected_scores)[:rows], atol=1e-4)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_an_empty_batch_decodes_to_nothing(random_model, search):
+    def decode(source):
+        return SEARCHES[search](random_model, source, **SHORT)
+
+    empty = tf.zeros([0, 4], tf.int32)
+    for run in (decode, tf.function(decode), tf.function(decode, jit_compile=True)):
+        ids, scores = run(empty)  # a static batch of 0
+        assert ids.shape == (0, 4 + SHORT["max_extra_length"]) and scores.shape == (0,)
+
+
+@pytest.mark.parametrize("shards", [0, 1.5, True])
+def test_parallel_search_needs_a_whole_number_of_shards(random_model, shards):
+    with pytest.raises(ValueError, match="shards"):
+        parallel_search(lambda s: greedy_search(random_model, s), shards=shards)
 
 
 def test_sampling_with_top_k_one_is_greedy(model_and_source):
