@@ -82,7 +82,8 @@ def main(argv=None):
     parser.add_argument("--top", type=int, default=25, help="event kinds to print")
     parser.add_argument("--set", type=parse_override, action="append", default=[])
     parser.add_argument("--logdir", type=Path, help="default: a temporary directory")
-    parser.set_defaults(dtype=None, jit_compile="on", cache="on")  # what benchmarks.run reads
+    # What benchmarks.run reads:
+    parser.set_defaults(dtype=None, jit_compile="on", cache="on", shards=1)
     args = parser.parse_args(argv)
     # Read at XLA's first compilation: its CPU runtime then emits a trace event per op it runs.
     os.environ["XLA_FLAGS"] = (

@@ -8,7 +8,8 @@ Public API:
     layers                              every sublayer as a keras.layers.Layer
     ops                                 scaled_dot_product_attention and mask builders
     losses, metrics                     label-smoothed loss, masked accuracy, perplexity
-    decoding                            cached greedy search, beam search, sampling
+    decoding                            cached greedy search, beam search, sampling; a batch's
+                                        slices decoded at once under XLA (parallel_search)
     corpus, text, data                  corpus readers, SentencePiece vocabularies, tf.data
     evaluation                          Translator (text in, text out) and sacrebleu scores
     export                              the TF Serving SavedModel
