@@ -4,7 +4,10 @@ The encoder runs once; each step embeds one token, runs `Decoder.call_with_cache
 attention keys and values written into fixed-size buffers at position t, encoder-decoder keys
 and values projected once) and projects to float32 logits. The loop is a `tf.while_loop` over
 static-shaped state (only the batch may be unknown), so every function here runs eagerly,
-inside `tf.function` with unknown batch and length, and under XLA (`jit_compile=True`).
+inside `tf.function` with unknown batch and length, and under XLA (`jit_compile=True`). It
+runs in `PHASES` loops one after the other, the buffers growing between them (to a quarter
+of the output length, half, ...): a step's attention reads about the part of them written so
+far, not the whole.
 
 Output length: a sentence may have at most its own number of source tokens +
 `max_extra_length` output tokens (paper 6.1: "maximum output length to input length + 50"),
@@ -28,6 +31,10 @@ from keras_transformer.config import PAD_ID
 
 BOS_ID, EOS_ID = 2, 3
 NEG_INF = -1e9  # the log-probability of impossible choices; finite, so sums never give NaN
+# The loops run in phases: the self-attention buffers start with room for the first quarter
+# of the positions and grow at each phase, so a step reads only about the part written so
+# far (and a decode that ends early never reads the rest).
+PHASES = 4
 
 
 def greedy_search(
@@ -176,7 +183,7 @@ def beam_search(
         raise ValueError(f"length_penalty={length_penalty} must be >= 0")
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     k, vocab = beam_size, model.config.target_vocab
-    step, state, follow = _beam_step(model, source_ids, k, max_len, use_cache)
+    step, state, follow, grow = _beam_step(model, source_ids, k, max_len, use_cache)
     batch = _batch_size(source_ids)
 
     def lp(length):
@@ -209,7 +216,7 @@ def beam_search(
         return t + 1, alive_ids, alive_logp, finished_ids, finished_scores, done, state
 
     def not_done(t, alive_ids, alive_logp, finished_ids, finished_scores, done, state):
-        return (t < max_len) & ~tf.reduce_all(done)
+        return (t < end) & ~tf.reduce_all(done)
 
     ids = tf.tile(_start_ids(batch, max_len, bos_id)[:, None, :], [1, k, 1])  # (b, beam, T+1)
     first_beam_only = tf.constant([0.0] + [NEG_INF] * (k - 1))  # the k starts are one
@@ -222,7 +229,11 @@ def beam_search(
         tf.zeros([batch], tf.bool),
         state,
     )
-    _, _, _, finished_ids, finished_scores, _, _ = tf.while_loop(not_done, body, loop_state)
+    for phase, end in enumerate(_phase_lengths(max_len)):
+        if phase:
+            loop_state = (*loop_state[:-1], grow(loop_state[-1], end))
+        loop_state = tf.while_loop(not_done, body, loop_state)
+    _, _, _, finished_ids, finished_scores, _, _ = loop_state
     return finished_ids[:, 0, 1:], finished_scores[:, 0]
 
 
@@ -389,24 +400,25 @@ def _decoder_step(model, source_ids, copies, max_len, use_cache):
         x, cache = model.decoder.call_with_cache(x, cache, t, encoder_padding_mask=source_mask)
         return tf.nn.log_softmax(_project(x[:, 0], kernel)), cache  # (n, vocab)
 
-    return cached_step, model.decoder.init_cache(memory, max_len)
+    return cached_step, model.decoder.init_cache(memory, _phase_lengths(max_len)[0])
 
 
 def _beam_step(model, source_ids, k, max_len, use_cache):
     """The model as the next-token distributions of k hypotheses a sentence.
 
-    Returns `(step, state, follow)`: `step(ids [batch, k, T + 1], t, state) -> (log_probs
-    [batch, k, vocab], state)`, and `follow(state, parents [batch, k]) -> state` after
-    hypothesis j of each sentence has become an extension of hypothesis `parents[:, j]`.
+    Returns `(step, state, follow, grow)`: `step(ids [batch, k, T + 1], t, state) ->
+    (log_probs [batch, k, vocab], state)`, `follow(state, parents [batch, k]) -> state` after
+    hypothesis j of each sentence has become an extension of hypothesis `parents[:, j]`, and
+    `grow(state, length) -> state` with room for `length` positions (the next phase).
 
     With the cache, the k hypotheses of a sentence are decoded as k query positions of one
     row: one copy of the encoder output and its projected keys and values a sentence, and
-    self-attention buffers `[batch, heads, max_len * k, depth]` where step t writes the k
+    self-attention buffers `[batch, heads, length * k, depth]` where step t writes the k
     hypotheses' keys and values side by side at `t * k`. Nothing in the buffers moves when
-    beams are reordered: `ancestry [batch, k, max_len]` records, for each hypothesis and
+    beams are reordered: `ancestry [batch, k, length]` records, for each hypothesis and
     position, which of the k slots holds its ancestor's entry, and the self-attention mask
     shows each hypothesis those slots only. (Reordering the buffers instead costs a copy
-    of every layer's keys and values each step.)
+    of every layer's keys and values each step.) `length` is the current phase's.
     """
     if not use_cache:
         full_step, _ = _decoder_step(model, source_ids, k, max_len, use_cache=False)
@@ -416,7 +428,7 @@ def _beam_step(model, source_ids, k, max_len, use_cache):
             log_probs, _ = full_step(tf.reshape(ids, [n, -1]), t, [])
             return tf.reshape(log_probs, [-1, k, tf.shape(log_probs)[-1]]), state
 
-        return recompute, (), lambda state, parents: state
+        return recompute, (), lambda state, parents: state, lambda state, length: state
 
     memory, source_mask = model.encode(source_ids)  # (batch, src_len, d_model)
     kernel = model.target_embedding.output_kernel()  # (d_model, vocab), once for all steps
@@ -430,8 +442,9 @@ def _beam_step(model, source_ids, k, max_len, use_cache):
         x = tf.reshape(x, [batch, k, tf.shape(x)[-1]])  # the k hypotheses as k positions
         own = tf.broadcast_to(slots[None, :, None], [batch, k, 1])  # hypothesis j wrote slot j
         ancestry = ops.slice_update(ancestry, [0, 0, t], own)
-        visible = (ancestry[..., None] == slots) & (tf.range(max_len) <= t)[:, None]
-        visible = tf.reshape(visible, [batch, k, max_len * k])  # (position, slot) flattened
+        length = tf.shape(ancestry)[2]  # positions the buffers hold in this phase
+        visible = (ancestry[..., None] == slots) & (tf.range(length) <= t)[:, None]
+        visible = tf.reshape(visible, [batch, k, length * k])  # (position, slot) flattened
         x, cache = model.decoder.call_with_cache(
             x, cache, t * k, encoder_padding_mask=source_mask, self_attention_mask=visible
         )
@@ -441,8 +454,13 @@ def _beam_step(model, source_ids, k, max_len, use_cache):
         cache, ancestry = state
         return cache, tf.gather(ancestry, parents, batch_dims=1)
 
-    state = (model.decoder.init_cache(memory, max_len * k), tf.zeros([batch, k, max_len], tf.int32))
-    return step, state, follow
+    def grow(state, length):
+        cache, ancestry = state
+        return _grow_cache(cache, length * k), _pad_axis(ancestry, 2, length)
+
+    first = _phase_lengths(max_len)[0]
+    state = (model.decoder.init_cache(memory, first * k), tf.zeros([batch, k, first], tf.int32))
+    return step, state, follow, grow
 
 
 def _project(x, kernel):
@@ -468,7 +486,7 @@ def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
         return t + 1, ids, scores, finished | (token == eos_id), cache
 
     def not_done(t, ids, scores, finished, cache):
-        return (t < max_len) & ~tf.reduce_all(finished)
+        return (t < end) & ~tf.reduce_all(finished)
 
     state = (
         tf.constant(0),
@@ -477,8 +495,40 @@ def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
         tf.zeros([batch], tf.bool),
         cache,
     )
-    _, ids, scores, _, _ = tf.while_loop(not_done, body, state)
+    for phase, end in enumerate(_phase_lengths(max_len)):
+        if phase:
+            state = (*state[:-1], _grow_cache(state[-1], end))
+        state = tf.while_loop(not_done, body, state)
+    _, ids, scores, _, _ = state
     return ids[:, 1:], scores
+
+
+def _phase_lengths(max_len, phases: int = PHASES):
+    """The number of positions the self-attention buffers hold in each phase of the loop:
+    `ceil((p + 1) * max_len / phases)`, the last one `max_len`."""
+    return [(max_len * (p + 1) + phases - 1) // phases for p in range(phases)]
+
+
+def _grow_cache(cache, length):
+    """A `Decoder.init_cache` state whose self-attention buffers are 0-padded to `length`
+    positions (an uncached search's empty list stays empty)."""
+    return [
+        {
+            **layer,
+            "self_attention": {
+                name: _pad_axis(buffer, 2, length)
+                for name, buffer in layer["self_attention"].items()
+            },
+        }
+        for layer in cache
+    ]
+
+
+def _pad_axis(x, axis, length):
+    """`x` 0-padded at the end of `axis` to `length`."""
+    paddings = [[0, 0]] * len(x.shape)
+    paddings[axis] = [0, length - tf.shape(x)[axis]]
+    return tf.pad(x, paddings)
 
 
 def _batch_size(source_ids):

@@ -17,6 +17,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.decoding import (
     EOS_ID,
+    _phase_lengths,
     beam_search,
     greedy_search,
     parallel_search,
@@ -256,6 +257,15 @@ def test_an_empty_batch_decodes_to_nothing(random_model, search):
     for run in (decode, tf.function(decode), tf.function(decode, jit_compile=True)):
         ids, scores = run(empty)  # a static batch of 0
         assert ids.shape == (0, 4 + SHORT["max_extra_length"]) and scores.shape == (0,)
+
+
+@pytest.mark.parametrize(
+    "max_len, lengths", [(1, [1, 1, 1, 1]), (15, [4, 8, 12, 15]), (64, [16, 32, 48, 64])]
+)
+def test_the_buffers_grow_in_phases_up_to_the_output_length(max_len, lengths):
+    # The cached searches above run through every phase (the random model to its limits),
+    # so their agreement with the uncached ones covers the growth itself.
+    assert [int(n) for n in _phase_lengths(tf.constant(max_len))] == lengths
 
 
 @pytest.mark.parametrize("shards", [0, 1.5, True])
