@@ -503,10 +503,12 @@ def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
     return ids[:, 1:], scores
 
 
-def _phase_lengths(max_len, phases: int = PHASES):
+def _phase_lengths(max_len, phases: int = PHASES, shortest: int = 8):
     """The number of positions the self-attention buffers hold in each phase of the loop:
-    `ceil((p + 1) * max_len / phases)`, the last one `max_len`."""
-    return [(max_len * (p + 1) + phases - 1) // phases for p in range(phases)]
+    `ceil((p + 1) * max_len / phases)`, the last one `max_len`, none below `shortest` (or
+    `max_len` if smaller: a buffer of one position would be a softmax over one key)."""
+    floor = tf.minimum(max_len, shortest)
+    return [tf.maximum((max_len * (p + 1) + phases - 1) // phases, floor) for p in range(phases)]
 
 
 def _grow_cache(cache, length):

@@ -260,7 +260,8 @@ def test_an_empty_batch_decodes_to_nothing(random_model, search):
 
 
 @pytest.mark.parametrize(
-    "max_len, lengths", [(1, [1, 1, 1, 1]), (15, [4, 8, 12, 15]), (64, [16, 32, 48, 64])]
+    "max_len, lengths",
+    [(1, [1, 1, 1, 1]), (4, [4, 4, 4, 4]), (15, [8, 8, 12, 15]), (64, [16, 32, 48, 64])],
 )
 def test_the_buffers_grow_in_phases_up_to_the_output_length(max_len, lengths):
     # The cached searches above run through every phase (the random model to its limits),
