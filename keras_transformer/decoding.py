@@ -71,12 +71,12 @@ def greedy_search(
     (TensorShape([1, 7]), tf.int32, TensorShape([1]))
     """
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
-    step, cache = _decoder_step(model, source_ids, 1, max_len, use_cache)
+    step, cache, grow = _decoder_step(model, source_ids, 1, max_len, use_cache)
 
     def choose(log_probs, t):
         return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
 
-    return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
+    return _single_path(step, cache, grow, limits, max_len, choose, bos_id, eos_id)
 
 
 def sample(
@@ -117,7 +117,7 @@ def sample(
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"top_k={top_k!r} must be an integer >= 0")
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
-    step, cache = _decoder_step(model, source_ids, 1, max_len, use_cache=True)
+    step, cache, grow = _decoder_step(model, source_ids, 1, max_len, use_cache=True)
     if seed is None:
         seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int32)
     seed = tf.cast(seed, tf.int32)
@@ -131,7 +131,7 @@ def sample(
         drawn = tf.random.stateless_categorical(logits, 1, tf.stack([seed, t]), tf.int32)
         return drawn[:, 0]
 
-    return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
+    return _single_path(step, cache, grow, limits, max_len, choose, bos_id, eos_id)
 
 
 def beam_search(
@@ -265,7 +265,7 @@ def parallel_search(search, *, shards: int = 2):
     about as much as the work. Here each slice of the batch is decoded by its own XLA
     program, and TensorFlow's executor runs the programs side by side on its inter-op
     threads, so each core decodes a slice of its own (BENCHMARKS.md: `small`, 32 sentences,
-    2 cores: 1.15x greedy and 1.4x beam 4 over one program). Sentences are independent in
+    2 cores: 1.24x greedy and 1.29x beam 4 over one program). Sentences are independent in
     `greedy_search` and `beam_search`, so the results are those of the whole batch, up to
     float rounding; `sample` with a seed draws differently when the batch is cut differently.
 
@@ -375,9 +375,10 @@ def _prepare(model, source_ids, max_extra_length, max_length):
 def _decoder_step(model, source_ids, copies, max_len, use_cache):
     """The model as a next-token distribution.
 
-    Returns `(step, cache)`: `step(ids [n, T + 1], t, cache) -> (log_probs [n, vocab], cache)`
-    with `n = batch * copies` (each sentence repeated `copies` times), where `ids[:, t]` is
-    the token at decoder position t (BOS at 0); `cache` is the initial decoder cache.
+    Returns `(step, cache, grow)`: `step(ids [n, T + 1], t, cache) -> (log_probs [n, vocab],
+    cache)` with `n = batch * copies` (each sentence repeated `copies` times), where
+    `ids[:, t]` is the token at decoder position t (BOS at 0); `cache` is the initial decoder
+    cache, with room for the first phase; `grow(cache, length)` makes room for `length`.
     """
     if not use_cache:
         source_ids = tf.repeat(source_ids, copies, axis=0)  # (n, src_len)
@@ -387,7 +388,7 @@ def _decoder_step(model, source_ids, copies, max_len, use_cache):
             logits = model(inputs, training=False)  # (n, T, vocab): the whole prefix again
             return tf.nn.log_softmax(tf.gather(logits, t, axis=1)), cache
 
-        return full_step, []
+        return full_step, [], lambda cache, length: cache
 
     memory, source_mask = model.encode(source_ids)  # (batch, src_len, d_model)
     memory = tf.repeat(memory, copies, axis=0)  # (n, src_len, d_model)
@@ -400,7 +401,8 @@ def _decoder_step(model, source_ids, copies, max_len, use_cache):
         x, cache = model.decoder.call_with_cache(x, cache, t, encoder_padding_mask=source_mask)
         return tf.nn.log_softmax(_project(x[:, 0], kernel)), cache  # (n, vocab)
 
-    return cached_step, model.decoder.init_cache(memory, _phase_lengths(max_len)[0])
+    first = _phase_lengths(max_len)[0]
+    return cached_step, model.decoder.init_cache(memory, first), model.decoder.grow_cache
 
 
 def _beam_step(model, source_ids, k, max_len, use_cache):
@@ -421,7 +423,7 @@ def _beam_step(model, source_ids, k, max_len, use_cache):
     of every layer's keys and values each step.) `length` is the current phase's.
     """
     if not use_cache:
-        full_step, _ = _decoder_step(model, source_ids, k, max_len, use_cache=False)
+        full_step, _, _ = _decoder_step(model, source_ids, k, max_len, use_cache=False)
 
         def recompute(ids, t, state):
             n = tf.shape(ids)[0] * k
@@ -456,7 +458,8 @@ def _beam_step(model, source_ids, k, max_len, use_cache):
 
     def grow(state, length):
         cache, ancestry = state
-        return _grow_cache(cache, length * k), _pad_axis(ancestry, 2, length)
+        grown = tf.pad(ancestry, [[0, 0], [0, 0], [0, length - tf.shape(ancestry)[2]]])
+        return model.decoder.grow_cache(cache, length * k), grown
 
     first = _phase_lengths(max_len)[0]
     state = (model.decoder.init_cache(memory, first * k), tf.zeros([batch, k, first], tf.int32))
@@ -470,7 +473,7 @@ def _project(x, kernel):
     return tf.cast(tf.reshape(logits, shape), tf.float32)
 
 
-def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
+def _single_path(step, cache, grow, limits, max_len, choose, bos_id, eos_id):
     """The loop of greedy search and sampling: `choose(log_probs, t)` picks each token."""
     batch = tf.shape(limits)[0]
 
@@ -497,7 +500,7 @@ def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
     )
     for phase, end in enumerate(_phase_lengths(max_len)):
         if phase:
-            state = (*state[:-1], _grow_cache(state[-1], end))
+            state = (*state[:-1], grow(state[-1], end))
         state = tf.while_loop(not_done, body, state)
     _, ids, scores, _, _ = state
     return ids[:, 1:], scores
@@ -509,28 +512,6 @@ def _phase_lengths(max_len, phases: int = PHASES, shortest: int = 8):
     `max_len` if smaller: a buffer of one position would be a softmax over one key)."""
     floor = tf.minimum(max_len, shortest)
     return [tf.maximum((max_len * (p + 1) + phases - 1) // phases, floor) for p in range(phases)]
-
-
-def _grow_cache(cache, length):
-    """A `Decoder.init_cache` state whose self-attention buffers are 0-padded to `length`
-    positions (an uncached search's empty list stays empty)."""
-    return [
-        {
-            **layer,
-            "self_attention": {
-                name: _pad_axis(buffer, 2, length)
-                for name, buffer in layer["self_attention"].items()
-            },
-        }
-        for layer in cache
-    ]
-
-
-def _pad_axis(x, axis, length):
-    """`x` 0-padded at the end of `axis` to `length`."""
-    paddings = [[0, 0]] * len(x.shape)
-    paddings[axis] = [0, length - tf.shape(x)[axis]]
-    return tf.pad(x, paddings)
 
 
 def _batch_size(source_ids):

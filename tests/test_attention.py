@@ -139,6 +139,17 @@ def test_incremental_self_attention_in_chunks_equals_causal_call():
     np.testing.assert_allclose(ops.concatenate([first, second], axis=1), full, atol=1e-5)
 
 
+def test_a_grown_cache_goes_on_where_it_was():
+    layer = layers.MultiHeadAttention(num_heads=4)
+    full = layer(QUERY, use_causal_mask=True)
+    cache = layer.init_cache(batch_size=2, max_length=3)
+    first, cache = layer.call_with_cache(QUERY[:, :3], cache, cache_index=0)
+    cache = layer.grow_cache(cache, max_length=6)  # one position more than the 5 decoded
+    assert cache["key"].shape == (2, 4, 6, 4) and cache["value"].shape == (2, 4, 6, 4)
+    second, cache = layer.call_with_cache(QUERY[:, 3:], cache, cache_index=3)
+    np.testing.assert_allclose(ops.concatenate([first, second], axis=1), full, atol=1e-5)
+
+
 def test_cached_attention_mask_narrows_what_each_query_sees():
     # Two new queries at positions 3 and 4, which the mask keeps from seeing position 1:
     # the same outputs as the full call with that mask and the causal one.

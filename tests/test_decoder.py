@@ -81,6 +81,22 @@ def test_cached_decoding_equals_the_full_decoder(cls, norm_first):
     np.testing.assert_allclose(ops.concatenate(steps, axis=1), full, atol=1e-5)
 
 
+@pytest.mark.parametrize("cls", [layers.DecoderLayer, layers.Decoder])
+def test_cached_decoding_goes_on_in_a_grown_cache(cls):
+    decoder = _decoder(cls, norm_first=False)
+    full = decoder(TARGET, MEMORY, encoder_padding_mask=MEMORY_MASK)
+    cache = decoder.init_cache(MEMORY, max_length=2)
+    steps = []
+    for t in range(TARGET.shape[1]):
+        if t == 2:
+            cache = decoder.grow_cache(cache, max_length=TARGET.shape[1])
+        out, cache = decoder.call_with_cache(
+            TARGET[:, t : t + 1], cache, t, encoder_padding_mask=MEMORY_MASK
+        )
+        steps.append(out)
+    np.testing.assert_allclose(ops.concatenate(steps, axis=1), full, atol=1e-5)
+
+
 def test_cached_decoding_under_mixed_precision_and_xla():
     decoder = _decoder(layers.Decoder, dtype="mixed_bfloat16")
     full = decoder(TARGET, MEMORY, encoder_padding_mask=MEMORY_MASK)

@@ -237,6 +237,16 @@ class MultiHeadAttention(keras.layers.Layer):
             "value": ops.zeros((batch_size, h, max_length, self.head_value_dim), dtype),
         }
 
+    def grow_cache(self, cache, max_length):
+        """A self-attention cache with room for `max_length` positions: the buffers of
+        `cache` (from `init_cache` or `call_with_cache`), 0-padded at the end. The entries
+        already written keep their positions, so decoding goes on where it was."""
+        padding = max_length - ops.shape(cache["key"])[2]
+        return {
+            name: ops.pad(buffer, [[0, 0], [0, 0], [0, padding], [0, 0]])
+            for name, buffer in cache.items()
+        }
+
     def compute_cache(self, value, key=None):
         """Projects a fixed memory (the encoder output) once, for encoder-decoder attention.
 

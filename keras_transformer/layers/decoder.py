@@ -132,6 +132,12 @@ class DecoderLayer(TransformerBlock):
             "cross_attention": self.cross_attention.compute_cache(encoder_output),
         }
 
+    def grow_cache(self, cache, max_length: int):
+        """This layer's state with self-attention buffers for `max_length` positions
+        (`MultiHeadAttention.grow_cache`)."""
+        grown = self.self_attention.grow_cache(cache["self_attention"], max_length)
+        return {**cache, "self_attention": grown}
+
     def call_with_cache(
         self, inputs, cache, cache_index, encoder_padding_mask=None, self_attention_mask=None
     ):
@@ -254,6 +260,13 @@ class Decoder(TransformerBlock):
     def init_cache(self, encoder_output, max_length: int):
         """One `DecoderLayer.init_cache` state a layer, as a list."""
         return [layer.init_cache(encoder_output, max_length) for layer in self.decoder_layers]
+
+    def grow_cache(self, cache, max_length: int):
+        """`DecoderLayer.grow_cache` for each layer's state."""
+        return [
+            layer.grow_cache(layer_cache, max_length)
+            for layer, layer_cache in zip(self.decoder_layers, cache, strict=True)
+        ]
 
     def call_with_cache(
         self, inputs, cache, cache_index, encoder_padding_mask=None, self_attention_mask=None
