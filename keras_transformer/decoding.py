@@ -19,7 +19,7 @@ the padded source width `src_len` (a width known from shapes alone, as XLA needs
 The padding id 0 is never generated. Decoding stops once every sentence has finished.
 
 `parallel_search` compiles any of these with XLA and decodes slices of a batch side by side
-(one per CPU core), which is faster on CPUs than one program using every core.
+(one per CPU core), which is faster on CPUs than one program for the whole batch.
 """
 
 from __future__ import annotations
@@ -260,12 +260,13 @@ def translate_ids(
 def parallel_search(search, *, shards: int = 2):
     """`search` compiled with XLA and run on `shards` slices of each batch at the same time.
 
-    On a CPU, a decoding step of a few dozen sentences is a chain of small matrix products,
-    each of which XLA's CPU runtime splits over the cores for little gain: the handoffs cost
-    about as much as the work. Here each slice of the batch is decoded by its own XLA
-    program, and TensorFlow's executor runs the programs side by side on its inter-op
-    threads, so each core decodes a slice of its own (BENCHMARKS.md: `small`, 32 sentences,
-    2 cores: 1.24x greedy and 1.29x beam 4 over one program). Sentences are independent in
+    On a CPU, a decoding step of a few dozen sentences is a chain of about a hundred and fifty
+    small XLA operations run one after another; only the matrix products among them are
+    split over the cores, so one program leaves cores idle much of the time. Here each
+    slice of the batch is decoded by its own XLA program, and TensorFlow's executor runs the
+    programs side by side on its inter-op threads, so that one's single-threaded work
+    overlaps the other's (BENCHMARKS.md: `small`, 32 sentences, 2 cores: 1.24x greedy and
+    1.29x beam 4 over one program). Sentences are independent in
     `greedy_search` and `beam_search`, so the results are those of the whole batch, up to
     float rounding; `sample` with a seed draws differently when the batch is cut differently.
 
