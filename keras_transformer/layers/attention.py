@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from keras_transformer import ops as kt_ops
+from keras_transformer.layers.affine import bias_add, head_bias_add
 from keras_transformer.layers.dropout import Dropout
 
 
@@ -146,14 +147,14 @@ class MultiHeadAttention(keras.layers.Layer):
         """[batch, len, d_in] @ [d_in, heads, depth] -> [batch, heads, len, depth]."""
         x = ops.einsum("btd,dhk->bhtk", x, ops.cast(kernel, x.dtype))
         if bias is not None:
-            x = x + ops.cast(bias, x.dtype)[None, :, None, :]
+            x = head_bias_add(x, ops.cast(bias, x.dtype))
         return x
 
     def _merge_heads(self, x):
         """[batch, heads, len, depth_v] @ W^O -> [batch, len, output_dim]."""
         x = ops.einsum("bhtk,hkd->btd", x, ops.cast(self.output_kernel, x.dtype))
         if self.output_bias is not None:
-            x = x + ops.cast(self.output_bias, x.dtype)
+            x = bias_add(x, ops.cast(self.output_bias, x.dtype))
         return x
 
     def _compute_attention(self, query, key, value, mask=None, training=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.affine import LayerNormalization
 from keras_transformer.layers.residual import AddAndNorm
 
 
@@ -87,7 +88,7 @@ class TransformerBlock(keras.layers.Layer):
         """The LayerNorm that closes a pre-norm stack, or None for post-norm."""
         if not self.norm_first:
             return None
-        norm = keras.layers.LayerNormalization(
+        norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
         )
         norm.build(shape)

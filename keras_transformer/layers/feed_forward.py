@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.affine import Dense
 from keras_transformer.layers.dropout import Dropout
 
 
@@ -58,12 +59,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
         )
-        self.inner_dense = keras.layers.Dense(
-            self.d_ff, activation=self.activation, name="inner_dense", **dense
-        )
+        self.inner_dense = Dense(self.d_ff, activation=self.activation, name="inner_dense", **dense)
         self.inner_dense.build(inputs_shape)
         self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
-        self.output_dense = keras.layers.Dense(d_model, name="output_dense", **dense)
+        self.output_dense = Dense(d_model, name="output_dense", **dense)
         self.output_dense.build((*inputs_shape[:-1], self.d_ff))
         self.built = True
 

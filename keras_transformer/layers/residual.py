@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.affine import LayerNormalization
 from keras_transformer.layers.dropout import Dropout
 
 
@@ -50,7 +51,7 @@ class AddAndNorm(keras.layers.Layer):
         self.norm_first = norm_first
         self.epsilon = epsilon
         self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNormalization(
             epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
 
