@@ -94,8 +94,9 @@ LAYERS = [
 ]
 
 
+@pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("kind, kwargs", LAYERS)
-def test_layers_match_keras_values_and_gradients(kind, kwargs):
+def test_layers_match_keras_values_and_gradients(kind, kwargs, jit):
     ours, theirs = _twins(kind, **kwargs)
     x = tf.constant(_floats(3, 5, 6))
 
@@ -105,6 +106,9 @@ def test_layers_match_keras_values_and_gradients(kind, kwargs):
             y = layer(x)
             loss = tf.reduce_sum(y * tf.range(y.shape[-1], dtype=y.dtype))
         return y, tape.gradient(loss, [x, *layer.trainable_weights])
+
+    if jit:
+        value_and_grads = tf.function(value_and_grads, jit_compile=True)
 
     (y_ours, g_ours), (y_theirs, g_theirs) = value_and_grads(ours), value_and_grads(theirs)
     np.testing.assert_allclose(y_ours, y_theirs, rtol=1e-5, atol=1e-5)
@@ -156,3 +160,24 @@ def test_layers_take_the_fast_path_where_they_can(kind, kwargs, operation, used,
     ours, _ = _twins(kind, **kwargs)
     ours(_floats(2, 5, 6))
     assert bool(calls) is used
+
+
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+def test_column_sums_serve_the_gradients_under_xla_only(name, monkeypatch):
+    calls = []
+    original = affine.column_sum
+    monkeypatch.setattr(affine, "column_sum", lambda *a: calls.append(1) or original(*a))
+    _, fast, shapes = OPERATIONS[name]
+    args = [tf.constant(_floats(*shape)) for shape in shapes]
+
+    def grads():
+        with tf.GradientTape() as tape:
+            tape.watch(args)
+            loss = tf.reduce_sum(fast(*args))
+        return tape.gradient(loss, args)
+
+    grads()
+    tf.function(grads)()
+    assert not calls  # eagerly and in plain graphs: TensorFlow's own reductions
+    tf.function(grads, jit_compile=True)()
+    assert calls
