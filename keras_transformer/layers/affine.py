@@ -10,8 +10,10 @@ its 8 blocks of 128 rows elementwise (vectorised along the width) and then reduc
 that use it when the graph is compiled with XLA (eagerly and in plain graphs they are the
 plain operations: TensorFlow's own reduction kernels are not slow, and the extra operations
 would only cost). `Dense` and `LayerNormalization` are Keras's layers (same weights, same
-config) computed through them. Forward results are those of the plain operations; the
-parameter gradients differ from autodiff's only in the order of float32 additions. On the
+config) computed through them. Forward results are those of the plain operations (the
+LayerNorm's up to float rounding: it normalizes, then scales and shifts, where Keras folds
+the scale into the normalization); the parameter gradients differ from autodiff's only in
+the order of float32 additions. On the
 Xeon of BENCHMARKS.md, training `small` ran 1.023x as fast as with the plain operations
 (5 alternating runs, all faster).
 """
