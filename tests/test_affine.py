@@ -179,5 +179,9 @@ def test_column_sums_serve_the_gradients_under_xla_only(name, monkeypatch):
     grads()
     tf.function(grads)()
     assert not calls  # eagerly and in plain graphs: TensorFlow's own reductions
+    forward = tf.function(lambda: tf.reduce_sum(fast(*args)), jit_compile=True)
+    concrete = forward.get_concrete_function()
+    assert not calls  # inference under XLA, no tape: the plain operation
+    assert not any(op.type == "IdentityN" for op in concrete.graph.get_operations())
     tf.function(grads, jit_compile=True)()
     assert calls

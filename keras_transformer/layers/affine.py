@@ -7,22 +7,23 @@ its 8 blocks of 128 rows elementwise (vectorised along the width) and then reduc
 `[128, 256]` sum takes 22 us (`[1024, 1024]`: 360 against 80 us). A training step of the
 `small` preset has about 50 such sums. `column_sum` does them the second way, and
 `bias_add`, `head_bias_add` and `scale_and_shift` are the forward operations with gradients
-that use it when the graph is compiled with XLA (eagerly and in plain graphs they are the
-plain operations: TensorFlow's own reduction kernels are not slow, and the extra operations
-would only cost). `Dense` and `LayerNormalization` are Keras's layers (same weights, same
-config) computed through them. Forward results are those of the plain operations (the
-LayerNorm's up to float rounding: it normalizes, then scales and shifts, where Keras folds
-the scale into the normalization); the parameter gradients differ from autodiff's only in
-the order of float32 additions. On the
-Xeon of BENCHMARKS.md, training `small` ran 1.023x as fast as with the plain operations
-(5 alternating runs, all faster).
+that use it when the graph is compiled with XLA and a gradient tape records (eagerly, in
+plain graphs and in inference they are the plain operations: TensorFlow's own reduction
+kernels are not slow, and the extra operations would only cost). `Dense` and
+`LayerNormalization` are Keras's layers (same weights, same config) computed through them.
+Forward results are those of the plain operations (the LayerNorm's up to float rounding: it
+normalizes, then scales and shifts, where Keras folds the scale into the normalization); the
+parameter gradients differ from autodiff's only in the order of float32 additions. On the
+Xeon of BENCHMARKS.md, training `small` ran 1.03x as fast as with the plain operations (5
+alternating runs).
 """
 
 from __future__ import annotations
 
 import keras
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # as in layers/dropout.py
+from tensorflow.python.eager import record  # whether a gradient tape is recording
+from tensorflow.python.ops import control_flow_util  # the XLA-context test Keras 2 used
 
 # Rows are summed in this many blocks elementwise before the last, short reduction.
 BLOCKS = 8
@@ -41,7 +42,7 @@ def column_sum(x, width_rank: int = 1):
     if static.rank is not None and static.is_fully_defined():  # as XLA sees it: few ops
         width_shape = static[static.rank - width_rank :]
         rows = tf.reshape(x, [-1, width_shape.num_elements()])
-        if static.num_elements() % (BLOCKS * max(width_shape.num_elements(), 1)):
+        if rows.shape[0] % BLOCKS:
             rows = tf.pad(rows, [[0, -rows.shape[0] % BLOCKS], [0, 0]])
     else:
         width_shape = tf.shape(x)[tf.rank(x) - width_rank :]
@@ -56,7 +57,7 @@ def bias_add(x, bias):
     """`x + bias` for a bias over the last axes of `x`; under XLA, the bias gradient via
     `column_sum` (elsewhere TensorFlow's own reduction, which is not slow)."""
     x, bias = tf.convert_to_tensor(x), tf.convert_to_tensor(bias)
-    if not _compiling_with_xla():
+    if not _summing_gradients_under_xla():
         return x + tf.cast(bias, x.dtype)
     return _bias_add(x, bias)
 
@@ -66,7 +67,7 @@ def head_bias_add(x, bias):
     positions (attention's split-head projections); under XLA, the bias gradient via
     `column_sum`."""
     x, bias = tf.convert_to_tensor(x), tf.convert_to_tensor(bias)
-    if not _compiling_with_xla():
+    if not _summing_gradients_under_xla():
         return x + tf.cast(bias, x.dtype)[None, :, None, :]
     return _head_bias_add(x, bias)
 
@@ -75,14 +76,20 @@ def scale_and_shift(x, scale, offset):
     """`x * scale + offset` over the last axes of `x`; under XLA, the parameter gradients via
     `column_sum`."""
     x, scale, offset = (tf.convert_to_tensor(a) for a in (x, scale, offset))
-    if not _compiling_with_xla():
+    if not _summing_gradients_under_xla():
         return x * scale + offset
     return _scale_and_shift(x, scale, offset)
 
 
-def _compiling_with_xla():
+def compiling_with_xla():
     """Whether the current graph is being built for XLA (`jit_compile=True`); False eagerly."""
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def _summing_gradients_under_xla():
+    """Whether the custom gradients are worth their extra operations: under XLA, with a
+    gradient tape recording (not in inference, e.g. the decoding loops)."""
+    return compiling_with_xla() and record.could_possibly_record()
 
 
 @tf.custom_gradient

@@ -5,7 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 from keras import ops
-from tensorflow.python.ops import control_flow_util  # the XLA-context test Keras 2 used
+
+from keras_transformer.layers.affine import compiling_with_xla
 
 # Each element's keep/drop decision compares 16 random bits with round(rate * 2^16).
 LEVELS = 2**16
@@ -64,7 +65,7 @@ class Dropout(keras.layers.Dropout):
         # as Keras's own TensorFlow dropout does.
         seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), "int32")
         size = tf.size(inputs)
-        xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+        xla = compiling_with_xla()
         words = tf.random.stateless_uniform(
             [(size + 1) // 2],
             seed,
