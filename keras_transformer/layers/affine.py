@@ -57,7 +57,7 @@ def bias_add(x, bias):
     """`x + bias` for a bias over the last axes of `x`; under XLA, the bias gradient via
     `column_sum` (elsewhere TensorFlow's own reduction, which is not slow)."""
     x, bias = tf.convert_to_tensor(x), tf.convert_to_tensor(bias)
-    if not _summing_gradients_under_xla():
+    if not training_under_xla():
         return x + tf.cast(bias, x.dtype)
     return _bias_add(x, bias)
 
@@ -67,7 +67,7 @@ def head_bias_add(x, bias):
     positions (attention's split-head projections); under XLA, the bias gradient via
     `column_sum`."""
     x, bias = tf.convert_to_tensor(x), tf.convert_to_tensor(bias)
-    if not _summing_gradients_under_xla():
+    if not training_under_xla():
         return x + tf.cast(bias, x.dtype)[None, :, None, :]
     return _head_bias_add(x, bias)
 
@@ -76,7 +76,7 @@ def scale_and_shift(x, scale, offset):
     """`x * scale + offset` over the last axes of `x`; under XLA, the parameter gradients via
     `column_sum`."""
     x, scale, offset = (tf.convert_to_tensor(a) for a in (x, scale, offset))
-    if not _summing_gradients_under_xla():
+    if not training_under_xla():
         return x * scale + offset
     return _scale_and_shift(x, scale, offset)
 
@@ -86,9 +86,9 @@ def compiling_with_xla():
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def _summing_gradients_under_xla():
-    """Whether the custom gradients are worth their extra operations: under XLA, with a
-    gradient tape recording (not in inference, e.g. the decoding loops)."""
+def training_under_xla():
+    """Whether custom gradients written for XLA's CPU code are worth their extra operations:
+    under XLA, with a gradient tape recording (not in inference, e.g. the decoding loops)."""
     return compiling_with_xla() and record.could_possibly_record()
 
 
