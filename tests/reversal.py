@@ -44,7 +44,9 @@ def train_reversal_model():
 
     The learning rate is the paper's own: at 1.5 times it, the held-out exact-reversal rate
     swung between 0.85 and 1.0 from epoch to epoch, and with the CPU's float rounding; at
-    1.0 it ended at 0.98-1.0 over three seeds.
+    1.0 it ended at 0.98-1.0 over three seeds. Greedy decoding of the first 240 held-out
+    sources is exact for 0.94-0.96 of them (seed 0; it moves with the float rounding of the
+    gradients), so tests compare single sentences with the model's own decode.
     """
     keras.utils.set_random_seed(0)
     source, target = training_data()
