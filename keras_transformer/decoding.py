@@ -74,7 +74,7 @@ def greedy_search(
     step, cache, grow = _decoder_step(model, source_ids, 1, max_len, use_cache)
 
     def choose(log_probs, t):
-        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        return top_k_by_blocks(log_probs, 1)[1][:, 0]  # the argmax, faster under XLA
 
     return _single_path(step, cache, grow, limits, max_len, choose, bos_id, eos_id)
 
@@ -316,8 +316,11 @@ def top_k_by_blocks(x, k: int, block: int | None = None) -> tuple[tf.Tensor, tf.
     pass), then the k best blocks, and `top_k` runs over their `k * block` entries only.
     XLA's CPU top-k over beam search's `beam * vocab` candidates (32 sentences of 64,000 at
     beam 4 and 16,000 pieces, k = 8) took 3.7 ms a step, a fifth of beam search's time;
-    this takes 1.2 ms, most of it reading the candidates once. The chosen blocks are taken
-    in index order, so equal values come out lower index first, as from `tf.math.top_k`.
+    this takes 1.2 ms, most of it reading the candidates once. With k = 1 it is greedy
+    search's argmax: XLA's CPU `argmax` over 32 rows of 16,000 is an unvectorised reduction
+    of (value, index) pairs, 370 us a step against 53 us for this. The chosen blocks are
+    taken in index order, so equal values come out lower index first, as from
+    `tf.math.top_k` (and `argmax`).
 
     Args:
         x: float `[rows, n]` with a static `n`.
