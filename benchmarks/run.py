@@ -1,6 +1,6 @@
 """Benchmarks of this implementation, printing the peer benchmark's JSON schema.
 
-    python -m benchmarks.run --preset small --mode train --batch-size 32
+    python -m benchmarks.run --preset small --mode train --batch-size 32 [--fast off]
     python -m benchmarks.run --preset small --mode decode --cache on --tgt-len 64
     python -m benchmarks.run --preset small --mode decode --beam-size 4 --tgt-len 64
     python -m benchmarks.run --preset small --mode decode --tgt-len 64 --shards 2
@@ -250,6 +250,12 @@ def main(argv=None):
         "(keras_transformer.decoding.parallel_search; needs --jit-compile on)",
     )
     parser.add_argument("--dtype", default=None, help="e.g. mixed_bfloat16 (default float32)")
+    parser.add_argument(
+        "--fast",
+        default="on",
+        choices=["on", "off"],
+        help="the speed switch, keras_transformer.fast (off: the stock path)",
+    )
     parser.add_argument("--saved-model", default="saved_models/demo", help="--mode serve")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -258,6 +264,8 @@ def main(argv=None):
     if args.shards > 1 and args.jit_compile == "off":
         parser.error("--shards > 1 runs each slice under XLA; it needs --jit-compile on")
     keras.utils.set_random_seed(args.seed)
+    if args.fast == "on":
+        kt.fast.enable()
     result = dict(
         impl="keras_transformer",
         preset=args.preset,
@@ -267,6 +275,7 @@ def main(argv=None):
         tgt_len=args.tgt_len,
         jit_compile=args.jit_compile == "on",
         dtype=args.dtype or "float32",
+        fast=args.fast == "on",
     )
     {
         "train": bench_train,

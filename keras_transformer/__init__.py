@@ -13,6 +13,7 @@ Public API:
     corpus, text, data                  corpus readers, SentencePiece vocabularies, tf.data
     evaluation                          Translator (text in, text out) and sacrebleu scores
     export                              the TF Serving SavedModel
+    fast                                the opt-in speed path, behind one switch
 """
 
 import os
@@ -25,6 +26,7 @@ from keras_transformer import (  # noqa: E402
     decoding,
     evaluation,
     export,
+    fast,
     layers,
     losses,
     metrics,
@@ -49,6 +51,7 @@ __all__ = [
     "decoding",
     "evaluation",
     "export",
+    "fast",
     "layers",
     "losses",
     "metrics",

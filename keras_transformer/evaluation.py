@@ -28,6 +28,9 @@ class Translator:
         vocabularies: its `keras_transformer.text.Vocabularies`.
         beam_size: int. 1 = greedy search. Defaults to 4 (the paper's).
         length_penalty: float. alpha of Wu et al. (2016). Defaults to 0.6 (the paper's).
+        finish_rule: str. Beam search's rule for finished hypotheses, "tensor2tensor" (the
+            paper's code) or "fairseq" (see `decoding.beam_search`). Defaults to
+            "tensor2tensor".
         max_extra_length: int. Output may be this much longer than the input. Defaults to 50.
         batch_size: int. Sentences per batch. Defaults to 64.
 
@@ -44,6 +47,7 @@ class Translator:
         *,
         beam_size: int = 4,
         length_penalty: float = 0.6,
+        finish_rule: str = "tensor2tensor",
         max_extra_length: int = 50,
         batch_size: int = 64,
     ):
@@ -52,7 +56,10 @@ class Translator:
         self.beam_size = beam_size
         self.batch_size = batch_size
         settings = dict(
-            beam_size=beam_size, length_penalty=length_penalty, max_extra_length=max_extra_length
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            finish_rule=finish_rule,
+            max_extra_length=max_extra_length,
         )
         self._search = tf.function(
             lambda source_ids: decoding.translate_ids(model, source_ids, **settings),

@@ -24,8 +24,6 @@ export leaves earlier versions intact and TF Serving never sees a half-written o
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 
@@ -33,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer.files import atomic_directory
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"
@@ -139,12 +138,10 @@ def export_saved_model(
     if final.exists():
         raise FileExistsError(f"{final} exists; versions are never overwritten")
     directory.mkdir(parents=True, exist_ok=True)
-    temporary = directory / f".tmp-{version}-{os.getpid()}"
-    shutil.rmtree(temporary, ignore_errors=True)
     settings = dict(
         beam_size=beam_size, length_penalty=length_penalty, max_extra_length=max_extra_length
     )
-    try:
+    with atomic_directory(final) as temporary:
         make_export_archive(model, vocabularies, **settings).write_out(
             str(temporary), verbose=False
         )
@@ -182,10 +179,6 @@ def export_saved_model(
             **(manifest or {}),
         }
         (extra / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
-        os.rename(temporary, final)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
     return final
 
 

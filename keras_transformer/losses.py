@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer import fast
 from keras_transformer.config import PAD_ID
 
 
@@ -21,23 +22,8 @@ def global_sum(value):
     return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
-def _smoothed_cross_entropy(labels, logits, label_smoothing):
-    """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))`, with a hand-written
-    gradient that never reads the logits.
-
-    Automatic differentiation of the same expression builds the gradient from three
-    `[..., vocab]` terms (the log-normalizer's softmax, a scatter for the label, the mean's
-    broadcast), each a buffer the size of the logits. Written out,
-    `softmax(logits) - (1 - eps) * onehot(y) - eps / vocab` is one elementwise pass, and it
-    is taken over `exp(logits - max)`, which the forward pass writes out anyway (XLA's CPU
-    backend sums it in a separate kernel): with the logits dead after the forward pass, XLA
-    computes the exponentials in the logits' buffer and the gradient in theirs, so the
-    vocabulary-sized memory of the loss is one buffer, not two. For the paper's base model
-    on 4,096 target tokens and 37,000 pieces (600 MB of logits) see BENCHMARKS.md.
-
-    Everything is computed on `[tokens, vocab]`, the shape of the output projection's
-    matrix product: a reshape between two elementwise passes would keep XLA from writing
-    one in place of the other.
+def smoothed_cross_entropy(labels, logits, label_smoothing: float):
+    """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))` (paper 5.4).
 
     Args:
         labels: int32 `[...]`. logits: float32 `[..., vocab]`. label_smoothing: float eps.
@@ -45,33 +31,12 @@ def _smoothed_cross_entropy(labels, logits, label_smoothing):
     Returns:
         float32 `[...]`, one loss a position.
     """
-    eps = label_smoothing
-    vocab = tf.shape(logits)[-1]
-    rows = tf.reshape(logits, [-1, vocab])  # (tokens, vocab)
-    row_labels = tf.reshape(labels, [-1])  # (tokens,)
-
-    @tf.custom_gradient
-    def per_token(rows):
-        label_logits = tf.gather(rows, row_labels[:, None], batch_dims=1)[:, 0]
-        # The label's logit is in the row, so this is the row maximum; taking it here puts
-        # the gather before the exponentials, which may then overwrite the logits.
-        peak = tf.maximum(tf.reduce_max(rows, axis=-1), label_logits)
-        peak = tf.where(tf.math.is_finite(peak), peak, 0.0)  # as tf.reduce_logsumexp
-        exponentials = tf.exp(rows - peak[:, None])  # (tokens, vocab)
-        total = tf.reduce_sum(exponentials, axis=-1)
-        log_normalizer = peak + tf.math.log(total)
-        nll = log_normalizer - label_logits  # -log p(y)
-        uniform = log_normalizer - tf.reduce_mean(rows, axis=-1)  # mean_v -log p(v)
-
-        def grad(upstream):
-            is_label = tf.range(vocab) == row_labels[:, None]
-            target = tf.where(is_label, 1.0 - eps, 0.0) + eps / tf.cast(vocab, tf.float32)
-            probs = exponentials * (1.0 / total)[:, None]
-            return upstream[:, None] * (probs - target)
-
-        return (1.0 - eps) * nll + eps * uniform, grad
-
-    return tf.reshape(per_token(rows), tf.shape(labels))
+    if fast.is_enabled():
+        return fast.smoothed_cross_entropy(labels, logits, label_smoothing)
+    log_probs = ops.log_softmax(logits, axis=-1)  # (..., vocab)
+    nll = -ops.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+    uniform = -ops.mean(log_probs, axis=-1)
+    return (1.0 - label_smoothing) * nll + label_smoothing * uniform
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -132,7 +97,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         labels = ops.cast(y_true, "int32")  # Loss.__call__ hands labels over as float32
         logits = ops.cast(y_pred, "float32")  # (batch, tgt_len, vocab)
-        losses = _smoothed_cross_entropy(labels, logits, self.label_smoothing)
+        losses = smoothed_cross_entropy(labels, logits, self.label_smoothing)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
         tokens = ops.maximum(global_sum(ops.sum(mask)), 1.0)
         return losses * mask / tokens

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
-from keras import ops
 
 from keras_transformer import ops as kt_ops
+from keras_transformer import workarounds
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import TransformerEmbedding
@@ -14,7 +13,7 @@ from keras_transformer.layers.encoder import Encoder
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(workarounds.MultiWorkerFit, keras.Model):
     """The Transformer of "Attention Is All You Need", built with the functional API.
 
     Inputs `{"source_ids": int32 [batch, src_len], "target_ids": int32 [batch, tgt_len]}`
@@ -115,35 +114,11 @@ class Transformer(keras.Model):
         )
         return memory, source_mask
 
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        """Builds the compiled loss, metrics and optimizer from the model's known input spec.
-
-        Keras's own version (TF backend, under a distribution strategy) takes one batch from
-        the input and all-reduces it across replicas to learn the shapes. That wastes the batch
-        and fails under MultiWorkerMirroredStrategy with dict inputs (keras-team/keras#20329);
-        this model's inputs and labels are always int32 `[batch, len]`.
-        """
-        if self._distribute_strategy is None:
-            return  # built when the train/test function is traced, as Keras does
-        if data_batch is None:
-            ids = keras.KerasTensor((None, None), "int32")
-            data_batch = ({"source_ids": ids, "target_ids": ids}, ids)
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
-
     def train_step(self, data):
-        return self._reducible(super().train_step(data))
+        return workarounds.reducible_logs(self.distribute_strategy, super().train_step(data))
 
     def test_step(self, data):
-        return self._reducible(super().test_step(data))
-
-    def _reducible(self, logs):
-        """Under MultiWorkerMirroredStrategy, Keras averages each step's logs across workers
-        with `reduce("MEAN", value, axis=0)`, which fails on scalars (keras-team/keras#20585):
-        give it rank-1 values, which it reduces to the cross-worker mean scalar."""
-        if not _multi_worker(self.distribute_strategy):
-            return logs
-        return {name: ops.reshape(value, [1]) for name, value in logs.items()}
+        return workarounds.reducible_logs(self.distribute_strategy, super().test_step(data))
 
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable}
@@ -151,14 +126,6 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config, custom_objects=None):
         return cls(**config)
-
-
-def _multi_worker(strategy) -> bool:
-    """Whether `strategy` is a MultiWorkerMirroredStrategy over more than one worker."""
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return False
-    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
-    return sum(len(tasks) for tasks in cluster.values()) > 1
 
 
 def build_transformer(config: TransformerConfig) -> Transformer:

@@ -1,7 +1,9 @@
 """Attention math and mask builders, as plain functions of tensors.
 
-Shapes: `[batch, heads, len, depth]` for queries, keys and values. Masks are booleans,
-True = attend, broadcastable to `[batch, heads, q_len, k_len]`.
+Shapes follow Keras (`keras.layers.MultiHeadAttention`, `keras.ops.dot_product_attention`):
+queries, keys and values are `[batch, len, heads, depth]`, attention weights `[batch, heads,
+q_len, k_len]`. Masks are booleans, True = attend, broadcastable to `[batch, heads, q_len,
+k_len]`.
 """
 
 from __future__ import annotations
@@ -16,51 +18,46 @@ from keras_transformer.config import PAD_ID
 MASK_LOGIT = -1e9
 
 
-def attention_probabilities(query, key, mask=None):
-    """softmax(Q K^T / sqrt(d_k)) with masking, computed in float32 (paper 3.2.1, eq. 1).
+def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (paper 3.2.1, eq. 1).
+
+    The softmax is computed in float32 whatever the inputs' dtype, so half-precision models
+    get the same weights; the output is in the dtype of `value`.
 
     Args:
-        query: tensor `[batch, heads, q_len, depth]`.
-        key: tensor `[batch, heads, k_len, depth]`.
+        query: tensor `[batch, q_len, heads, d_k]`.
+        key: tensor `[batch, k_len, heads, d_k]`.
+        value: tensor `[batch, k_len, heads, d_v]`.
         mask: optional boolean tensor broadcastable to `[batch, heads, q_len, k_len]`,
-            True = attend.
+            True = attend. Defaults to None.
+        dropout: optional callable applied to the attention weights before they weigh the
+            values (for example a bound `keras.layers.Dropout`; paper 5.4 applies dropout to
+            sublayer outputs, many implementations also here). Defaults to None.
 
     Returns:
-        float32 tensor `[batch, heads, q_len, k_len]` of attention weights; rows sum to 1.
+        `(output, weights)`: output `[batch, q_len, heads, d_v]` in the dtype of `value`, and
+        the float32 attention weights `[batch, heads, q_len, k_len]` (before dropout); each
+        row sums to 1.
+
+    Example:
+    >>> import numpy as np
+    >>> q = k = v = np.ones((1, 2, 1, 4), "float32")
+    >>> out, w = scaled_dot_product_attention(q, k, v, mask=np.array([True, False]))
+    >>> np.asarray(w)[0, 0].tolist()
+    [[1.0, 0.0], [1.0, 0.0]]
     """
     depth = query.shape[-1]
     # Scaling the query before the product keeps half-precision logits in range.
     query = ops.multiply(query, ops.cast(1.0 / depth**0.5, query.dtype))
-    logits = ops.matmul(query, ops.swapaxes(key, -1, -2))  # (batch, heads, q_len, k_len)
+    logits = ops.einsum("bqhd,bkhd->bhqk", query, key)  # (batch, heads, q_len, k_len)
     logits = ops.cast(logits, "float32")
     if mask is not None:
         logits = ops.where(mask, logits, MASK_LOGIT)
-    return ops.softmax(logits, axis=-1)
-
-
-def scaled_dot_product_attention(query, key, value, mask=None):
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (paper 3.2.1, eq. 1).
-
-    Args:
-        query: tensor `[batch, heads, q_len, depth]`.
-        key: tensor `[batch, heads, k_len, depth]`.
-        value: tensor `[batch, heads, k_len, depth_v]`.
-        mask: optional boolean tensor broadcastable to `[batch, heads, q_len, k_len]`,
-            True = attend.
-
-    Returns:
-        `(output, weights)`: output `[batch, heads, q_len, depth_v]` in the dtype of `value`,
-        and the float32 attention weights `[batch, heads, q_len, k_len]`.
-
-    Example:
-    >>> import numpy as np
-    >>> q = k = v = np.ones((1, 1, 2, 4), "float32")
-    >>> out, w = scaled_dot_product_attention(q, k, v, mask=np.array([True, False]))
-    >>> w.numpy()[0, 0].tolist()
-    [[1.0, 0.0], [1.0, 0.0]]
-    """
-    weights = attention_probabilities(query, key, mask)
-    output = ops.matmul(ops.cast(weights, value.dtype), value)
+    weights = ops.softmax(logits, axis=-1)
+    dropped = ops.cast(weights, value.dtype)
+    if dropout is not None:
+        dropped = dropout(dropped)
+    output = ops.einsum("bhqk,bkhd->bqhd", dropped, value)  # (batch, q_len, heads, d_v)
     return output, weights
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import sentencepiece
 
 from keras_transformer.config import PAD_ID
+from keras_transformer.files import atomic_write
 
 UNK_ID, BOS_ID, EOS_ID = 1, 2, 3
 MODEL_TYPES = ("unigram", "bpe")
@@ -162,10 +163,10 @@ class Vocabularies:
         )
         manifest = {}
         for name, tokenizer in files.items():
-            _write_atomically(directory / f"{name}.model", tokenizer.proto)
+            atomic_write(directory / f"{name}.model", tokenizer.proto)
             manifest[f"{name}.model"] = hashlib.sha256(tokenizer.proto).hexdigest()
         # Written last: a model trained with these files refuses any others.
-        _write_atomically(directory / MANIFEST, json.dumps(manifest, indent=2).encode())
+        atomic_write(directory / MANIFEST, json.dumps(manifest, indent=2))
 
     @classmethod
     def load(cls, directory) -> Vocabularies:
@@ -208,9 +209,3 @@ def detokenize(tokenizer, ids) -> list[str]:
     """
     ids = np.asarray(ids, "int32")
     return [str(text) for text in tokenizer.detokenize(ids.reshape(len(ids), -1))]
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)

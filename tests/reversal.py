@@ -40,13 +40,13 @@ def held_out_data(n=500):
 
 
 def train_reversal_model():
-    """The tiny preset trained 16 epochs on the task with the paper's recipe (~55 s on CPU).
+    """The tiny preset trained 22 epochs on the task with the paper's recipe.
 
-    The learning rate is the paper's own: at 1.5 times it, the held-out exact-reversal rate
-    swung between 0.85 and 1.0 from epoch to epoch, and with the CPU's float rounding; at
-    1.0 it ended at 0.98-1.0 over three seeds. Greedy decoding of the first 240 held-out
-    sources is exact for 0.94-0.96 of them (seed 0; it moves with the float rounding of the
-    gradients), so tests compare single sentences with the model's own decode.
+    The learning rate is the paper's own. How well one seed's run learns moves with the float
+    rounding of the gradients: after 16 epochs the held-out exact-reversal rate of greedy
+    decoding was anywhere from 0.75 to 0.98 across code changes that only reorder float
+    sums; 22 epochs take it to 0.99 (seed 0), clear of the tests' thresholds. Tests compare
+    single sentences with the model's own decode.
     """
     keras.utils.set_random_seed(0)
     source, target = training_data()
@@ -66,7 +66,7 @@ def train_reversal_model():
         {"source_ids": source, "target_ids": target[:, :-1]},
         target[:, 1:],
         batch_size=64,
-        epochs=16,
+        epochs=22,
         verbose=0,
     )
     return model

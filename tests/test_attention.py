@@ -71,7 +71,7 @@ def test_cross_attention_with_padding_equals_keras_multi_head_attention():
     ours(QUERY, MEMORY)
     theirs = _keras_twin(ours, QUERY, MEMORY)
     keras_mask = np.broadcast_to(PADDING[:, None, :], (2, 5, 7))  # Keras takes [B, T, S]
-    out, weights = ours.call_with_weights(QUERY, MEMORY, padding_mask=PADDING)
+    out, _, weights = ours.forward(QUERY, MEMORY, padding_mask=PADDING, return_weights=True)
     their_out, their_scores = theirs(
         QUERY, MEMORY, attention_mask=keras_mask, return_attention_scores=True
     )
@@ -82,7 +82,9 @@ def test_cross_attention_with_padding_equals_keras_multi_head_attention():
 def test_weights_on_request_are_float32_masked_and_normalised():
     layer = layers.MultiHeadAttention(num_heads=4, dtype="mixed_float16")
     layer(QUERY, MEMORY)  # builds the weights
-    output, weights = layer.call_with_weights(QUERY, MEMORY, padding_mask=PADDING)
+    output, _, weights = layer.forward(
+        ops.cast(QUERY, "float16"), MEMORY, padding_mask=PADDING, return_weights=True
+    )
     assert output.dtype == tf.float16 and weights.dtype == tf.float32
     assert weights.shape == (2, 4, 5, 7)
     np.testing.assert_allclose(ops.sum(weights, axis=-1), 1.0, atol=1e-6)
@@ -101,9 +103,9 @@ def test_attention_mask_and_padding_mask_combine():
     attention_mask = RNG.random((2, 5, 7)) < 0.6
     attention_mask[..., 0] = True
     layer(QUERY, MEMORY)
-    _, weights = layer.call_with_weights(
-        QUERY, MEMORY, padding_mask=PADDING, attention_mask=attention_mask
-    )
+    weights = layer.forward(
+        QUERY, MEMORY, padding_mask=PADDING, attention_mask=attention_mask, return_weights=True
+    ).weights
     allowed = attention_mask & PADDING[:, None, :]
     assert np.all(np.asarray(weights).transpose(1, 0, 2, 3)[:, ~allowed] == 0.0)
 
@@ -115,38 +117,43 @@ def test_key_dim_must_divide_width():
 
 def test_cache_methods_need_a_built_layer():
     with pytest.raises(ValueError, match="needs built weights"):
-        layers.MultiHeadAttention(num_heads=2).init_cache(2, 8)
+        layers.MultiHeadAttention(num_heads=2).empty_cache(2, 8)
+
+
+def _step(layer, query, cache, index, **kwargs):
+    out = layer.forward(query, cache=cache, cache_index=index, **kwargs)
+    return out.outputs, out.cache
 
 
 def test_incremental_self_attention_equals_causal_call():
     layer = layers.MultiHeadAttention(num_heads=4)
     full = layer(QUERY, use_causal_mask=True)
-    cache = layer.init_cache(batch_size=2, max_length=8)  # longer than the 5 steps: padding
+    cache = layer.empty_cache(batch_size=2, length=8)  # longer than the 5 steps: padding
     steps = []
     for t in range(QUERY.shape[1]):
-        out, cache = layer.call_with_cache(QUERY[:, t : t + 1], cache, cache_index=t)
+        out, cache = _step(layer, QUERY[:, t : t + 1], cache, t)
         steps.append(out)
     np.testing.assert_allclose(ops.concatenate(steps, axis=1), full, atol=1e-5)
-    assert cache["key"].shape == (2, 4, 8, 4)
+    assert cache.key.shape == (2, 8, 4, 4)  # (batch, length, heads, depth)
 
 
 def test_incremental_self_attention_in_chunks_equals_causal_call():
     layer = layers.MultiHeadAttention(num_heads=4)
     full = layer(QUERY, use_causal_mask=True)
-    cache = layer.init_cache(batch_size=2, max_length=5)
-    first, cache = layer.call_with_cache(QUERY[:, :3], cache, cache_index=0)
-    second, cache = layer.call_with_cache(QUERY[:, 3:], cache, cache_index=3)
+    cache = layer.empty_cache(batch_size=2, length=5)
+    first, cache = _step(layer, QUERY[:, :3], cache, 0)
+    second, cache = _step(layer, QUERY[:, 3:], cache, 3)
     np.testing.assert_allclose(ops.concatenate([first, second], axis=1), full, atol=1e-5)
 
 
 def test_a_grown_cache_goes_on_where_it_was():
     layer = layers.MultiHeadAttention(num_heads=4)
     full = layer(QUERY, use_causal_mask=True)
-    cache = layer.init_cache(batch_size=2, max_length=3)
-    first, cache = layer.call_with_cache(QUERY[:, :3], cache, cache_index=0)
-    cache = layer.grow_cache(cache, max_length=6)  # one position more than the 5 decoded
-    assert cache["key"].shape == (2, 4, 6, 4) and cache["value"].shape == (2, 4, 6, 4)
-    second, cache = layer.call_with_cache(QUERY[:, 3:], cache, cache_index=3)
+    cache = layer.empty_cache(batch_size=2, length=3)
+    first, cache = _step(layer, QUERY[:, :3], cache, 0)
+    cache = cache.grow(6)  # one position more than the 5 decoded
+    assert cache.key.shape == (2, 6, 4, 4) and cache.value.shape == (2, 6, 4, 4)
+    second, cache = _step(layer, QUERY[:, 3:], cache, 3)
     np.testing.assert_allclose(ops.concatenate([first, second], axis=1), full, atol=1e-5)
 
 
@@ -157,11 +164,11 @@ def test_cached_attention_mask_narrows_what_each_query_sees():
     mask = np.ones((2, 5, 5), bool)
     mask[:, 3, 4] = mask[:, 3, 1] = mask[:, 4, 1] = False
     full = layer(QUERY, attention_mask=mask & np.tril(np.ones((5, 5), bool)))
-    cache = layer.init_cache(batch_size=2, max_length=5)
-    _, cache = layer.call_with_cache(QUERY[:, :3], cache, cache_index=0)
-    out, _ = layer.call_with_cache(QUERY[:, 3:], cache, cache_index=3, attention_mask=mask[:, 3:])
+    cache = layer.empty_cache(batch_size=2, length=5)
+    _, cache = _step(layer, QUERY[:, :3], cache, 0)
+    out, _ = _step(layer, QUERY[:, 3:], cache, 3, attention_mask=mask[:, 3:])
     np.testing.assert_allclose(out, full[:, 3:], atol=1e-5)
-    unmasked, _ = layer.call_with_cache(QUERY[:, 3:], cache, cache_index=3)
+    unmasked, _ = _step(layer, QUERY[:, 3:], cache, 3)
     assert not np.allclose(out, unmasked, atol=1e-3)
 
 
@@ -169,7 +176,7 @@ def test_cross_attention_cache_equals_call():
     layer = layers.MultiHeadAttention(num_heads=4)
     full = layer(QUERY, MEMORY, padding_mask=PADDING)
     cache = layer.compute_cache(MEMORY)
-    out, same_cache = layer.call_with_cache(QUERY, cache, padding_mask=PADDING)
+    out, same_cache, _ = layer.forward(QUERY, cache=cache, padding_mask=PADDING)
     np.testing.assert_allclose(out, full, atol=1e-5)
     assert same_cache is cache
 
@@ -180,12 +187,12 @@ def test_incremental_decoding_compiles_in_a_while_loop_with_xla():
 
     @tf.function(jit_compile=True)
     def decode(query):
-        cache = layer.init_cache(2, 5)
+        cache = layer.empty_cache(2, 5)
         outputs = tf.TensorArray(tf.float32, size=5)
 
         def body(t, cache, outputs):
             step = tf.expand_dims(tf.gather(query, t, axis=1), 1)  # (batch, 1, d_model)
-            out, cache = layer.call_with_cache(step, cache, cache_index=t)
+            out, cache = _step(layer, step, cache, t)
             return t + 1, cache, outputs.write(t, out[:, 0])
 
         _, _, outputs = tf.while_loop(lambda t, *_: t < 5, body, (0, cache, outputs))
@@ -197,26 +204,45 @@ def test_incremental_decoding_compiles_in_a_while_loop_with_xla():
 class _UniformAttention(layers.MultiHeadAttention):
     """Swaps the attention for a plain average of the values."""
 
-    def _compute_attention(self, query, key, value, mask=None, training=None):
-        weights = ops.ones(ops.shape(query)[:-1] + (ops.shape(key)[2],), "float32")
-        weights = weights / ops.cast(ops.shape(key)[2], "float32")
-        return ops.matmul(ops.cast(weights, value.dtype), value), weights
+    def compute_attention(self, query, key, value, mask=None, training=None):
+        k_len = ops.shape(key)[1]
+        weights = ops.ones((ops.shape(query)[0], self.num_heads, ops.shape(query)[1], k_len))
+        weights = weights / ops.cast(k_len, "float32")
+        return ops.einsum("bhqk,bkhd->bqhd", ops.cast(weights, value.dtype), value), weights
 
 
 def test_attention_is_swapped_by_overriding_compute_attention():
     layer = _UniformAttention(num_heads=2)
     layer(QUERY, MEMORY)
-    out, weights = layer.call_with_weights(QUERY, MEMORY)
+    out, _, weights = layer.forward(QUERY, MEMORY, return_weights=True)
     np.testing.assert_allclose(weights, 1 / 7, atol=1e-7)
     # Every query gets the same output: the mean of the projected values, projected out.
     np.testing.assert_allclose(out[:, 0], out[:, 3], atol=1e-5)
 
 
-def test_probabilities_match_the_op():
+def test_weights_are_those_of_the_op_on_the_projections():
     layer = layers.MultiHeadAttention(num_heads=2)
     layer(QUERY, MEMORY)
-    _, weights = layer.call_with_weights(QUERY, MEMORY, padding_mask=PADDING)
-    q = layer._split_heads(QUERY, layer.query_kernel, layer.query_bias)
-    k = layer._split_heads(MEMORY, layer.key_kernel, layer.key_bias)
-    expected = kt_ops.attention_probabilities(q, k, kt_ops.combine_masks(PADDING))
+    weights = layer.forward(QUERY, MEMORY, padding_mask=PADDING, return_weights=True).weights
+    q, k, v = layer.query_dense(QUERY), layer.key_dense(MEMORY), layer.value_dense(MEMORY)
+    _, expected = kt_ops.scaled_dot_product_attention(q, k, v, kt_ops.combine_masks(PADDING))
     np.testing.assert_allclose(weights, expected, atol=1e-7)
+
+
+def test_projections_are_keras_einsum_dense_layers():
+    layer = layers.MultiHeadAttention(num_heads=2)
+    layer(QUERY, MEMORY)
+    projections = [layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense]
+    assert all(type(p) is keras.layers.EinsumDense for p in projections)
+    assert [p.name for p in projections] == ["query", "key", "value", "output"]
+
+
+def test_int8_quantization_reaches_the_projections():
+    layer = layers.MultiHeadAttention(num_heads=4)
+    expected = layer(QUERY, MEMORY, padding_mask=PADDING)
+    for projection in (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense):
+        projection.quantize("int8")
+        assert projection.quantization_mode == "int8"
+    quantized = layer(QUERY, MEMORY, padding_mask=PADDING)
+    np.testing.assert_allclose(quantized, expected, atol=0.05)
+    assert not np.array_equal(quantized, expected)

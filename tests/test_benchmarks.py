@@ -6,6 +6,7 @@ import json
 import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
+import keras_transformer as kt
 from benchmarks import profile, run
 
 # The fields the shared bench kit's compare.py and README expect of every benchmark.
@@ -43,7 +44,9 @@ def test_the_last_line_is_the_peer_schema(flags, capsys):
     assert PEER_FIELDS <= set(result)
     assert result["impl"] == "keras_transformer" and result["mode"] == flags[1]
     assert result["tokens_per_s"] > 0 and result["step_ms_min"] <= result["step_ms_median"]
-    assert result["params"] > 0
+    # The benchmarked model: tiny with the peer's vocabulary, room for twice the lengths.
+    config = kt.TransformerConfig.preset("tiny", vocab_size=run.PRESET_VOCAB["tiny"], max_length=12)
+    assert result["params"] == config.parameter_count()
 
 
 @pytest.mark.parametrize(

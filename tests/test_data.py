@@ -60,14 +60,21 @@ def test_every_pair_comes_through_once_with_specials(corpus, vocab):
         assert np.all(source[np.arange(len(source)), source_last] == text.EOS_ID)
         assert real.sum(1).max() <= MAX_LENGTH and (source != 0).sum(1).max() <= MAX_LENGTH
         targets += text.detokenize(vocab.target, labels)
-    assert len(targets) == report["kept"] and report["too_long"] > 0
-    assert report["kept"] + report["too_long"] == report["pairs"] == len(corpus)
-    kept = {
-        t
+    # The rule: a pair is kept when both sides fit in MAX_LENGTH tokens, EOS included.
+    lengths = [
+        (len(vocab.source.tokenize(s)) + 1, len(vocab.target.tokenize(t)) + 1, t)
         for s, t in zip(corpus.sources, corpus.targets, strict=True)
-        if len(vocab.source.tokenize(s)) < MAX_LENGTH and len(vocab.target.tokenize(t)) < MAX_LENGTH
+    ]
+    kept = [(s, t, target) for s, t, target in lengths if max(s, t) <= MAX_LENGTH]
+    assert 0 < len(kept) < len(corpus)  # the slice has pairs of both kinds
+    assert report == {
+        "pairs": len(corpus),
+        "kept": len(kept),
+        "too_long": len(corpus) - len(kept),
+        "source_tokens": sum(s for s, _, _ in kept),
+        "target_tokens": sum(t for _, t, _ in kept),
     }
-    assert set(targets) == kept
+    assert sorted(targets) == sorted(target for _, _, target in kept)
 
 
 def test_batches_respect_the_token_budget_and_replica_multiple(corpus, vocab):

@@ -71,11 +71,11 @@ def test_source_padding_changes_nothing(cls):
 def test_cached_decoding_equals_the_full_decoder(cls, norm_first):
     decoder = _decoder(cls, norm_first)
     full = decoder(TARGET, MEMORY, encoder_padding_mask=MEMORY_MASK)
-    cache = decoder.init_cache(MEMORY, max_length=6)
+    cache = decoder.init_cache(MEMORY, 6)
     steps = []
     for t in range(TARGET.shape[1]):
-        out, cache = decoder.call_with_cache(
-            TARGET[:, t : t + 1], cache, t, encoder_padding_mask=MEMORY_MASK
+        out, cache, _ = decoder.forward(
+            TARGET[:, t : t + 1], cache=cache, cache_index=t, encoder_padding_mask=MEMORY_MASK
         )
         steps.append(out)
     np.testing.assert_allclose(ops.concatenate(steps, axis=1), full, atol=1e-5)
@@ -85,13 +85,13 @@ def test_cached_decoding_equals_the_full_decoder(cls, norm_first):
 def test_cached_decoding_goes_on_in_a_grown_cache(cls):
     decoder = _decoder(cls, norm_first=False)
     full = decoder(TARGET, MEMORY, encoder_padding_mask=MEMORY_MASK)
-    cache = decoder.init_cache(MEMORY, max_length=2)
+    cache = decoder.init_cache(MEMORY, 2)
     steps = []
     for t in range(TARGET.shape[1]):
         if t == 2:
-            cache = decoder.grow_cache(cache, max_length=TARGET.shape[1])
-        out, cache = decoder.call_with_cache(
-            TARGET[:, t : t + 1], cache, t, encoder_padding_mask=MEMORY_MASK
+            cache = cache.grow(TARGET.shape[1])
+        out, cache, _ = decoder.forward(
+            TARGET[:, t : t + 1], cache=cache, cache_index=t, encoder_padding_mask=MEMORY_MASK
         )
         steps.append(out)
     np.testing.assert_allclose(ops.concatenate(steps, axis=1), full, atol=1e-5)
@@ -103,11 +103,14 @@ def test_cached_decoding_under_mixed_precision_and_xla():
 
     @tf.function(jit_compile=True)
     def decode():
-        cache = decoder.init_cache(MEMORY, max_length=5)
+        cache = decoder.init_cache(MEMORY, 5)
         outputs = []
         for t in range(5):
-            out, cache = decoder.call_with_cache(
-                TARGET[:, t : t + 1], cache, tf.constant(t), encoder_padding_mask=MEMORY_MASK
+            out, cache, _ = decoder.forward(
+                TARGET[:, t : t + 1],
+                cache=cache,
+                cache_index=tf.constant(t),
+                encoder_padding_mask=MEMORY_MASK,
             )
             outputs.append(out)
         return tf.concat(outputs, axis=1)
@@ -115,7 +118,8 @@ def test_cached_decoding_under_mixed_precision_and_xla():
     cached = decode()
     assert cached.dtype == tf.bfloat16
     for kind in ("key", "value"):
-        assert decoder.init_cache(MEMORY, 5)[0]["self_attention"][kind].dtype == tf.bfloat16
+        buffers = decoder.init_cache(MEMORY, 5).layers[0].self_attention
+        assert getattr(buffers, kind).dtype == tf.bfloat16
     np.testing.assert_allclose(
         np.asarray(cached, "float32"), np.asarray(full, "float32"), atol=0.1, rtol=0.05
     )
@@ -127,7 +131,8 @@ def test_attention_weights_on_request(cls):
     target_mask = np.array([[True] * 5, [True] * 3 + [False] * 2])
     masks = dict(padding_mask=target_mask, encoder_padding_mask=MEMORY_MASK)
     expected = decoder(TARGET, MEMORY, **masks)
-    outputs, weights = decoder.call_with_attention(TARGET, MEMORY, **masks)
+    outputs, cache, weights = decoder.forward(TARGET, MEMORY, return_weights=True, **masks)
+    assert cache is None
     np.testing.assert_allclose(outputs, expected, atol=1e-6)
     for layer_weights in weights if cls is layers.Decoder else [weights]:
         self_weights = np.asarray(layer_weights["self_attention"])

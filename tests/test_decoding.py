@@ -1,30 +1,33 @@
 """Greedy search, beam search and sampling: cached = uncached, beam 1 = greedy = top-k 1,
-scores, EOS and padding, length limits, batch independence, graph mode and XLA, mixed
-precision, and the trained reversal model decoding reversed sequences.
+scores, EOS and padding, length limits, batch independence, beam search's two finish rules,
+graph mode and XLA, the `kt.fast` path, mixed precision, and the trained reversal model
+decoding reversed sequences. The cache itself: tests/test_cache.py.
 
 Most tests run on the session's `reversal_model` (tests/conftest.py), whose distributions are
 peaked as a trained model's are; some on a random tiny model, whose near-uniform ones rarely
 produce EOS, so it runs into the length limits.
 """
 
+import contextlib
 import itertools
 
 import keras
 import numpy as np
 import pytest
+import sacrebleu
 import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.decoding import (
     EOS_ID,
-    _phase_lengths,
+    FINISH_RULES,
     beam_search,
     greedy_search,
     parallel_search,
     sample,
-    top_k_by_blocks,
 )
 from tests.reversal import BOS, EOS, held_out_data
+from tests.test_keras_tools import quantize
 
 HELD_OUT_SOURCE, HELD_OUT_TARGET = held_out_data()
 SOURCE = HELD_OUT_SOURCE[:8]  # (8, 10): lengths 4..10, 0-padded
@@ -42,6 +45,27 @@ SHORT = {"max_extra_length": 5}  # keeps the random model's long outputs short
 def random_model():
     keras.utils.set_random_seed(0)
     return kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=20))
+
+
+@pytest.fixture(scope="module")
+def large_vocab_model():
+    """A random tiny model over 4,000 pieces: close scores over a large vocabulary."""
+    keras.utils.set_random_seed(0)
+    return kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=4000))
+
+
+LARGE_VOCAB_SOURCE = np.random.default_rng(0).integers(4, 4000, (4, 6))
+
+
+@contextlib.contextmanager
+def fast_path(enabled: bool):
+    """`kt.fast` switched on or off for the block, then restored."""
+    was_enabled = kt.fast.is_enabled()
+    kt.fast.enable() if enabled else kt.fast.disable()
+    try:
+        yield
+    finally:
+        kt.fast.enable() if was_enabled else kt.fast.disable()
 
 
 @pytest.fixture(params=["reversal", "unfamiliar", "random"])
@@ -98,17 +122,13 @@ def test_scores_are_the_log_probabilities_of_the_ids(model_and_source):
     model, source = model_and_source
     ids, scores = greedy_search(model, source, max_extra_length=5)
     np.testing.assert_allclose(scores, _log_prob(model, source, ids), atol=1e-4)
-    ids, scores = beam_search(model, source, max_extra_length=5)
-    expected = _log_prob(model, source, ids) / _lp(_lengths(ids))
-    np.testing.assert_allclose(scores, expected, atol=1e-4)
+    # Beam search's, under both finish rules: test_both_finish_rules_... below.
 
 
-def test_greedy_takes_the_most_likely_token_at_each_step():
-    """Against the full model's teacher-forced argmax, with a vocabulary large enough that
-    the choice runs by blocks (4,000 pieces: 32 blocks of 125), eagerly and under XLA."""
-    keras.utils.set_random_seed(0)
-    model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=4000))
-    source = np.random.default_rng(0).integers(4, 4000, (4, 6))
+def test_greedy_takes_the_most_likely_token_at_each_step(large_vocab_model):
+    """Against the full model's teacher-forced argmax over 4,000 pieces, eagerly and under
+    XLA."""
+    model, source = large_vocab_model, LARGE_VOCAB_SOURCE
     xla = tf.function(lambda s: greedy_search(model, s, max_extra_length=4), jit_compile=True)
     for ids, _ in (greedy_search(model, source, max_extra_length=4), xla(source)):
         ids = np.asarray(ids)
@@ -173,6 +193,72 @@ def test_beam_search_scores_at_least_as_well_as_greedy(held_out_decodings):
     _, (greedy_ids, greedy_scores), (_, beam_scores) = held_out_decodings
     greedy_normalised = np.asarray(greedy_scores) / _lp(_lengths(greedy_ids))
     assert (np.asarray(beam_scores) >= greedy_normalised - 1e-5).all()
+
+
+def test_both_finish_rules_give_their_hypotheses_scores_and_tensor2tensor_the_best(
+    model_and_source,
+):
+    """Well-formed hypotheses scored logP / lp under either rule. The alive hypotheses are
+    the same under both, and tensor2tensor's finished set takes every EOS extension that
+    fairseq's does (and those ranked k+1..2k), so its best score is never lower."""
+    model, source = model_and_source
+    best = {}
+    for rule in FINISH_RULES:
+        ids, scores = beam_search(model, source, finish_rule=rule, max_extra_length=5)
+        _assert_well_formed(ids, scores, len(source))
+        expected = _log_prob(model, source, ids) / _lp(_lengths(ids))
+        np.testing.assert_allclose(scores, expected, atol=1e-4)
+        best[rule] = np.asarray(scores)
+    assert (best["tensor2tensor"] >= best["fairseq"] - 1e-6).all()
+
+
+# A hand-made next-token distribution over {pad, unk, BOS, EOS, A, B}: FIRST after BOS,
+# LATER at every later position, whatever the prefix.
+A, B = 4, 5
+FIRST = [1e-6, 0.02, 0.03, 0.20, 0.40, 0.35]
+LATER = [1e-6, 0.02, 0.03, 0.35, 0.30, 0.30]
+
+
+class _PositionModel:
+    """A stand-in for a `Transformer` in uncached search (`use_cache=False` calls only the
+    model on the whole prefix, and reads its config): log FIRST at the first target
+    position, log LATER at the others."""
+
+    def __init__(self):
+        self.config = kt.TransformerConfig.preset("tiny", vocab_size=len(FIRST))
+
+    def __call__(self, inputs, training=False):
+        target = tf.convert_to_tensor(inputs["target_ids"])  # (n, T)
+        n, length = tf.shape(target)[0], tf.shape(target)[1]
+        first = tf.range(length)[None, :, None] == 0  # (1, T, 1)
+        logits = tf.where(first, tf.math.log([[FIRST]]), tf.math.log([[LATER]]))  # (1, T, V)
+        return tf.broadcast_to(logits, [n, length, len(FIRST)])
+
+
+def test_finish_rules_differ_on_an_eos_ranked_between_k_and_2k():
+    """Beam 2. After BOS the 4 best extensions are A (0.40), B (0.35), EOS (0.20), BOS:
+    tensor2tensor finishes [EOS] (rank 3), fairseq does not, and the best hypothesis it
+    finishes later, [A, EOS] (0.40 * 0.35), scores below it even after the length penalty:
+    log 0.14 / lp(2) = -1.79 < log 0.20 / lp(1) = -1.61."""
+    model, source = _PositionModel(), np.array([[A, B, A]])
+    results = {
+        rule: beam_search(
+            model, source, beam_size=2, finish_rule=rule, max_extra_length=3, use_cache=False
+        )
+        for rule in FINISH_RULES
+    }
+    (t2t_ids, t2t_scores), (fairseq_ids, fairseq_scores) = (
+        results["tensor2tensor"],
+        results["fairseq"],
+    )
+    np.testing.assert_array_equal(t2t_ids, [[EOS, 0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(fairseq_ids, [[A, EOS, 0, 0, 0, 0]])
+    for ids, scores in results.values():
+        expected = _log_prob(model, source, ids) / _lp(_lengths(ids))
+        np.testing.assert_allclose(scores, expected, rtol=1e-5)
+    np.testing.assert_allclose(t2t_scores, [np.log(0.20)], rtol=1e-5)
+    np.testing.assert_allclose(fairseq_scores, [np.log(0.40 * 0.35) / _lp(2)], rtol=1e-5)
+    assert t2t_scores[0] > fairseq_scores[0]
 
 
 def test_decoding_stops_at_eos_and_pads_after_it(model_and_source):
@@ -252,6 +338,41 @@ def test_graph_mode_and_xla_match_eager(reversal_model, search):
     assert graph.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.parametrize("model", ["random", "large_vocab"])
+def test_greedy_under_xla_decodes_as_eagerly(request, model):
+    """The random models' near-uniform scores run to the length limits (the cache grown
+    through every phase) and leave close choices to the argmax."""
+    model, source = {
+        "random": (request.getfixturevalue("random_model"), RANDOM_SOURCE),
+        "large_vocab": (request.getfixturevalue("large_vocab_model"), LARGE_VOCAB_SOURCE),
+    }[model]
+    ids, scores = greedy_search(model, source, max_extra_length=9)
+    xla = tf.function(lambda s: greedy_search(model, s, max_extra_length=9), jit_compile=True)
+    xla_ids, xla_scores = xla(tf.constant(source, tf.int32))
+    np.testing.assert_array_equal(xla_ids, ids)
+    np.testing.assert_allclose(xla_scores, scores, atol=1e-4)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "xla"])
+def test_beam_search_decodes_the_same_with_the_fast_path(large_vocab_model, compiled):
+    """Beam 4 over 4,000 pieces: its top 2k among beam * vocab = 16,000 scores a step is
+    where `kt.fast` changes the computation. The switch is read when the search is traced."""
+    model, source = large_vocab_model, tf.constant(LARGE_VOCAB_SOURCE, tf.int32)
+
+    def decode():
+        def search(source):
+            return beam_search(model, source, max_extra_length=4)
+
+        return (tf.function(search, jit_compile=True) if compiled else search)(source)
+
+    with fast_path(False):
+        ids, scores = decode()
+    with fast_path(True):
+        fast_ids, fast_scores = decode()
+    np.testing.assert_array_equal(fast_ids, ids)
+    np.testing.assert_allclose(fast_scores, scores, atol=1e-6)
+
+
 @pytest.mark.parametrize("search", SEARCHES)
 def test_parallel_search_decodes_as_the_whole_batch(reversal_model, search):
     # Unfamiliar input: its hypotheses change ranks, so beams are reordered.
@@ -277,14 +398,19 @@ def test_an_empty_batch_decodes_to_nothing(random_model, search):
         assert ids.shape == (0, 4 + SHORT["max_extra_length"]) and scores.shape == (0,)
 
 
-@pytest.mark.parametrize(
-    "max_len, lengths",
-    [(1, [1, 1, 1, 1]), (4, [4, 4, 4, 4]), (15, [8, 8, 12, 15]), (64, [16, 32, 48, 64])],
-)
-def test_the_buffers_grow_in_phases_up_to_the_output_length(max_len, lengths):
-    # The cached searches above run through every phase (the random model to its limits),
-    # so their agreement with the uncached ones covers the growth itself.
-    assert [int(n) for n in _phase_lengths(tf.constant(max_len))] == lengths
+@pytest.mark.parametrize("search", SEARCHES)
+def test_long_outputs_decode_as_without_a_cache(random_model, search):
+    """Outputs of up to 32 tokens: the cache is grown several times on the way (the random
+    model rarely ends before its limit), and every step still sees what the uncached model
+    computes from the whole prefix."""
+    settings = {"max_extra_length": 26}  # out_len = 6 + 26 = 32
+    ids, scores = SEARCHES[search](random_model, RANDOM_SOURCE, **settings)
+    assert _lengths(ids).max() > 24  # past three quarters of the buffers' final length
+    ids_full, scores_full = SEARCHES[search](
+        random_model, RANDOM_SOURCE, use_cache=False, **settings
+    )
+    np.testing.assert_array_equal(ids, ids_full)
+    np.testing.assert_allclose(scores, scores_full, atol=1e-4)
 
 
 @pytest.mark.parametrize("shards", [0, 1.5, True])
@@ -340,7 +466,8 @@ def test_mixed_bfloat16_model_decodes():
     config = kt.TransformerConfig.preset("tiny", vocab_size=20, dtype="mixed_bfloat16")
     model = kt.build_transformer(config)
     memory, _ = model.encode(RANDOM_SOURCE)
-    assert model.decoder.init_cache(memory, 4)[0]["self_attention"]["key"].dtype == tf.bfloat16
+    cache = model.decoder.init_cache(memory, 4)
+    assert cache.layers[0].self_attention.key.dtype == tf.bfloat16
     decode_xla = tf.function(lambda s: beam_search(model, s, max_extra_length=4), jit_compile=True)
     for ids, scores in (
         greedy_search(model, RANDOM_SOURCE, max_extra_length=4),
@@ -372,41 +499,46 @@ def test_bad_arguments_raise(random_model, kwargs):
         beam_search(random_model, RANDOM_SOURCE, **kwargs)
 
 
+def test_an_unknown_finish_rule_raises(random_model):
+    with pytest.raises(ValueError, match="finish_rule='marian' must be one of"):
+        beam_search(random_model, RANDOM_SOURCE, finish_rule="marian")
+
+
 @pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"top_k": -1}])
 def test_bad_sampling_arguments_raise(random_model, kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         sample(random_model, RANDOM_SOURCE, **kwargs)
 
 
-def _ties_below_a_few_late_maxima():
-    """Rows of 0s, 1s and 2s with their 3 largest values near the end: the blocks holding
-    those come first by maximum, the tied 2s must still come out lowest index first."""
-    values = np.random.default_rng(3).integers(0, 3, (6, 4000))
-    values[:, [-1, -200, -500]] = [10, 9, 8]
-    return values
+def _copy(model):
+    """A new model with `model`'s config and weights (quantize and LoRA change a model in
+    place; the session's fixture must stay as it is)."""
+    twin = kt.build_transformer(model.config)
+    twin.set_weights(model.get_weights())
+    return twin
 
 
-@pytest.mark.parametrize(
-    "values",
-    [
-        np.random.default_rng(0).standard_normal((6, 4000)),
-        np.random.default_rng(1).integers(0, 3, (6, 4000)),  # ties everywhere
-        _ties_below_a_few_late_maxima(),
-        np.where(np.random.default_rng(2).random((6, 4000)) < 0.99, -1e9, 0.5),  # ties at top
-    ],
-    ids=["distinct", "ties", "late-maxima", "few-finite"],
-)
-@pytest.mark.parametrize("k", [1, 8])
-@pytest.mark.parametrize("block", [None, 16, 400])
-def test_top_k_by_blocks_equals_top_k(values, k, block):
-    x = tf.constant(values, tf.float32)
-    expected_values, expected_indices = tf.math.top_k(x, k)
-    xla = tf.function(lambda x: top_k_by_blocks(x, k, block), jit_compile=True)
-    for got_values, got_indices in (top_k_by_blocks(x, k, block), xla(x)):
-        np.testing.assert_array_equal(got_values, expected_values)
-        np.testing.assert_array_equal(got_indices, expected_indices)
+def _bleu(ids, references):
+    """Corpus BLEU of id sequences (up to EOS), each id a word."""
+
+    def words(row):
+        row = list(row)
+        row = row[: row.index(EOS)] if EOS in row else row
+        return " ".join(str(i) for i in row if i)
+
+    return sacrebleu.corpus_bleu([words(r) for r in ids], [[words(r) for r in references]]).score
 
 
-def test_top_k_by_blocks_needs_a_dividing_block():
-    with pytest.raises(ValueError, match="block=300 must divide the row length 4000"):
-        top_k_by_blocks(tf.zeros([2, 4000]), 4, block=300)
+def test_int8_model_translates_within_half_a_bleu_point(reversal_model):
+    source, target = held_out_data(200)
+    references = target[:, 1:]
+    float_ids, _ = kt.decoding.greedy_search(reversal_model, source)
+    quantized = _copy(reversal_model)
+    quantize(quantized)
+    int8_ids, _ = kt.decoding.greedy_search(quantized, source)
+    float_bleu, int8_bleu = (
+        _bleu(float_ids.numpy(), references),
+        _bleu(int8_ids.numpy(), references),
+    )
+    assert float_bleu > 80  # the fixture has learned the task
+    assert abs(float_bleu - int8_bleu) <= 0.5, (float_bleu, int8_bleu)

@@ -95,13 +95,26 @@ def test_reverse_is_the_tied_projection_in_float32():
 
 
 @pytest.mark.parametrize("tie_weights", [True, False])
-def test_output_kernel_projects_as_reverse_does(tie_weights):
+def test_reverse_projects_with_the_keras_reversible_embedding(tie_weights):
     layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, tie_weights=tie_weights)
     layer(IDS)
+    assert type(layer.token_embedding) is keras.layers.ReversibleEmbedding
     hidden = np.random.default_rng(0).normal(size=(6, 8)).astype("float32")
-    kernel = layer.output_kernel()
-    assert kernel.shape == (8, 20)
-    np.testing.assert_allclose(hidden @ kernel, layer(hidden, reverse=True), atol=1e-5)
+    table = layer.token_embedding
+    kernel = table.embeddings.numpy().T if tie_weights else table.reverse_embeddings.numpy()
+    np.testing.assert_allclose(layer(hidden, reverse=True), hidden @ kernel, atol=1e-5)
+
+
+def test_int8_quantization_reaches_the_tied_table():
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8)
+    layer(IDS)
+    hidden = np.random.default_rng(0).normal(size=(6, 8)).astype("float32")
+    expected = layer(hidden, reverse=True)
+    layer.token_embedding.quantize("int8")
+    assert layer.token_embedding.quantization_mode == "int8"
+    logits = layer(hidden, reverse=True)
+    assert logits.dtype == tf.float32
+    np.testing.assert_allclose(logits, expected, atol=0.05)
 
 
 def test_untied_projection_has_its_own_matrix():
@@ -137,87 +150,6 @@ def test_shared_instance_in_a_model_keeps_one_matrix_after_reload(tmp_path):
     restored = keras.saving.load_model(tmp_path / "m.keras")
     assert len(restored.trainable_weights) == 1
     np.testing.assert_allclose(restored(IDS), model(IDS), atol=0)
-
-
-def _projection_case(tied, dtype="float32"):
-    rng = np.random.default_rng(1)
-    x = tf.constant(rng.normal(size=(3, 5, 8)), dtype)
-    shape = (20, 8) if tied else (8, 20)
-    weights = tf.constant(rng.normal(size=shape), dtype)
-    upstream = tf.constant(rng.normal(size=(3, 5, 20)), dtype)
-    return x, weights, upstream
-
-
-def _projection_and_grads(project, x, weights, upstream):
-    with tf.GradientTape() as tape:
-        tape.watch([x, weights])
-        logits = project(x, weights)
-        loss = tf.reduce_sum(tf.cast(logits * upstream, tf.float32))
-    return (logits, *tape.gradient(loss, [x, weights]))
-
-
-@pytest.mark.parametrize("tied", [True, False])
-@pytest.mark.parametrize("compiled", ["eager", "graph", "xla"])
-def test_vocabulary_logits_and_gradients_equal_the_plain_product(tied, compiled):
-    x, weights, upstream = _projection_case(tied)
-
-    def ours(x, weights):
-        return layers.embedding.vocabulary_logits(x, weights, tied)
-
-    def plain(x, weights):
-        return tf.matmul(x, tf.transpose(weights) if tied else weights)
-
-    run = {
-        "eager": lambda f: f,
-        "graph": tf.function,
-        "xla": lambda f: tf.function(f, jit_compile=True),
-    }[compiled]
-    got = run(lambda *a: _projection_and_grads(ours, *a))(x, weights, upstream)
-    expected = _projection_and_grads(plain, x, weights, upstream)  # eager autodiff
-    for value, reference in zip(got, expected, strict=True):
-        assert value.shape == reference.shape and value.dtype == reference.dtype
-        np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("tied", [True, False])
-def test_vocabulary_logits_in_half_precision_under_xla(tied):
-    x, weights, upstream = _projection_case(tied, "bfloat16")
-
-    def ours(x, weights):
-        return layers.embedding.vocabulary_logits(x, weights, tied)
-
-    got = tf.function(lambda *a: _projection_and_grads(ours, *a), jit_compile=True)(
-        x, weights, upstream
-    )
-    wide = [tf.cast(t, tf.float32) for t in (x, weights, upstream)]
-    expected = _projection_and_grads(
-        lambda x, w: tf.matmul(x, tf.transpose(w) if tied else w), *wide
-    )
-    for value, reference in zip(got, expected, strict=True):
-        assert value.dtype == tf.bfloat16
-        np.testing.assert_allclose(tf.cast(value, tf.float32), reference, rtol=0.05, atol=0.3)
-
-
-def test_barriered_weight_gradient_only_when_training_under_xla():
-    x, weights, upstream = _projection_case(True)
-
-    def grads(x, weights, upstream):
-        return _projection_and_grads(
-            lambda x, w: layers.embedding.vocabulary_logits(x, w, True), x, weights, upstream
-        )
-
-    def barriers(fn, *args):
-        ir = fn.experimental_get_compiler_ir(*args)(stage="hlo")
-        return ir.count("opt-barrier")
-
-    xla_train = tf.function(grads, jit_compile=True)
-    assert barriers(xla_train, x, weights, upstream) == 2  # x^T and the [d, vocab] product
-    xla_inference = tf.function(
-        lambda x, w: layers.embedding.vocabulary_logits(x, w, True), jit_compile=True
-    )
-    assert barriers(xla_inference, x, weights) == 0
-    plain_graph = tf.function(grads).get_concrete_function(x, weights, upstream).graph
-    assert not any(op.type == "XlaOptimizationBarrier" for op in plain_graph.get_operations())
 
 
 @pytest.mark.parametrize("tie_weights", [True, False])

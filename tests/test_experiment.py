@@ -1,15 +1,14 @@
-"""Experiment YAML files, --set overrides, the model directory's owner check, and the runtime
-decisions (XLA per strategy, which worker is the chief)."""
+"""Experiment YAML files, --set overrides, and the runtime decisions (XLA per strategy, which
+worker is the chief). The run directory's checks are in test_run_dir.py."""
 
 import json
 
 import pytest
 import tensorflow as tf
-import yaml
 
-from trainers import model_dir as md
 from trainers import runtime
-from trainers.experiment import ConfigError, load_experiment
+from trainers.errors import ConfigError
+from trainers.experiment import load_experiment
 
 DEMO = "trainers/configs/demo.yaml"
 
@@ -20,16 +19,30 @@ def write(tmp_path, text, name="exp.yaml"):
     return path
 
 
-def test_every_bundled_config_loads():
-    for name in ("demo", "small", "base_wmt14", "big_wmt14"):
-        experiment = load_experiment(f"trainers/configs/{name}.yaml")
-        assert experiment.training.steps % experiment.training.steps_per_epoch == 0
-    big = load_experiment("trainers/configs/big_wmt14.yaml")
-    assert (big.model.d_model, big.model.dropout, big.data.tfds_name) == (
-        1024,
-        0.3,
-        "wmt14_translate/de-en",
-    )
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("demo", ("tiny", 128, 0.0, "tsv", 2000, 1600, 200, 5)),
+        ("small", ("small", 256, 0.1, "tsv", 8000, 10_000, 500, 5)),
+        ("base_wmt14", ("base", 512, 0.1, "tfds", 37000, 100_000, 1000, 5)),
+        ("big_wmt14", ("big", 1024, 0.3, "tfds", 37000, 300_000, 1000, 20)),
+    ],
+)
+def test_every_bundled_config_loads(name, expected):
+    experiment = load_experiment(f"trainers/configs/{name}.yaml")
+    model, data, training = experiment.model, experiment.data, experiment.training
+    assert (
+        experiment.preset,
+        model.d_model,
+        model.dropout,
+        data.format,
+        data.vocab_size,
+        training.steps,
+        training.steps_per_epoch,
+        training.keep_checkpoints,
+    ) == expected
+    if data.format == "tfds":
+        assert data.tfds_name == "wmt14_translate/de-en"
 
 
 def test_demo_config_and_overrides():
@@ -121,39 +134,6 @@ def test_missing_config_file(tmp_path):
         load_experiment(tmp_path / "nope.yaml")
 
 
-def test_resolved_experiment_round_trips(tmp_path):
-    experiment = load_experiment(DEMO).with_vocab_sizes(2000, 2000)
-    md.save_experiment(tmp_path, experiment)
-    assert load_experiment(tmp_path / md.EXPERIMENT, resolved=True) == experiment
-
-
-def test_model_directory_belongs_to_one_experiment(tmp_path):
-    experiment = load_experiment(DEMO)
-    assert md.check_owner(tmp_path, experiment) is False
-    md.save_experiment(tmp_path, experiment.with_vocab_sizes(2000, 2000))
-    assert md.check_owner(tmp_path, experiment) is True
-    assert md.check_owner(tmp_path, load_experiment(DEMO, ["training.steps=3200"])) is True
-    other = load_experiment(DEMO, ["data.vocab_size=4000", "model.d_ff=256"])
-    with pytest.raises(ConfigError, match="belongs to another experiment") as error:
-        md.check_owner(tmp_path, other)
-    assert "model.d_ff: 512 there, 256 here" in str(error.value)
-    assert "data.vocab_size: 2000 there, 4000 here" in str(error.value)
-
-
-def test_unwritable_model_directory(tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    with pytest.raises(ConfigError, match="cannot write there"):
-        md.check_writable(blocker / "run")
-
-
-def test_atomic_writes_leave_no_temporary_files(tmp_path):
-    md.write_json(tmp_path / "a.json", {"x": 1})
-    md.write_atomically(tmp_path / "b.txt", "text")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.txt"]
-    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
-
-
 def test_xla_is_decided_per_strategy(mirrored):
     single = tf.distribute.get_strategy()
     assert runtime.resolve_jit_compile("auto", single) is True
@@ -191,9 +171,3 @@ def test_multi_worker_needs_tf_config(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ConfigError, match="reads the cluster from the TF_CONFIG"):
         runtime.make_strategy("multi_worker")
-
-
-def test_yaml_of_a_run_is_readable(tmp_path):
-    md.save_experiment(tmp_path, load_experiment(DEMO).with_vocab_sizes(10, 10))
-    saved = yaml.safe_load((tmp_path / md.EXPERIMENT).read_text())
-    assert saved["model"]["preset"] == "tiny" and saved["model"]["vocab_size"] == 10

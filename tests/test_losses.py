@@ -1,5 +1,7 @@
-"""LabelSmoothedCrossEntropy: NumPy reference, padding, and the global-batch mean under
-MirroredStrategy."""
+"""LabelSmoothedCrossEntropy: NumPy reference, padding, the global-batch mean under
+MirroredStrategy, and the stock (autodiff) and fast (hand-written gradient) paths agreeing."""
+
+import contextlib
 
 import keras
 import numpy as np
@@ -11,6 +13,24 @@ import keras_transformer as kt
 RNG = np.random.default_rng(0)
 LOGITS = RNG.normal(size=(3, 5, 11)).astype("float32") * 3
 LABELS = np.array([[4, 2, 9, 0, 0], [1, 1, 0, 0, 0], [3, 8, 7, 6, 5]], "int32")
+
+
+@contextlib.contextmanager
+def fast_path(enabled: bool):
+    """`kt.fast` switched on or off for the block, then restored."""
+    was_enabled = kt.fast.is_enabled()
+    kt.fast.enable() if enabled else kt.fast.disable()
+    try:
+        yield
+    finally:
+        kt.fast.enable() if was_enabled else kt.fast.disable()
+
+
+@pytest.fixture(params=[False, True], ids=["stock", "fast"])
+def path(request):
+    """Runs a test on the stock path and again with `kt.fast` on."""
+    with fast_path(request.param):
+        yield request.param
 
 
 def reference(labels, logits, eps, pad=0):
@@ -26,7 +46,7 @@ def reference(labels, logits, eps, pad=0):
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
-def test_equals_the_reference(eps):
+def test_equals_the_reference(eps, path):
     loss = kt.losses.LabelSmoothedCrossEntropy(label_smoothing=eps)
     np.testing.assert_allclose(
         float(loss(LABELS, LOGITS)), reference(LABELS, LOGITS, eps), rtol=1e-5
@@ -72,7 +92,7 @@ def reference_gradient(labels, logits, eps, weights):
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_gradient_equals_the_reference(eps):
+def test_gradient_equals_the_reference(eps, path):
     loss = kt.losses.LabelSmoothedCrossEntropy(label_smoothing=eps)
     weights = np.array([1.0, 0.5, 2.0], "float32")
     logits = tf.constant(LOGITS)
@@ -87,7 +107,7 @@ def test_gradient_equals_the_reference(eps):
     )
 
 
-def test_gradient_under_xla_with_unknown_batch():
+def test_gradient_under_xla_with_unknown_batch(path):
     loss = kt.losses.LabelSmoothedCrossEntropy()
 
     @tf.function(
@@ -109,7 +129,7 @@ def test_gradient_under_xla_with_unknown_batch():
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_far_apart_logits_give_finite_loss_and_gradient(eps):
+def test_far_apart_logits_give_finite_loss_and_gradient(eps, path):
     """Logits hundreds apart: the labels' probabilities underflow to 0 in float32, yet the
     loss is the label's distance below the log-normalizer, not inf or NaN."""
     logits = LOGITS * 100  # spreads of up to ~1,800
@@ -128,10 +148,59 @@ def test_far_apart_logits_give_finite_loss_and_gradient(eps):
     )
 
 
-def test_half_precision_logits_are_upcast():
+def test_half_precision_logits_are_upcast(path):
     loss = kt.losses.LabelSmoothedCrossEntropy()
     half = keras.ops.cast(LOGITS, "float16")
     np.testing.assert_allclose(float(loss(LABELS, half)), reference(LABELS, LOGITS, 0.1), rtol=1e-3)
+
+
+def _loss_and_gradient(labels, logits, eps, weights, compiled):
+    loss = kt.losses.LabelSmoothedCrossEntropy(label_smoothing=eps)
+
+    def value_and_gradient(labels, logits, weights):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = loss(labels, logits, sample_weight=weights)
+        return value, tape.gradient(value, logits)
+
+    if compiled:  # traced here, under the switch as it is now
+        value_and_gradient = tf.function(value_and_gradient, jit_compile=True)
+    return value_and_gradient(tf.constant(labels), tf.constant(logits), tf.constant(weights))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "xla"])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("scale", [1, 100], ids=["near", "far-apart"])
+def test_fast_and_stock_paths_agree(compiled, eps, scale):
+    logits = LOGITS * scale
+    weights = np.array([1.0, 0.5, 2.0], "float32")
+    with fast_path(False):
+        value, gradient = _loss_and_gradient(LABELS, logits, eps, weights, compiled)
+    with fast_path(True):
+        fast_value, fast_gradient = _loss_and_gradient(LABELS, logits, eps, weights, compiled)
+    np.testing.assert_allclose(float(fast_value), float(value), rtol=1e-5)
+    np.testing.assert_allclose(fast_gradient, gradient, rtol=1e-5, atol=1e-8)
+
+
+def test_per_token_losses_of_both_paths_agree_on_any_leading_shape():
+    """`smoothed_cross_entropy` itself, on `[batch, len]` and on flat `[tokens]` labels."""
+    for labels, logits in ((LABELS, LOGITS), (LABELS.reshape(-1), LOGITS.reshape(-1, 11))):
+        with fast_path(False):
+            stock = kt.losses.smoothed_cross_entropy(labels, tf.constant(logits), 0.1)
+        with fast_path(True):
+            fast = kt.losses.smoothed_cross_entropy(labels, tf.constant(logits), 0.1)
+        assert fast.shape == labels.shape
+        np.testing.assert_allclose(fast, stock, rtol=1e-5)
+
+
+def test_the_loss_takes_the_stock_path_by_default():
+    """No test leaves the switch on (tests/test_fast.py checks that a fresh process starts
+    with it off), and with it off the loss is the plain expression of paper 5.4."""
+    assert not kt.fast.is_enabled()
+    value = kt.losses.smoothed_cross_entropy(tf.constant(LABELS), tf.constant(LOGITS), 0.1)
+    log_probs = tf.nn.log_softmax(LOGITS)
+    nll = -tf.gather(log_probs, LABELS, batch_dims=2)
+    np.testing.assert_allclose(value, 0.9 * nll + 0.1 * -tf.reduce_mean(log_probs, -1), rtol=1e-6)
 
 
 def test_config_round_trip():

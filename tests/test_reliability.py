@@ -13,12 +13,14 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.files import temporary_path
 from tests import bible
 from tests.test_trainer import ENV, free_ports, slice_config, summary_line, train_cli
 from tests.test_trainer import start_training as start
-from trainers import checkpointing
-from trainers import model_dir as md
-from trainers.experiment import ConfigError, load_experiment
+from trainers import checkpointing, run_dir
+from trainers.errors import ConfigError
+from trainers.experiment import load_experiment
+from trainers.run_dir import BackupFolder, CheckpointFolder
 
 
 def tiny_compiled_model():
@@ -73,68 +75,72 @@ def test_a_backup_restores_every_variable_including_dropout_generators(tmp_path)
     seeds = [v for v in model.variables if "seed_generator" in v.path]
     assert seeds  # the dropout layers' generator states, which save_weights leaves out
     saved = snapshot(model)
-    checkpointing.save_state(model, tmp_path, epoch=3)
+    backup = BackupFolder(tmp_path)
+    assert checkpointing.save_state(model, backup, epoch=3) == backup.state(3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "state-00003.npz"]
     perturb(model)
-    assert checkpointing.restore_state(model, tmp_path) == 3
+    assert checkpointing.restore_state(model, backup) == 3
     assert_holds(model, saved)
 
 
 def test_a_corrupt_backup_is_named_and_the_one_before_is_used(tmp_path, capsys):
-    model = tiny_compiled_model()
-    checkpointing.save_state(model, tmp_path, epoch=1)
+    model, backup = tiny_compiled_model(), BackupFolder(tmp_path)
+    checkpointing.save_state(model, backup, epoch=1)
     first = snapshot(model)
     perturb(model)
-    checkpointing.save_state(model, tmp_path, epoch=2)
-    state = tmp_path / "state-00002.npz"
+    checkpointing.save_state(model, backup, epoch=2)
+    state = backup.state(2)
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # truncated
     perturb(model)
-    assert checkpointing.restore_state(model, tmp_path) == 1
+    assert checkpointing.restore_state(model, backup) == 1
     assert f"backup {state} does not match its recorded sha256" in capsys.readouterr().out
     assert_holds(model, first)
 
 
 def test_an_uncommitted_or_unreadable_record_is_survived(tmp_path, capsys):
-    model = tiny_compiled_model()
-    checkpointing.save_state(model, tmp_path, epoch=1)
+    model, backup = tiny_compiled_model(), BackupFolder(tmp_path)
+    checkpointing.save_state(model, backup, epoch=1)
     committed = snapshot(model)
     # A crash after writing the next state file, before committing it: never used.
     perturb(model)
-    np.savez(tmp_path / "state-00002.npz", *[v.numpy() for v in model.variables])
-    assert checkpointing.restore_state(model, tmp_path) == 1
-    np.testing.assert_array_equal(snapshot(model)[0], committed[0])
+    np.savez(backup.state(2), *[v.numpy() for v in model.variables])
+    assert checkpointing.restore_state(model, backup) == 1
+    assert_holds(model, committed)
     # A torn commit record: the newest readable state is used, with a warning.
-    (tmp_path / "latest.json").write_text('{"epoch": 1, "fi')
-    (tmp_path / "state-00002.npz").unlink()
-    assert checkpointing.restore_state(model, tmp_path) == 1
-    assert "latest.json is corrupt" in capsys.readouterr().out
-    assert checkpointing.restore_state(model, tmp_path / "nothing") == 0
+    backup.latest.write_text('{"epoch": 1, "fi')
+    backup.state(2).unlink()
+    perturb(model)
+    assert checkpointing.restore_state(model, backup) == 1
+    assert_holds(model, committed)
+    assert f"warning: {backup.latest} is corrupt" in capsys.readouterr().out
+    assert checkpointing.restore_state(model, BackupFolder(tmp_path / "nothing")) == 0
+    assert capsys.readouterr().out == ""  # no backup at all is no warning
 
 
 def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
-    model = tiny_compiled_model()
-    callback = checkpointing.Checkpoints(tmp_path, keep=2)
+    model, checkpoints = tiny_compiled_model(), CheckpointFolder(tmp_path)
+    callback = checkpointing.Checkpoints(checkpoints, keep=2)
     callback.set_model(model)
     for epoch in range(3):
         callback.on_epoch_end(epoch, {"loss": 1.0})
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "ckpt-00002.weights.h5",
-        "ckpt-00003.weights.h5",
-    ]
+    kept = [checkpoints.file(2), checkpoints.file(3)]
+    assert sorted(tmp_path.iterdir()) == kept
 
     def crash(path, *args, **kwargs):
+        assert Path(path) == temporary_path(checkpoints.file(4))  # never a checkpoint's name
         Path(path).write_bytes(b"half an h5 file")
         raise OSError("No space left on device")
 
     monkeypatch.setattr(model, "save_weights", crash)
     with pytest.raises(OSError, match="No space left"):
         callback.on_epoch_end(3, {"loss": 1.0})
-    names = sorted(p.name for p in tmp_path.iterdir())
-    assert names[1:] == ["ckpt-00002.weights.h5", "ckpt-00003.weights.h5"]
-    assert names[0].startswith(".tmp-")  # the torn file never got a checkpoint's name
+    assert sorted(tmp_path.iterdir()) == kept  # the torn file is gone with the failed write
+    # A run killed while writing leaves its temporary; the next run's start removes it.
+    temporary_path(checkpoints.file(4)).write_bytes(b"half an h5 file")
     callback.on_train_begin()
-    assert len(list(tmp_path.iterdir())) == 2  # stale temporaries are removed
+    assert sorted(tmp_path.iterdir()) == kept
     callback.on_epoch_end(4, {"loss": float("nan")})  # a NaN epoch is never kept
-    assert len(list(tmp_path.iterdir())) == 2
+    assert sorted(tmp_path.iterdir()) == kept
 
 
 # -- Killed processes -------------------------------------------------------------------------
@@ -255,13 +261,13 @@ def test_a_nan_loss_stops_training_and_keeps_the_last_good_state(tmp_path, monke
 
 
 def test_a_full_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch):
-    experiment = load_experiment(slice_config(tmp_path))
-    monkeypatch.setattr(md.shutil, "disk_usage", lambda path: type("U", (), {"free": 10 << 20}))
-    with pytest.raises(ConfigError, match=r"needs about \d+ MiB .* but only 10 MiB are free"):
-        md.check_disk_space(tmp_path / "model", experiment)
     from trainers import train
 
-    with pytest.raises(ConfigError, match="only 10 MiB are free"):
+    experiment = load_experiment(slice_config(tmp_path))
+    monkeypatch.setattr(
+        run_dir.shutil, "disk_usage", lambda path: type("U", (), {"free": 10 << 20})
+    )
+    with pytest.raises(ConfigError, match="but only 10 MiB are free there"):
         train.train(experiment, tmp_path / "model")
     assert not (tmp_path / "model").exists()
 

@@ -2,8 +2,10 @@
 the bundled corpus, resume, average, evaluate, export and translate; MirroredStrategy on two
 logical CPUs; MultiWorkerMirroredStrategy with two workers on 127.0.0.1; bad input."""
 
+import functools
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -19,19 +21,54 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 pytestmark = pytest.mark.slow
 
 
+MAX_LENGTH = 48
+SHORT_PAIRS, OVER_LONG_PAIRS = 596, 4
+
+
+@functools.cache
+def slice_pairs() -> tuple[tuple[str, str], ...]:
+    """The training slice: SHORT_PAIRS verses that fit in MAX_LENGTH tokens and
+    OVER_LONG_PAIRS passages that do not, whatever vocabulary is learned on them.
+
+    A verse fits when neither side is longer than MAX_LENGTH - 2 characters: every character
+    of the training text is a piece of the vocabulary (character coverage 1.0), so a sentence
+    of n characters is at most n + 1 pieces (with the word-boundary mark), plus EOS. A passage
+    (four verses joined) has at least MAX_LENGTH words a side, and a piece never spans two
+    words.
+    """
+    from tests import bible
+
+    corpus = bible.pairs("train")
+    train = list(zip(corpus.sources, corpus.targets, strict=True))
+    limit = MAX_LENGTH - 2
+    short = [p for p in train if len(p[0]) <= limit and len(p[1]) <= limit][:SHORT_PAIRS]
+    passages = [
+        tuple(" ".join(side) for side in zip(*train[i : i + 4], strict=True))
+        for i in range(0, 4 * OVER_LONG_PAIRS, 4)
+    ]
+    assert len(short) == SHORT_PAIRS
+    assert all(len(side.split()) >= MAX_LENGTH for pair in passages for side in pair)
+    pairs = list(short)
+    for index, passage in enumerate(passages):  # spread through the file
+        pairs.insert(150 * index + 75, passage)
+    return tuple(pairs)
+
+
 def slice_config(tmp_path, **training) -> Path:
-    """A tiny experiment on 800 training pairs; quick, and still learning."""
+    """A tiny experiment on the training slice; quick, and still learning."""
+    train = tmp_path / "train.tsv"
+    lines = "".join(f"{source}\t{target}\n" for source, target in slice_pairs())
+    train.write_text("en\tes\n" + lines, encoding="utf-8")
     steps = {"steps": 40, "steps_per_epoch": 20, **training}
     text = f"""
-model: {{preset: tiny, max_length: 48}}
+model: {{preset: tiny, max_length: {MAX_LENGTH}}}
 data:
   format: tsv
-  train: {DATA / "train.tsv.xz"}
+  train: {train}
   dev: {DATA / "dev.tsv.xz"}
   test: {DATA / "test.tsv.xz"}
   source_language: en
   target_language: es
-  train_limit: 800
   vocab_size: 500
   tokens_per_batch: 512
 training:
@@ -99,7 +136,9 @@ def test_training_writes_the_run_and_its_summary(trained):
     assert summary["jit_compile"] is True and summary["steps"] == 40
     assert summary["final_loss"] < summary["initial_loss"]
     assert summary["tokens_per_second"] > 0 and summary["train_seconds"] > 0
-    assert summary["data"]["pairs"] == 800 and summary["data"]["too_long"] >= 0
+    data = summary["data"]
+    assert (data["kept"], data["too_long"]) == (SHORT_PAIRS, OVER_LONG_PAIRS)
+    assert data["pairs"] == SHORT_PAIRS + OVER_LONG_PAIRS == len(slice_pairs())
     assert summary["dev"]["sentences"] == 10 and "nrefs:1" in summary["dev"]["bleu_signature"]
     assert sorted(p.name for p in (model_dir / "checkpoints").iterdir()) == [
         "ckpt-00001.weights.h5",
@@ -107,7 +146,10 @@ def test_training_writes_the_run_and_its_summary(trained):
     ]
     for name in ("experiment.yaml", "vocab/shared.model", "model.keras", "logs"):
         assert (model_dir / name).exists(), name
-    assert "over-long pairs (> 48 tokens) skipped" in result.stdout
+    assert (
+        f"over-long pairs (> {MAX_LENGTH} tokens) skipped: {OVER_LONG_PAIRS} of {data['pairs']}; "
+        f"kept {data['target_tokens']} target tokens"
+    ) in result.stdout
 
 
 def test_the_same_command_again_does_not_retrain(trained):
@@ -147,6 +189,10 @@ def test_averaging_the_last_checkpoints(trained):
 
 
 def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
+    import sacrebleu
+
+    from tests import bible
+
     model_dir, _, _ = trained
     result = run(
         "-m",
@@ -162,11 +208,15 @@ def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
     )
     scores = json.loads(result.stdout[result.stdout.index("{") :])
     assert scores["sentences"] == 12 and scores["beam_size"] == 2
-    assert 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-    hypotheses = (model_dir / "eval" / "test.hyp").read_text().splitlines()
-    assert len(hypotheses) == 12
-    assert json.loads((model_dir / "eval" / "test.json").read_text())["bleu"] == scores["bleu"]
+    hypotheses = (model_dir / "eval" / "test.hyp").read_text(encoding="utf-8").split("\n")
+    assert len(hypotheses) == 13 and hypotheses[-1] == ""  # one a line
+    # The scores are sacrebleu's, of the written hypotheses against the untouched references.
+    references = list(bible.pairs("test").targets[:12])
+    bleu = sacrebleu.corpus_bleu(hypotheses[:-1], [references]).score
+    chrf = sacrebleu.corpus_chrf(hypotheses[:-1], [references]).score
+    assert (scores["bleu"], scores["chrf"]) == (round(bleu, 2), round(chrf, 2))
+    assert json.loads((model_dir / "eval" / "test.json").read_text()) == scores
 
 
 def test_evaluate_own_files(trained, tmp_path):
@@ -219,6 +269,7 @@ def test_export_then_translate_through_the_saved_model(trained, tmp_path):
     translations = result.stdout.splitlines()
     assert len(translations) == len(lines)
     assert all(np.isfinite(float(line.split("\t")[0])) for line in translations)
+    assert translations[1] == "0.0000\t"  # nothing to translate: empty, with score 0
 
 
 def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
@@ -238,9 +289,11 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
         "--layer",
         "0",
     )
-    assert "4 heads" in result.stdout
-    height, width, _ = matplotlib.image.imread(out).shape
-    assert height > 200 and width > 200
+    heads, target, source = re.search(r"(\d+) heads, (\d+) x (\d+) pieces", result.stdout).groups()
+    assert heads == "4"
+    # A 2 x 2 grid of heat maps, each sized by the longer of the two piece sequences.
+    side = int(2 * (0.28 * max(int(target), int(source)) + 2) * 100)
+    assert matplotlib.image.imread(out).shape == (side, side, 4)
     result = run(
         "-m",
         "trainers.visualize",

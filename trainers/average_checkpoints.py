@@ -12,7 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainers.experiment import ConfigError
+from trainers import errors
+from trainers.errors import ConfigError
+from trainers.run_dir import AVERAGED, RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -21,9 +23,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--last", type=int, default=5, help="how many checkpoints (default 5)")
-    parser.add_argument(
-        "--output", default="model.averaged.keras", help="file name in the model directory"
-    )
+    parser.add_argument("--output", default=AVERAGED, help="file name in the model directory")
     return parser.parse_args(argv)
 
 
@@ -40,31 +40,26 @@ def average_checkpoints(model, paths) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     import keras_transformer as kt
-    from trainers import model_dir as md
-    from trainers.experiment import load_experiment
 
-    directory = args.model_dir
+    run = RunDirectory(args.model_dir)
     try:
         if args.last < 1:
             raise ConfigError(f"--last={args.last} must be >= 1")
-        if not (directory / md.EXPERIMENT).exists():
-            raise ConfigError(f"--model-dir {directory}: no {md.EXPERIMENT}; train it first")
-        experiment = load_experiment(directory / md.EXPERIMENT, resolved=True)
-        paths = sorted((directory / "checkpoints").glob(md.CHECKPOINT_PATTERN))
+        experiment = run.load_experiment()
+        paths = run.checkpoints.files()
         if len(paths) < args.last:
             raise ConfigError(
-                f"{directory / 'checkpoints'} has {len(paths)} checkpoints; --last {args.last} "
+                f"{run.checkpoints.path} has {len(paths)} checkpoints; --last {args.last} "
                 "needs that many (training.keep_checkpoints keeps the last ones)"
             )
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except errors.USER_ERRORS as error:
+        return errors.fail(error)
     paths = paths[-args.last :]
     model = kt.build_transformer(experiment.model)
     average_checkpoints(model, paths)
-    md.save_model(model, directory / args.output)
-    print(f"averaged {', '.join(p.name for p in paths)} into {directory / args.output}")
-    return 0
+    output = run.save_model(model, args.output)
+    print(f"averaged {', '.join(p.name for p in paths)} into {output}")
+    return errors.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,16 +1,16 @@
 """Crash-safe training state: the backup a restarted run resumes from, and the checkpoints
-kept for averaging.
+kept for averaging. Where they go is `trainers.run_dir`'s `BackupFolder` and
+`CheckpointFolder`; every file is written with `keras_transformer.files.atomic_write`.
 
 Backup (DIR/backup/): every variable of the model (weights, and the dropout generators'
 states that Keras's `save_weights` leaves out) and of the optimizer (moments, iteration), so a
 resumed run continues exactly where the backup was taken. Each backup is written to a new
-file under a temporary name and renamed, then committed by replacing `latest.json` (which
-names the file and its sha256) in one atomic rename. A crash at any moment leaves the last
-committed backup intact; a corrupt or truncated state file is reported by name and the
-previous one is used.
+state file, then committed by replacing `latest.json` (which names the file and its sha256).
+A crash at any moment leaves the last committed backup intact; a corrupt or truncated state
+file is reported by name and the previous one is used.
 
-Checkpoints (DIR/checkpoints/ckpt-NNNNN.weights.h5): Keras weight files, one per epoch,
-written under a temporary name and renamed; the last `keep` stay.
+Checkpoints (DIR/checkpoints/): Keras weight files, one per epoch; the last `keep` stay.
+Temporaries that a killed run left there are removed when training starts.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import zipfile
 from pathlib import Path
 
 import keras
 import numpy as np
 
-LATEST = "latest.json"
+from keras_transformer.files import atomic_write, remove_temporaries
+from trainers.run_dir import BackupFolder, CheckpointFolder
 
 
 def _sha256(path: Path) -> str:
@@ -41,43 +41,34 @@ def _variables(model: keras.Model) -> list:
     return list(model.variables) + list(model.optimizer.variables)
 
 
-def save_state(model: keras.Model, directory: Path, epoch: int, keep: int = 2) -> Path:
+def save_state(model: keras.Model, backup: BackupFolder, epoch: int, keep: int = 2) -> Path:
     """Writes and commits the backup of `epoch` (completed epochs); keeps the last `keep`."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    backup.path.mkdir(parents=True, exist_ok=True)
     variables = _variables(model)
-    name = f"state-{epoch:05d}.npz"
-    temporary = directory / f".{name}.tmp-{os.getpid()}"
-    with open(temporary, "wb") as file:
-        np.savez(file, **{f"{i:05d}": v.numpy() for i, v in enumerate(variables)})
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, directory / name)
+    arrays = {f"{i:05d}": v.numpy() for i, v in enumerate(variables)}
+    state = atomic_write(backup.state(epoch), lambda path: np.savez(path, **arrays))
     record = {
         "epoch": epoch,
-        "file": name,
-        "sha256": _sha256(directory / name),
+        "file": state.name,
+        "sha256": _sha256(state),
         "variables": [v.path for v in variables],
     }
-    temporary = directory / f".{LATEST}.tmp-{os.getpid()}"
-    temporary.write_text(json.dumps(record))
-    os.replace(temporary, directory / LATEST)  # the commit
-    for old in sorted(directory.glob("state-*.npz"))[:-keep]:
+    atomic_write(backup.latest, json.dumps(record))  # the commit
+    for old in backup.states()[:-keep]:
         old.unlink()
-    return directory / name
+    return state
 
 
-def restore_state(model: keras.Model, directory: Path) -> int:
+def restore_state(model: keras.Model, backup: BackupFolder) -> int:
     """Loads the newest intact backup into `model` (built and compiled); returns the number
     of completed epochs it holds, 0 when there is none."""
-    directory = Path(directory)
-    candidates = sorted(directory.glob("state-*.npz"), reverse=True)
+    candidates = backup.states()[::-1]
     record = None
-    if (directory / LATEST).exists():
+    if backup.latest.exists():
         try:
-            record = json.loads((directory / LATEST).read_text())
+            record = json.loads(backup.latest.read_text())
         except ValueError:
-            print(f"warning: {directory / LATEST} is corrupt; looking for an older backup")
+            print(f"warning: {backup.latest} is corrupt; looking for an older backup")
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     variables = _variables(model)
@@ -89,10 +80,10 @@ def restore_state(model: keras.Model, directory: Path) -> int:
             with np.load(path) as arrays:
                 for i, variable in enumerate(variables):
                     variable.assign(arrays[f"{i:05d}"])
-            return int(path.name[len("state-") : -len(".npz")])
+            return backup.epoch(path)
         print(f"warning: backup {path} {problem}; using the one before")
     if candidates or record is not None:
-        print(f"warning: no intact backup in {directory}; starting from scratch")
+        print(f"warning: no intact backup in {backup.path}; starting from scratch")
     return 0
 
 
@@ -124,50 +115,47 @@ class Backup(keras.callbacks.Callback):
     same command with more steps continues the run.
 
     Args:
-        directory: the backup folder.
+        backup: `BackupFolder`. Where the state files go.
         write: bool. False on the workers that are not the chief.
     """
 
-    def __init__(self, directory, write: bool = True):
+    def __init__(self, backup: BackupFolder, write: bool = True):
         super().__init__()
-        self.directory, self.write = Path(directory), write
+        self.backup, self.write = backup, write
 
     def on_epoch_end(self, epoch, logs=None):
         if self.write and _finite(logs) and not self.model.stop_training:
-            save_state(self.model, self.directory, epoch + 1)
+            save_state(self.model, self.backup, epoch + 1)
 
     def on_train_end(self, logs=None):
         # The finished run keeps its last state, so that more steps continue it.
-        if self.write and not self.model.stop_training and (self.directory / LATEST).exists():
-            committed = json.loads((self.directory / LATEST).read_text())["file"]
-            for path in self.directory.glob("state-*.npz"):
+        if self.write and not self.model.stop_training and self.backup.latest.exists():
+            committed = json.loads(self.backup.latest.read_text())["file"]
+            for path in self.backup.states():
                 if path.name != committed:
                     path.unlink()
 
 
 class Checkpoints(keras.callbacks.Callback):
-    """Writes `ckpt-NNNNN.weights.h5` after every epoch, atomically, keeping the last `keep`.
+    """Writes a checkpoint after every epoch, atomically, keeping the last `keep`.
 
     Args:
-        directory: the checkpoints folder.
+        checkpoints: `CheckpointFolder`. Where the weight files go.
         keep: int. Checkpoints kept (for averaging).
     """
 
-    def __init__(self, directory, keep: int):
+    def __init__(self, checkpoints: CheckpointFolder, keep: int):
         super().__init__()
-        self.directory, self.keep = Path(directory), keep
+        self.checkpoints, self.keep = checkpoints, keep
 
     def on_train_begin(self, logs=None):
-        for stale in self.directory.glob(".tmp-*"):  # left by a crash while writing
-            stale.unlink()
+        if self.checkpoints.path.exists():
+            remove_temporaries(self.checkpoints.path)  # left by a run killed while writing
 
     def on_epoch_end(self, epoch, logs=None):
         if not _finite(logs) or self.model.stop_training:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        name = f"ckpt-{epoch + 1:05d}.weights.h5"
-        temporary = self.directory / f".tmp-{os.getpid()}-{name}"
-        self.model.save_weights(temporary)
-        os.replace(temporary, self.directory / name)
-        for old in sorted(self.directory.glob("ckpt-*.weights.h5"))[: -self.keep]:
+        self.checkpoints.path.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.checkpoints.file(epoch + 1), self.model.save_weights)
+        for old in self.checkpoints.files()[: -self.keep]:
             old.unlink()

@@ -5,7 +5,8 @@
 
 Translates with beam search (the paper's beam 4, length penalty 0.6 by default), detokenizes,
 and scores with sacrebleu against the untouched references: BLEU, chrF and their signatures,
-printed as JSON. Hypotheses go to DIR/eval/SPLIT.hyp (or --output), one a line.
+printed as JSON. Hypotheses go to DIR/eval/SPLIT.hyp (or --output), one a line, and the
+scores beside them (DIR/eval/SPLIT.json).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
-from trainers.experiment import ConfigError
+from trainers import errors
+from trainers.errors import ConfigError
+from trainers.run_dir import MODEL, RunDirectory, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -25,7 +29,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument(
         "--model",
-        default="model.keras",
+        default=MODEL,
         help="model file in the model directory (e.g. model.averaged.keras)",
     )
     parser.add_argument("--split", choices=("dev", "test"), help="a split of the experiment")
@@ -34,6 +38,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, help="hypotheses file (default DIR/eval/...)")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.6)
+    parser.add_argument(
+        "--finish-rule",
+        default="tensor2tensor",
+        choices=("tensor2tensor", "fairseq"),
+        help="beam search: which EOS extensions finish a hypothesis (default: the paper's "
+        "code, tensor2tensor)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=("int8",),
+        help="quantize the model's weights with Keras (model.quantize) before translating",
+    )
     parser.add_argument("--limit", type=int, help="score only the first N sentences")
     args = parser.parse_args(argv)
     if (args.split is None) == (args.source is None):
@@ -46,12 +62,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer import evaluation
-    from keras_transformer.corpus import CorpusError, read_text_pair
-    from trainers import model_dir as md
+    from keras_transformer.corpus import read_text_pair
+    from keras_transformer.files import atomic_write
     from trainers.experiment import read_split
 
+    run = RunDirectory(args.model_dir)
     try:
-        experiment, vocabularies, model = md.load_trained(args.model_dir, args.model)
+        experiment, vocabularies, model = run.load_trained(args.model)
         if args.split:
             pairs = read_split(experiment.data, args.split)
             if pairs is None:
@@ -60,13 +77,20 @@ def main(argv=None) -> int:
         else:
             pairs = read_text_pair(args.source, args.reference)
             name = args.source.name
-    except (ConfigError, CorpusError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except errors.USER_ERRORS as error:
+        return errors.fail(error)
     if args.limit:
         pairs = pairs.take(args.limit)
+    if args.quantize:
+        with warnings.catch_warnings():  # one warning a layer without weights (norms...)
+            warnings.filterwarnings("ignore", message=".*does not have a `quantize` method")
+            model.quantize(args.quantize)
     translator = evaluation.Translator(
-        model, vocabularies, beam_size=args.beam_size, length_penalty=args.length_penalty
+        model,
+        vocabularies,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        finish_rule=args.finish_rule,
     )
     hypotheses = translator.translate(pairs.sources, progress=True)
     result = {
@@ -75,14 +99,16 @@ def main(argv=None) -> int:
         "data": name,
         "beam_size": args.beam_size,
         "length_penalty": args.length_penalty,
+        "finish_rule": args.finish_rule,
+        "quantize": args.quantize,
         **evaluation.score(hypotheses, pairs.targets),
     }
-    output = args.output or args.model_dir / "eval" / f"{name}.hyp"
+    output = args.output or run.hypotheses(name)
     output.parent.mkdir(parents=True, exist_ok=True)
-    md.write_atomically(output, "".join(h + "\n" for h in hypotheses))
-    md.write_json(output.with_suffix(".json"), result)
+    atomic_write(output, "".join(h + "\n" for h in hypotheses))
+    write_json(output.with_suffix(".json"), result)
     print(json.dumps(result, indent=2))
-    return 0
+    return errors.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -17,12 +17,9 @@ import yaml
 from keras_transformer import TransformerConfig
 from keras_transformer.config import PRESETS
 from keras_transformer.text import MIN_VOCAB_SIZE
+from trainers.errors import ConfigError
 
 DATA_FORMATS = ("tsv", "text", "tfds")
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message names where it came from."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +80,8 @@ class TrainingConfig:
         seed: seed of initialization, dropout and shuffling.
         deterministic: TensorFlow's op determinism: a run and its resumption after a crash
             give bit-identical weights (slower). The input order is always fixed by the seed.
+        fast: turn on `keras_transformer.fast`, the speed path (the same model and results
+            up to float rounding; false trains on the stock path).
     """
 
     steps: int = 10_000
@@ -101,6 +100,7 @@ class TrainingConfig:
     keep_checkpoints: int = 5
     seed: int = 1234
     deterministic: bool = False
+    fast: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

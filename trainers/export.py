@@ -11,11 +11,11 @@ Both carry a manifest.json: configuration, vocabulary, decoding settings, metric
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from trainers.experiment import ConfigError
+from trainers import errors
+from trainers.run_dir import MODEL, RunDirectory, save_model, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -26,7 +26,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, type=Path, help="e.g. saved_models/demo")
     parser.add_argument(
         "--model",
-        default="model.keras",
+        default=MODEL,
         help="model file in the model directory (e.g. model.averaged.keras)",
     )
     parser.add_argument("--version", type=int, help="version number (default: the next one)")
@@ -38,22 +38,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer import export
-    from trainers import model_dir as md
 
+    run = RunDirectory(args.model_dir)
     try:
-        experiment, vocabularies, model = md.load_trained(args.model_dir, args.model)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    metrics = {}
-    for name in ("eval/test.json", "eval/dev.json", md.SUMMARY):
-        path = args.model_dir / name
-        if path.exists():
-            metrics[name] = json.loads(path.read_text())
+        experiment, vocabularies, model = run.load_trained(args.model)
+    except errors.USER_ERRORS as error:
+        return errors.fail(error)
     manifest = {
         "experiment": experiment.to_dict(),
-        "source_model": str(args.model_dir / args.model),
-        "metrics": metrics,
+        "source_model": str(run.model(args.model)),
+        "metrics": run.metrics(),
     }
     version = export.export_saved_model(
         model,
@@ -66,11 +60,11 @@ def main(argv=None) -> int:
     )
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)
-    md.save_model(model, keras_dir / "model.keras")
+    save_model(model, keras_dir / MODEL)
     vocabularies.save(keras_dir / "vocab")
-    md.write_json(keras_dir / export.MANIFEST, manifest | {"for": "model.fit fine-tuning"})
+    write_json(keras_dir / export.MANIFEST, manifest | {"for": "model.fit fine-tuning"})
     print(f"wrote {version} (SavedModel for TF Serving) and {keras_dir} (Keras model)")
-    return 0
+    return errors.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from trainers.experiment import ConfigError
+from trainers.errors import ConfigError
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 

@@ -10,12 +10,20 @@ in). Same arguments as the original:
 
 import os
 import sys
+from importlib.metadata import entry_points
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow_text  # noqa: E402, F401  (registers SentencepieceOp and friends)
-from tensorflow.python.tools import saved_model_cli  # noqa: E402
+
+
+def main() -> int:
+    """Runs the `saved_model_cli` command that the tensorflow package declares (its console
+    script entry point) in this process, where tensorflow-text's ops are registered."""
+    (command,) = entry_points(group="console_scripts", name="saved_model_cli")
+    sys.argv[0] = "saved_model_cli"
+    return command.load()()
+
 
 if __name__ == "__main__":
-    sys.argv[0] = "saved_model_cli"
-    sys.exit(saved_model_cli.main())
+    sys.exit(main())

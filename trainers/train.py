@@ -7,19 +7,27 @@
 
 Everything that can be checked is checked before any work starts: the configuration, the
 model directory (writable, not another experiment's) and the corpora. Running the same
-command again resumes from the last backup; a finished run is not repeated.
+command again resumes from the last backup; a finished run is not repeated. Exit statuses
+are trainers.errors's: 1 when the loss became NaN, 2 for a configuration or corpus error, 3
+when another worker was lost.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
+import typing
 from pathlib import Path
 
-from trainers import checkpointing, runtime
-from trainers.experiment import ConfigError
+import tensorflow as tf
+
+from trainers import callbacks as cb
+from trainers import checkpointing, errors, runtime
+from trainers.experiment import read_split
+from trainers.run_dir import RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,9 +63,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import tensorflow as tf  # importing TF starts no device yet
-
-    from keras_transformer.corpus import CorpusError
     from trainers.experiment import load_experiment
 
     try:
@@ -65,164 +70,104 @@ def main(argv=None) -> int:
             runtime.split_cpu(args.cpu_devices)  # before anything else touches TensorFlow
         experiment = load_experiment(args.config, args.set)
         summary = train(experiment, args.model_dir, args.strategy, args.verbose)
-    except (ConfigError, CorpusError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (tf.errors.UnavailableError, tf.errors.CancelledError) as error:
-        print(
-            f"error: lost contact with another worker ({type(error).__name__}); start the "
-            "same command again on every worker: training resumes from the last backup",
-            file=sys.stderr,
+    except errors.USER_ERRORS as error:
+        return errors.fail(error)
+    except errors.LOST_WORKER_ERRORS as error:
+        return errors.fail(
+            f"lost contact with another worker ({type(error).__name__}); start the same "
+            "command again on every worker: training resumes from the last backup",
+            errors.EXIT_LOST_WORKER,
         )
-        return 3
     if summary.get("stopped_early"):
-        print(f"error: {summary['stopped_early']}", file=sys.stderr)
-        return 1
-    return 0
+        return errors.fail(summary["stopped_early"], errors.EXIT_STOPPED)
+    return errors.EXIT_OK
 
 
 def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: int = 1) -> dict:
-    """Runs (or resumes) the experiment in `model_dir` and returns the training summary."""
-    import keras
-    import tensorflow as tf
+    """Runs (or resumes) the experiment in `model_dir` and returns the training summary.
 
-    from keras_transformer import data
-    from trainers import callbacks as cb
-    from trainers import model_dir as md
-    from trainers.experiment import load_experiment, read_split
-
-    model_dir, training = Path(model_dir), experiment.training
-    resuming = md.check_owner(model_dir, experiment)
-    if resuming and (finished := _finished_run(model_dir, training.steps)):
-        print(f"{model_dir} already holds this run, trained for {training.steps} steps")
+    Everything that can be refused is refused before anything is written: the directory's
+    owner, the corpora, the disk space and the directory's permissions.
+    """
+    run = RunDirectory(model_dir)
+    resuming = run.check_owner(experiment)
+    if resuming and (finished := run.finished_run(experiment.training.steps)):
+        print(f"{run.root} already holds this run, trained for {experiment.training.steps} steps")
         return finished
-    # Every corpus is read and checked before anything is written.
-    train_pairs, dev_pairs = (
-        read_split(experiment.data, "train"),
-        read_split(experiment.data, "dev"),
+    train_pairs, dev_pairs = _read_corpora(experiment)
+    _check_room(run, experiment)
+    placement = _place(strategy_kind, experiment.training)
+    vocabularies = _vocabularies(run, experiment, train_pairs, resuming, placement.is_chief)
+    experiment = _resolve_experiment(run, experiment, vocabularies, resuming, placement.is_chief)
+    lengths = _length_report(experiment, train_pairs, vocabularies)
+    model, initial_epoch = _model(run, experiment, placement)
+    datasets = _datasets(experiment, vocabularies, train_pairs, dev_pairs, placement, initial_epoch)
+    monitors = _monitors(run, experiment.training, vocabularies, dev_pairs, placement.is_chief)
+    callbacks = _callbacks(run, experiment.training, placement.is_chief, monitors)
+    history, seconds = _fit(model, experiment.training, datasets, initial_epoch, callbacks, verbose)
+    summary = _summary(
+        run, experiment.training, placement, model, history, seconds, lengths, monitors
     )
-    print(
-        f"training pairs: {len(train_pairs)} from {train_pairs.origin} "
-        f"({train_pairs.skipped_empty} empty pairs skipped)"
-    )
-    md.check_disk_space(model_dir, experiment)
-    md.check_writable(model_dir)
-
-    strategy = runtime.make_strategy(strategy_kind)
-    workers, worker_index, is_chief = runtime.worker_info(strategy)
-    jit_compile = runtime.resolve_jit_compile(training.jit_compile, strategy)
-    keras.utils.set_random_seed(training.seed)  # before any tokenizer (see keras_transformer.text)
-    if training.deterministic:
-        tf.config.experimental.enable_op_determinism()
-
-    vocabularies = _vocabularies(experiment, train_pairs, model_dir, resuming, is_chief)
-    if resuming or not is_chief:  # the vocabulary must be the one the run was made with
-        saved = load_experiment(model_dir / md.EXPERIMENT, resolved=True)
-        md.check_vocabulary(saved.model, vocabularies, model_dir)
-    experiment = experiment.with_vocab_sizes(
-        vocabularies.source.vocabulary_size(), vocabularies.target.vocabulary_size()
-    )
-    if is_chief and not resuming:
-        md.save_experiment(model_dir, experiment)
-    max_length = experiment.model.max_length
-    lengths = data.length_report(train_pairs.to_dataset(), vocabularies, max_length=max_length)
-    print(
-        f"over-long pairs (> {max_length} tokens) skipped: {lengths['too_long']} of "
-        f"{lengths['pairs']}; kept {lengths['target_tokens']} target tokens"
-    )
-    with strategy.scope():
-        model = _compiled_model(experiment, jit_compile)
-        # Every worker resumes from the chief's backup: all hold the same state.
-        initial_epoch = checkpointing.restore_state(model, model_dir / "backup")
-    print(runtime.describe(strategy), f"jit_compile={jit_compile}", flush=True)
-    batches_per_epoch = training.steps_per_epoch * training.gradient_accumulation_steps
-    if initial_epoch:
-        print(
-            f"resuming after epoch {initial_epoch} (step "
-            f"{int(model.optimizer.iterations.numpy())}) from {model_dir / 'backup'}",
-            flush=True,
-        )
-    train_dataset, dev_dataset = _datasets(
-        experiment, vocabularies, train_pairs, dev_pairs, strategy, workers, worker_index
-    )
-    # The input order is fixed by the seed: skipping what was consumed resumes it exactly.
-    train_dataset = train_dataset.skip(initial_epoch * batches_per_epoch)
-
-    throughput = cb.Throughput()
-    bleu = None
-    if is_chief and dev_pairs is not None:
-        limit = training.bleu_max_sentences or len(dev_pairs)
-        bleu = cb.BleuCallback(
-            vocabularies,
-            dev_pairs.sources[:limit],
-            dev_pairs.targets[:limit],
-            every_steps=training.bleu_every_steps,
-            beam_size=training.bleu_beam_size,
-            log_dir=model_dir / "logs" / "bleu",
-        )
-    started = time.perf_counter()
-    history = model.fit(
-        train_dataset,
-        initial_epoch=initial_epoch,
-        epochs=training.steps // training.steps_per_epoch,
-        steps_per_epoch=batches_per_epoch,
-        validation_data=dev_dataset,
-        shuffle=False,  # the pipeline shuffles
-        callbacks=_callbacks(model_dir, training, is_chief, throughput, bleu),
-        verbose=verbose,
-    )
-    steps = int(model.optimizer.iterations.numpy())
-    summary = {
-        "strategy": strategy_kind,
-        "replicas": strategy.num_replicas_in_sync,
-        "workers": workers,
-        "jit_compile": jit_compile,
-        "steps": steps,
-        "planned_steps": training.steps,
-        "initial_loss": throughput.initial_loss,
-        "final_loss": history.history.get("loss", [None])[-1],
-        "final_dev_loss": history.history.get("val_loss", [None])[-1],
-        "tokens_per_second": throughput.tokens_per_second(),
-        "train_seconds": round(time.perf_counter() - started, 1),
-        "data": lengths,
-        "dev": bleu.last if bleu else None,
-        "weights_sha256": md.weights_fingerprint(model),
-    }
-    if model.stop_training and steps < training.steps:
-        summary["stopped_early"] = (
-            f"training stopped at step {steps} of {training.steps}: the loss became NaN or "
-            f"infinite; the last good checkpoint is in {model_dir / 'checkpoints'}"
-        )
-    if is_chief:
-        if not summary.get("stopped_early"):
-            md.save_model(model, model_dir / md.MODEL)
-        md.write_json(model_dir / md.SUMMARY, summary)
-        print(f"wrote {model_dir / md.MODEL} and {model_dir / md.SUMMARY}")
+    _save(run, model, summary, placement.is_chief)
     print("summary: " + json.dumps(summary, sort_keys=True), flush=True)
     return summary
 
 
-def _finished_run(model_dir: Path, steps: int) -> dict | None:
-    """The summary of a run that already trained for `steps` steps, or None."""
-    from trainers import model_dir as md
+class Placement(typing.NamedTuple):
+    """Where the run trains: the strategy, this worker's place in the cluster, and XLA."""
 
-    path = model_dir / md.SUMMARY
-    if not path.exists():
-        return None
-    summary = json.loads(path.read_text())
-    return summary if summary.get("steps") == steps and not summary.get("stopped_early") else None
+    kind: str  # "default", "mirrored" or "multi_worker"
+    strategy: tf.distribute.Strategy
+    workers: int
+    worker_index: int
+    is_chief: bool
+    jit_compile: bool
 
 
-def _vocabularies(experiment, train_pairs, model_dir: Path, resuming: bool, is_chief: bool):
+def _read_corpora(experiment):
+    """(training pairs, dev pairs or None), read and checked before anything is written."""
+    train_pairs = read_split(experiment.data, "train")
+    dev_pairs = read_split(experiment.data, "dev")
+    print(
+        f"training pairs: {len(train_pairs)} from {train_pairs.origin} "
+        f"({train_pairs.skipped_empty} empty pairs skipped)"
+    )
+    return train_pairs, dev_pairs
+
+
+def _check_room(run: RunDirectory, experiment) -> None:
+    """Room on the disk for the run's files, then a writable directory (created here)."""
+    run.check_disk_space(experiment)
+    run.check_writable()
+
+
+def _place(strategy_kind: str, training) -> Placement:
+    """The strategy, the worker's role and XLA; then the seeds (before any tokenizer: see
+    keras_transformer.text), the speed switch and, if asked, TensorFlow's op determinism."""
+    import keras
+
+    import keras_transformer as kt
+
+    strategy = runtime.make_strategy(strategy_kind)
+    workers, worker_index, is_chief = runtime.worker_info(strategy)
+    jit_compile = runtime.resolve_jit_compile(training.jit_compile, strategy)
+    keras.utils.set_random_seed(training.seed)
+    if training.fast:
+        kt.fast.enable()
+    if training.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    return Placement(strategy_kind, strategy, workers, worker_index, is_chief, jit_compile)
+
+
+def _vocabularies(run: RunDirectory, experiment, train_pairs, resuming: bool, is_chief: bool):
     """The run's vocabularies: learned and saved by the chief of a new run, loaded otherwise
     (other workers wait until the chief has written them)."""
     from keras_transformer import text
-    from trainers import model_dir as md
 
     if resuming or not is_chief:
         if not is_chief:
-            md.wait_for(model_dir / md.EXPERIMENT)
-        return md.load_vocabularies(model_dir)
+            run.wait_for_experiment()
+        return run.load_vocabularies()
     config = experiment.data
     print(f"learning a {config.vocab_size}-piece SentencePiece vocabulary...", flush=True)
     vocabularies = text.Vocabularies.train(
@@ -234,40 +179,50 @@ def _vocabularies(experiment, train_pairs, model_dir: Path, resuming: bool, is_c
         max_sentences=config.vocab_max_sentences,
         seed=experiment.training.seed,
     )
-    vocabularies.save(model_dir / "vocab")
+    run.save_vocabularies(vocabularies)
     return vocabularies
 
 
-def _datasets(experiment, vocabularies, train_pairs, dev_pairs, strategy, workers, index):
-    """(training batches, dev batches or None). Each worker reads its shard of the corpus."""
+def _resolve_experiment(run: RunDirectory, experiment, vocabularies, resuming, is_chief):
+    """The experiment with the vocabulary's sizes; a loaded vocabulary must be the one the run
+    was made with. The chief of a new run writes experiment.yaml, which claims the directory."""
+    if resuming or not is_chief:
+        run.check_vocabulary(run.load_experiment().model, vocabularies)
+    experiment = experiment.with_vocab_sizes(
+        vocabularies.source.vocabulary_size(), vocabularies.target.vocabulary_size()
+    )
+    if is_chief and not resuming:
+        run.save_experiment(experiment)
+    return experiment
+
+
+def _length_report(experiment, train_pairs, vocabularies) -> dict:
+    """Counts the training pairs kept and those skipped as longer than max_length."""
     from keras_transformer import data
 
-    batches = dict(
-        max_length=experiment.model.max_length,
-        tokens_per_batch=experiment.data.tokens_per_batch,
-        batch_multiple=strategy.num_replicas_in_sync,
-        seed=experiment.training.seed,
+    max_length = experiment.model.max_length
+    lengths = data.length_report(train_pairs.to_dataset(), vocabularies, max_length=max_length)
+    print(
+        f"over-long pairs (> {max_length} tokens) skipped: {lengths['too_long']} of "
+        f"{lengths['pairs']}; kept {lengths['target_tokens']} target tokens"
     )
-    train_dataset = data.make_dataset(
-        train_pairs.to_dataset(),
-        vocabularies,
-        shuffle_buffer=experiment.data.shuffle_buffer,
-        shard=(workers, index) if workers > 1 else None,
-        **batches,
-    )
-    # Validation inside fit is skipped across workers: uneven shards of a finite dev set can
-    # leave one worker waiting in a collective. The chief's dev BLEU still runs.
-    if dev_pairs is None or workers > 1:
-        return train_dataset, None
-    dev_dataset = data.make_dataset(
-        dev_pairs.to_dataset(),
-        vocabularies,
-        shuffle_buffer=0,
-        repeat=False,
-        drop_remainder=False,
-        **batches,
-    )
-    return train_dataset, dev_dataset
+    return lengths
+
+
+def _model(run: RunDirectory, experiment, placement: Placement):
+    """(compiled model, completed epochs): a new model, or the backup's state when there is
+    one. Every worker resumes from the chief's backup: all hold the same state."""
+    with placement.strategy.scope():
+        model = _compiled_model(experiment, placement.jit_compile)
+        initial_epoch = checkpointing.restore_state(model, run.backup)
+    print(runtime.describe(placement.strategy), f"jit_compile={placement.jit_compile}", flush=True)
+    if initial_epoch:
+        print(
+            f"resuming after epoch {initial_epoch} (step "
+            f"{int(model.optimizer.iterations.numpy())}) from {run.backup.path}",
+            flush=True,
+        )
+    return model, initial_epoch
 
 
 def _compiled_model(experiment, jit_compile: bool):
@@ -301,20 +256,147 @@ def _compiled_model(experiment, jit_compile: bool):
     return model
 
 
-def _callbacks(model_dir: Path, training, is_chief: bool, throughput, bleu):
+def _datasets(experiment, vocabularies, train_pairs, dev_pairs, placement, initial_epoch):
+    """(training batches, dev batches or None). Each worker reads its shard of the corpus; a
+    resumed run skips the batches already consumed."""
+    from keras_transformer import data
+
+    batches = dict(
+        max_length=experiment.model.max_length,
+        tokens_per_batch=experiment.data.tokens_per_batch,
+        batch_multiple=placement.strategy.num_replicas_in_sync,
+        seed=experiment.training.seed,
+    )
+    workers = placement.workers
+    train_dataset = data.make_dataset(
+        train_pairs.to_dataset(),
+        vocabularies,
+        shuffle_buffer=experiment.data.shuffle_buffer,
+        shard=(workers, placement.worker_index) if workers > 1 else None,
+        **batches,
+    )
+    # The input order is fixed by the seed: skipping what was consumed resumes it exactly.
+    train_dataset = train_dataset.skip(initial_epoch * _batches_per_epoch(experiment.training))
+    # Validation inside fit is skipped across workers: uneven shards of a finite dev set can
+    # leave one worker waiting in a collective. The chief's dev BLEU still runs.
+    if dev_pairs is None or workers > 1:
+        return train_dataset, None
+    dev_dataset = data.make_dataset(
+        dev_pairs.to_dataset(),
+        vocabularies,
+        shuffle_buffer=0,
+        repeat=False,
+        drop_remainder=False,
+        **batches,
+    )
+    return train_dataset, dev_dataset
+
+
+def _batches_per_epoch(training) -> int:
+    return training.steps_per_epoch * training.gradient_accumulation_steps
+
+
+class Monitors(typing.NamedTuple):
+    """The callbacks whose figures go into the summary."""
+
+    throughput: cb.Throughput
+    bleu: cb.BleuCallback | None  # the chief's dev BLEU; None elsewhere or without a dev split
+
+
+def _monitors(run: RunDirectory, training, vocabularies, dev_pairs, is_chief: bool) -> Monitors:
+    """Throughput on every worker; the dev BLEU on the chief, when there is a dev split."""
+    if not is_chief or dev_pairs is None:
+        return Monitors(cb.Throughput(), None)
+    limit = training.bleu_max_sentences or len(dev_pairs)
+    bleu = cb.BleuCallback(
+        vocabularies,
+        dev_pairs.sources[:limit],
+        dev_pairs.targets[:limit],
+        every_steps=training.bleu_every_steps,
+        beam_size=training.bleu_beam_size,
+        log_dir=run.bleu_logs,
+    )
+    return Monitors(cb.Throughput(), bleu)
+
+
+def _callbacks(run: RunDirectory, training, is_chief: bool, monitors: Monitors) -> list:
     """TerminateOnNaN everywhere; the chief also writes the backup, the checkpoints (keeping
     the last ones), TensorBoard logs and the dev BLEU."""
     import keras
 
-    callbacks = [keras.callbacks.TerminateOnNaN(), throughput]
+    callbacks = [keras.callbacks.TerminateOnNaN(), monitors.throughput]
     if not is_chief:
         return callbacks
     callbacks += [
-        checkpointing.Backup(model_dir / "backup"),
-        checkpointing.Checkpoints(model_dir / "checkpoints", training.keep_checkpoints),
-        keras.callbacks.TensorBoard(str(model_dir / "logs")),
+        checkpointing.Backup(run.backup),
+        checkpointing.Checkpoints(run.checkpoints, training.keep_checkpoints),
+        keras.callbacks.TensorBoard(str(run.logs)),
     ]
-    return callbacks + ([bleu] if bleu else [])
+    return callbacks + ([monitors.bleu] if monitors.bleu else [])
+
+
+def _fit(model, training, datasets, initial_epoch: int, callbacks, verbose: int):
+    """`model.fit` up to the planned step count; returns (history, seconds)."""
+    train_dataset, dev_dataset = datasets
+    started = time.perf_counter()
+    history = model.fit(
+        train_dataset,
+        initial_epoch=initial_epoch,
+        epochs=training.steps // training.steps_per_epoch,
+        steps_per_epoch=_batches_per_epoch(training),
+        validation_data=dev_dataset,
+        shuffle=False,  # the pipeline shuffles
+        callbacks=callbacks,
+        verbose=verbose,
+    )
+    return history, time.perf_counter() - started
+
+
+def _summary(run, training, placement, model, history, seconds, lengths, monitors) -> dict:
+    """What the run did: where, how many steps, losses, throughput, data, dev BLEU."""
+    steps = int(model.optimizer.iterations.numpy())
+    summary = {
+        "strategy": placement.kind,
+        "replicas": placement.strategy.num_replicas_in_sync,
+        "workers": placement.workers,
+        "jit_compile": placement.jit_compile,
+        "steps": steps,
+        "planned_steps": training.steps,
+        "initial_loss": monitors.throughput.initial_loss,
+        "final_loss": history.history.get("loss", [None])[-1],
+        "final_dev_loss": history.history.get("val_loss", [None])[-1],
+        "tokens_per_second": monitors.throughput.tokens_per_second(),
+        "train_seconds": round(seconds, 1),
+        "data": lengths,
+        "dev": monitors.bleu.last if monitors.bleu else None,
+        "weights_sha256": weights_fingerprint(model),
+    }
+    if model.stop_training and steps < training.steps:
+        summary["stopped_early"] = (
+            f"training stopped at step {steps} of {training.steps}: the loss became NaN or "
+            f"infinite; the last good checkpoint is in {run.checkpoints.path}"
+        )
+    return summary
+
+
+def _save(run: RunDirectory, model, summary: dict, is_chief: bool) -> None:
+    """The chief writes the model (unless training stopped early) and the summary."""
+    if not is_chief:
+        return
+    if not summary.get("stopped_early"):
+        run.save_model(model)
+    run.write_summary(summary)
+    print(f"wrote {run.model()} and {run.summary}")
+
+
+def weights_fingerprint(model) -> str:
+    """sha256 of all weights' bytes, in order: equal fingerprints, equal models."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
+    return digest.hexdigest()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ import math
 import sys
 from pathlib import Path
 
-from trainers.experiment import ConfigError
+from trainers import errors
+from trainers.errors import ConfigError
+from trainers.run_dir import MODEL, RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -21,7 +23,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="python -m trainers.visualize", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--model-dir", required=True, type=Path)
-    parser.add_argument("--model", default="model.keras", help="model file in the directory")
+    parser.add_argument("--model", default=MODEL, help="model file in the directory")
     parser.add_argument("--text", required=True, help="the source sentence")
     parser.add_argument("--out", required=True, type=Path, help="PNG file to write")
     parser.add_argument(
@@ -50,9 +52,12 @@ def cross_attention(model, vocabularies, text: str, layer: int, beam_size: int):
     target = ids[: int(np.count_nonzero(ids))]  # the translation, EOS included
     decoder_input = tf.constant([[BOS_ID, *target[:-1]]], tf.int32)
     memory, source_mask = model.encode(source_ids)
-    _, weights = model.decoder.call_with_attention(
-        model.target_embedding(decoder_input), memory, encoder_padding_mask=source_mask
-    )
+    weights = model.decoder.forward(
+        model.target_embedding(decoder_input),
+        memory,
+        encoder_padding_mask=source_mask,
+        return_weights=True,
+    ).weights
     chosen = np.asarray(weights[layer]["cross_attention"])[0]  # (heads, tgt_len, src_len)
 
     def pieces(tokenizer, token_ids):
@@ -72,6 +77,8 @@ def draw(source, target, weights, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from keras_transformer.files import atomic_write
+
     heads = len(weights)
     columns = math.ceil(math.sqrt(heads))  # 2 x 2 for 4 heads, 4 x 4 for 16
     rows = math.ceil(heads / columns)
@@ -87,30 +94,29 @@ def draw(source, target, weights, path: Path, title: str) -> None:
         axis.set_title(f"head {head}", fontsize=10)
     figure.suptitle(title, fontsize=11)
     figure.tight_layout()
+    if not path.suffix:  # as matplotlib names a file without one: PNG, ".png" added
+        path = path.with_name(path.name + ".png")
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
+    atomic_write(path, lambda temporary: figure.savefig(temporary, dpi=100))
     plt.close(figure)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from trainers import model_dir as md
-
     try:
-        _, vocabularies, model = md.load_trained(args.model_dir, args.model)
+        _, vocabularies, model = RunDirectory(args.model_dir).load_trained(args.model)
         layers = model.config.num_decoder_layers
         if not -layers <= args.layer < layers:
             raise ConfigError(f"--layer={args.layer}: the decoder has {layers} layers")
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except errors.USER_ERRORS as error:
+        return errors.fail(error)
     source, target, weights = cross_attention(
         model, vocabularies, args.text, args.layer, args.beam_size
     )
     layer = args.layer % model.config.num_decoder_layers
     draw(source, target, weights, args.out, f"encoder-decoder attention, decoder layer {layer}")
     print(f"wrote {args.out}: {len(weights)} heads, {len(target)} x {len(source)} pieces")
-    return 0
+    return errors.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -1,26 +1,28 @@
-"""Multi-head attention (paper 3.2.2) with padding/causal masks and key/value caches."""
+"""Multi-head attention (paper 3.2.2), made of Keras's `EinsumDense` projections."""
 
 from __future__ import annotations
 
-import math
+from typing import NamedTuple
 
 import keras
 from keras import ops
 
 from keras_transformer import ops as kt_ops
-from keras_transformer.layers.affine import bias_add, head_bias_add
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.decoding.cache import AttentionCache
+from keras_transformer.layers.initializers import fresh
 
 
-def _as_matrix(initializer, rows_axes: int):
-    """Initializes an n-d kernel as the 2-D matrix it stands for, so fan-in and fan-out are
-    those of the projection (`[d_model, heads * depth]`), not of the n-d shape."""
+class AttentionOutput(NamedTuple):
+    """What `MultiHeadAttention.forward` returns.
 
-    def init(shape, dtype=None):
-        rows = math.prod(shape[:rows_axes])
-        return ops.reshape(initializer((rows, math.prod(shape) // rows), dtype=dtype), shape)
+    outputs: `[batch, q_len, output_dim]` in the compute dtype.
+    cache: the updated `AttentionCache` when one was given, else None.
+    weights: float32 `[batch, heads, q_len, k_len]` when asked for, else None.
+    """
 
-    return init
+    outputs: object
+    cache: AttentionCache | None
+    weights: object
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -28,26 +30,28 @@ class MultiHeadAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K,
     V W_i^V)  (paper 3.2.2).
 
-    The weights have the layout of `keras.layers.MultiHeadAttention` (query, key, value and
-    output kernels `[d_in, heads, depth]`/`[heads, depth, d_out]` with biases, in that order),
-    so `set_weights(keras_mha.get_weights())` moves weights between the two. The attention
-    itself is `_compute_attention`: override it to swap the attention without forking the
-    layer. Probabilities are computed and returned in float32 under any dtype policy.
+    The four projections are `keras.layers.EinsumDense` sublayers named `query`, `key`,
+    `value` and `output`, with the weight layout of `keras.layers.MultiHeadAttention`
+    (kernels `[d_in, heads, depth]` / `[heads, depth, d_out]` and biases, in that order), so
+    `set_weights(keras_mha.get_weights())` moves weights between the two, and Keras's tools
+    (`quantize`, `enable_lora`) reach them. The attention itself is
+    `kt.ops.scaled_dot_product_attention` (eq. 1), called from `compute_attention`: override
+    that method to swap the attention without forking the layer.
 
     Args:
         num_heads: int. Number of heads h.
         key_dim: int or None. Depth d_k of each query/key head. Defaults to None, which means
             the query width divided by `num_heads`.
         value_dim: int or None. Depth d_v of each value head. Defaults to None (= `key_dim`).
-        dropout: float. Dropout on the attention probabilities. Defaults to 0.0.
+        dropout: float. Dropout on the attention weights. Defaults to 0.0.
         use_bias: bool. Whether the projections have biases. Defaults to True.
         output_dim: int or None. Width of the output. Defaults to None (= the query width).
-        kernel_initializer: initializer of the projection matrices, applied to each as a 2-D
-            matrix. Defaults to "glorot_uniform".
+        kernel_initializer: initializer of the projection matrices. Defaults to
+            "glorot_uniform".
         bias_initializer: initializer of the biases. Defaults to "zeros".
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
 
-    Call arguments:
+    Call arguments (`call` and `forward`):
         query: tensor `[batch, q_len, d_in]`.
         value: tensor `[batch, k_len, d_in]`, or None for self-attention (value = query).
         key: tensor `[batch, k_len, d_in]`, or None (key = value).
@@ -57,9 +61,11 @@ class MultiHeadAttention(keras.layers.Layer):
             Defaults to False.
         training: bool. Whether dropout is active.
 
+    `forward` also takes `cache`, `cache_index` and `return_weights` (see its docstring).
+
     Returns:
-        `[batch, q_len, output_dim]` in the compute dtype. `call_with_weights` also returns the
-        float32 weights `[batch, heads, q_len, k_len]`; `call_with_cache` decodes incrementally.
+        `call`: `[batch, q_len, output_dim]` in the compute dtype. `forward`: an
+        `AttentionOutput(outputs, cache, weights)`.
 
     Example:
     >>> import numpy as np
@@ -67,6 +73,8 @@ class MultiHeadAttention(keras.layers.Layer):
     >>> x = np.random.rand(3, 5, 8).astype("float32")
     >>> mha(x, padding_mask=np.array([[True] * 4 + [False]] * 3)).shape
     TensorShape([3, 5, 8])
+    >>> mha.forward(x, return_weights=True).weights.shape  # (batch, heads, q_len, k_len)
+    TensorShape([3, 2, 5, 5])
     """
 
     def __init__(
@@ -92,7 +100,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
@@ -106,84 +114,109 @@ class MultiHeadAttention(keras.layers.Layer):
         self.head_key_dim = self.key_dim or query_width // self.num_heads
         self.head_value_dim = self.value_dim or self.head_key_dim
         out_width = self.output_dim or query_width
-        h = self.num_heads
 
-        def projection(name, d_in, depth):
-            kernel = self.add_weight(
-                name=f"{name}_kernel",
-                shape=(d_in, h, depth),
-                initializer=_as_matrix(self.kernel_initializer, 1),
+        def projection(name, input_shape, depth):
+            # [batch, len, d_in] -> [batch, len, heads, depth], as Keras's MultiHeadAttention
+            layer = keras.layers.EinsumDense(
+                "abc,cde->abde",
+                output_shape=(None, self.num_heads, depth),
+                bias_axes="de" if self.use_bias else None,
+                kernel_initializer=fresh(self.kernel_initializer),
+                bias_initializer=fresh(self.bias_initializer),
+                dtype=self.dtype_policy,
+                name=name,
             )
-            bias = None
-            if self.use_bias:
-                bias = self.add_weight(
-                    name=f"{name}_bias", shape=(h, depth), initializer=self.bias_initializer
-                )
-            return kernel, bias
+            layer.build(input_shape)
+            return layer
 
-        self.query_kernel, self.query_bias = projection("query", query_width, self.head_key_dim)
-        self.key_kernel, self.key_bias = projection("key", key_shape[-1], self.head_key_dim)
-        self.value_kernel, self.value_bias = projection(
-            "value", value_shape[-1], self.head_value_dim
+        self.query_dense = projection("query", query_shape, self.head_key_dim)
+        self.key_dense = projection("key", key_shape, self.head_key_dim)
+        self.value_dense = projection("value", value_shape, self.head_value_dim)
+        # [batch, len, heads, d_v] -> [batch, len, output_dim]: Concat(heads) W^O
+        self.output_dense = keras.layers.EinsumDense(
+            "abcd,cde->abe",
+            output_shape=(None, out_width),
+            bias_axes="e" if self.use_bias else None,
+            kernel_initializer=fresh(self.kernel_initializer),
+            bias_initializer=fresh(self.bias_initializer),
+            dtype=self.dtype_policy,
+            name="output",
         )
-        self.output_kernel = self.add_weight(
-            name="output_kernel",
-            shape=(h, self.head_value_dim, out_width),
-            initializer=_as_matrix(self.kernel_initializer, 2),
-        )
-        self.output_bias = None
-        if self.use_bias:
-            self.output_bias = self.add_weight(
-                name="output_bias", shape=(out_width,), initializer=self.bias_initializer
-            )
+        self.output_dense.build((*query_shape[:-1], self.num_heads, self.head_value_dim))
         self.built = True
 
-    # -- the math -------------------------------------------------------------------------
-
-    # The casts are no-ops inside `__call__`, which autocasts variables to the compute dtype;
-    # they keep `call_with_cache` and friends in that dtype under mixed precision too.
-
-    def _split_heads(self, x, kernel, bias):
-        """[batch, len, d_in] @ [d_in, heads, depth] -> [batch, heads, len, depth]."""
-        x = ops.einsum("btd,dhk->bhtk", x, ops.cast(kernel, x.dtype))
-        if bias is not None:
-            x = head_bias_add(x, ops.cast(bias, x.dtype))
-        return x
-
-    def _merge_heads(self, x):
-        """[batch, heads, len, depth_v] @ W^O -> [batch, len, output_dim]."""
-        x = ops.einsum("bhtk,hkd->btd", x, ops.cast(self.output_kernel, x.dtype))
-        if self.output_bias is not None:
-            x = bias_add(x, ops.cast(self.output_bias, x.dtype))
-        return x
-
-    def _compute_attention(self, query, key, value, mask=None, training=None):
-        """The attention proper, on split heads; override to swap it.
+    def compute_attention(self, query, key, value, mask=None, training=None):
+        """The attention proper, on split heads: eq. (1) with dropout on the weights.
 
         Args:
-            query: `[batch, heads, q_len, d_k]`. key: `[batch, heads, k_len, d_k]`.
-            value: `[batch, heads, k_len, d_v]`. mask: boolean, broadcastable to
+            query: `[batch, q_len, heads, d_k]`. key: `[batch, k_len, heads, d_k]`.
+            value: `[batch, k_len, heads, d_v]`. mask: boolean, broadcastable to
             `[batch, heads, q_len, k_len]`, True = attend.
 
         Returns:
-            `(output [batch, heads, q_len, d_v], float32 weights [batch, heads, q_len, k_len])`.
+            `(output [batch, q_len, heads, d_v], float32 weights [batch, heads, q_len, k_len])`.
         """
-        weights = kt_ops.attention_probabilities(query, key, mask)
-        dropped = self.dropout_layer(ops.cast(weights, value.dtype), training=training)
-        return ops.matmul(dropped, value), weights
+        return kt_ops.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            mask,
+            dropout=lambda weights: self.dropout_layer(weights, training=training),
+        )
 
-    def _attend(self, query, value, key, padding_mask, attention_mask, use_causal_mask, training):
-        value = query if value is None else value
-        key = value if key is None else key
-        q = self._split_heads(query, self.query_kernel, self.query_bias)  # (b, h, q_len, d_k)
-        k = self._split_heads(key, self.key_kernel, self.key_bias)  # (b, h, k_len, d_k)
-        v = self._split_heads(value, self.value_kernel, self.value_bias)  # (b, h, k_len, d_v)
+    def forward(
+        self,
+        query,
+        value=None,
+        key=None,
+        *,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache: AttentionCache | None = None,
+        cache_index=None,
+        return_weights: bool = False,
+        training=None,
+    ) -> AttentionOutput:
+        """The layer's one forward pass; `call` returns its `outputs`.
+
+        With a cache (incremental decoding), two uses:
+        - Self-attention (`cache_index` given): the new positions' keys and values are
+          written into the cache's buffers at `cache_index` (`AttentionCache.write`), and
+          query i attends to positions 0..cache_index + i of the buffers.
+        - Encoder-decoder attention (`cache_index` None): the keys and values are the
+          cache's, from `compute_cache`; `value` and `key` are not read.
+
+        Args:
+            query, value, key, padding_mask, attention_mask, use_causal_mask, training: see
+                the class docstring; with a cache, masks are over the cached positions.
+            cache: `AttentionCache` or None. Defaults to None.
+            cache_index: scalar int (tensor) or None: the position of the first query in the
+                self-attention cache. Defaults to None.
+            return_weights: bool. Also return the float32 attention weights. Defaults to
+                False.
+
+        Returns:
+            `AttentionOutput(outputs, cache, weights)`.
+        """
+        q = self.query_dense(query)  # (batch, q_len, heads, d_k)
         causal = None
-        if use_causal_mask:
-            causal = kt_ops.causal_mask(ops.shape(query)[1], ops.shape(key)[1])
+        if cache is None:
+            value = query if value is None else value
+            key = value if key is None else key
+            k = self.key_dense(key)  # (batch, k_len, heads, d_k)
+            v = self.value_dense(value)  # (batch, k_len, heads, d_v)
+            if use_causal_mask:
+                causal = kt_ops.causal_mask(ops.shape(query)[1], ops.shape(key)[1])
+        else:
+            if cache_index is not None:  # self-attention: the new positions join the cache
+                cache = cache.write(cache_index, self.key_dense(query), self.value_dense(query))
+                causal = kt_ops.causal_mask(ops.shape(query)[1], cache.length, cache_index)
+            k, v = cache.key, cache.value
         mask = kt_ops.combine_masks(padding_mask, attention_mask, causal)
-        output, weights = self._compute_attention(q, k, v, mask, training=training)
-        return self._merge_heads(output), weights
+        output, weights = self.compute_attention(q, k, v, mask, training=training)
+        output = self.output_dense(output)  # (batch, q_len, output_dim)
+        return AttentionOutput(output, cache, weights if return_weights else None)
 
     def call(
         self,
@@ -196,123 +229,34 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask=False,
         training=None,
     ):
-        output, _ = self._attend(
-            query, value, key, padding_mask, attention_mask, use_causal_mask, training
-        )
-        return output
+        return self.forward(
+            query,
+            value,
+            key,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            training=training,
+        ).outputs
 
-    def call_with_weights(
-        self,
-        query,
-        value=None,
-        key=None,
-        *,
-        padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        training=None,
-    ):
-        """Like `call`, returning `(output, weights)` with the float32 attention weights
-        `[batch, heads, q_len, k_len]` (for inspection and pictures)."""
-        self._require_built("call_with_weights")
-        query, value, key = (
-            None if x is None else ops.cast(x, self.compute_dtype) for x in (query, value, key)
-        )
-        return self._attend(
-            query, value, key, padding_mask, attention_mask, use_causal_mask, training
+    def empty_cache(self, batch_size, length) -> AttentionCache:
+        """An empty self-attention cache with room for `length` positions."""
+        self._require_built("empty_cache")
+        return AttentionCache.empty(
+            batch_size,
+            length,
+            self.num_heads,
+            self.head_key_dim,
+            self.head_value_dim,
+            self.compute_dtype,
         )
 
-    # -- incremental decoding ---------------------------------------------------------------
-
-    def init_cache(self, batch_size, max_length: int):
-        """An empty self-attention cache: zero key/value buffers of a fixed size.
-
-        Returns:
-            `{"key": [batch, heads, max_length, d_k], "value": [batch, heads, max_length, d_v]}`
-            in the compute dtype. `call_with_cache` fills it one step at a time.
-        """
-        self._require_built("init_cache")
-        h, dtype = self.num_heads, self.compute_dtype
-        return {
-            "key": ops.zeros((batch_size, h, max_length, self.head_key_dim), dtype),
-            "value": ops.zeros((batch_size, h, max_length, self.head_value_dim), dtype),
-        }
-
-    def grow_cache(self, cache, max_length):
-        """A self-attention cache with room for `max_length` positions: the buffers of
-        `cache` (from `init_cache` or `call_with_cache`), 0-padded at the end. The entries
-        already written keep their positions, so decoding goes on where it was."""
-        padding = max_length - ops.shape(cache["key"])[2]
-        return {
-            name: ops.pad(buffer, [[0, 0], [0, 0], [0, padding], [0, 0]])
-            for name, buffer in cache.items()
-        }
-
-    def compute_cache(self, value, key=None):
-        """Projects a fixed memory (the encoder output) once, for encoder-decoder attention.
-
-        Returns:
-            `{"key": [batch, heads, k_len, d_k], "value": [batch, heads, k_len, d_v]}`.
-        """
+    def compute_cache(self, value, key=None) -> AttentionCache:
+        """Projects a fixed memory (the encoder output `[batch, k_len, d_in]`) once, for
+        encoder-decoder attention over it."""
         self._require_built("compute_cache")
-        value = ops.cast(value, self.compute_dtype)
-        key = value if key is None else ops.cast(key, self.compute_dtype)
-        return {
-            "key": self._split_heads(key, self.key_kernel, self.key_bias),
-            "value": self._split_heads(value, self.value_kernel, self.value_bias),
-        }
-
-    def call_with_cache(
-        self, query, cache, *, cache_index=None, padding_mask=None, attention_mask=None
-    ):
-        """Attention of new query positions against cached keys and values (inference only).
-
-        Two uses:
-        - Self-attention (`cache_index` given): the new tokens' keys and values are written
-          into the fixed-size buffers at `cache_index` (`init_cache`), and query i attends to
-          cached positions 0..cache_index + i. Shapes stay static, so this runs in a
-          `tf.while_loop` and under XLA.
-        - Encoder-decoder attention (`cache_index` None): keys and values come unchanged from
-          `compute_cache`; `padding_mask` `[batch, k_len]` hides source padding.
-
-        `attention_mask` narrows either further. Beam search uses it to decode the k
-        hypotheses of a sentence as k query positions of one row: each step writes their k
-        keys and values side by side, and the mask lets each hypothesis see only the slots
-        of its own ancestors, so the buffers never move when beams are reordered.
-
-        Args:
-            query: `[batch, new_len, d_in]`, usually `new_len` = 1.
-            cache: `{"key": ..., "value": ...}` from `init_cache` or `compute_cache`.
-            cache_index: scalar int (tensor), the position of the first new token, or None.
-            padding_mask: boolean `[batch, k_len]` over the cached keys. Defaults to None.
-            attention_mask: boolean `[batch, new_len, k_len]`, True = attend, over the cached
-                keys (after this call's writes). Defaults to None.
-
-        Returns:
-            `(output [batch, new_len, output_dim], updated cache)`.
-        """
-        self._require_built("call_with_cache")
-        query = ops.cast(query, self.compute_dtype)
-        q = self._split_heads(query, self.query_kernel, self.query_bias)
-        causal = None
-        if cache_index is not None:
-            start = [0, 0, cache_index, 0]
-            cache = {
-                "key": ops.slice_update(
-                    cache["key"], start, self._split_heads(query, self.key_kernel, self.key_bias)
-                ),
-                "value": ops.slice_update(
-                    cache["value"],
-                    start,
-                    self._split_heads(query, self.value_kernel, self.value_bias),
-                ),
-            }
-            causal = kt_ops.causal_mask(
-                ops.shape(query)[1], ops.shape(cache["key"])[2], offset=cache_index
-            )
-        mask = kt_ops.combine_masks(padding_mask, attention_mask, causal)
-        output, _ = self._compute_attention(q, cache["key"], cache["value"], mask, training=False)
-        return self._merge_heads(output), cache
+        key = value if key is None else key
+        return AttentionCache(self.key_dense(key), self.value_dense(value))
 
     def _require_built(self, method):
         if not self.built:

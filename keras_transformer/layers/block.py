@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import keras
 
-from keras_transformer.layers.affine import LayerNormalization
 from keras_transformer.layers.residual import AddAndNorm
+
+
+class LayerOutput(NamedTuple):
+    """What `forward` returns in encoder and decoder layers and stacks.
+
+    outputs: `[batch, len, d_model]`.
+    cache: the updated decoding cache when one was given (decoder only), else None.
+    weights: the float32 attention weights when asked for, else None: a dict
+        `{"self_attention": [batch, heads, q_len, k_len], "cross_attention": ...}` for a
+        layer, a list of those dicts (bottom layer first) for a stack.
+    """
+
+    outputs: object
+    cache: object
+    weights: object
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -88,7 +104,7 @@ class TransformerBlock(keras.layers.Layer):
         """The LayerNorm that closes a pre-norm stack, or None for post-norm."""
         if not self.norm_first:
             return None
-        norm = LayerNormalization(
+        norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="final_norm"
         )
         norm.build(shape)

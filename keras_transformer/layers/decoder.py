@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.decoding.cache import DecoderCache, DecoderLayerCache
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.block import TransformerBlock
+from keras_transformer.layers.block import LayerOutput, TransformerBlock
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
 
@@ -30,7 +31,8 @@ class DecoderLayer(TransformerBlock):
         training: bool. Whether dropout is active.
 
     Returns:
-        `[batch, tgt_len, d_model]`. `call_with_cache` decodes one step at a time.
+        `[batch, tgt_len, d_model]`. `forward` returns a `LayerOutput`, and with a cache
+        decodes one step at a time.
 
     Example:
     >>> import numpy as np
@@ -71,6 +73,76 @@ class DecoderLayer(TransformerBlock):
         self.feed_forward_residual = self._add_and_norm("feed_forward_residual", inputs_shape)
         self.built = True
 
+    def forward(
+        self,
+        inputs,
+        encoder_output=None,
+        *,
+        padding_mask=None,
+        encoder_padding_mask=None,
+        cache: DecoderLayerCache | None = None,
+        cache_index=None,
+        return_weights: bool = False,
+        training=None,
+    ) -> LayerOutput:
+        """The layer's one forward pass; `call` returns its `outputs`.
+
+        Args:
+            inputs, encoder_output, padding_mask, encoder_padding_mask, training: see the
+                class docstring. With a cache, `encoder_output` is not read (its keys and
+                values are in the cache) and may be None.
+            cache: `DecoderLayerCache` or None: incremental decoding (inference). `inputs`
+                are then the new positions `cache_index .. cache_index + new_len - 1`
+                (usually one), and the outputs at those positions equal those of the full
+                `call` on the whole prefix. Defaults to None.
+            cache_index: scalar int (tensor): the position of the first new token. Needed
+                with a cache. Defaults to None.
+            return_weights: bool. Also return the float32 attention weights
+                `{"self_attention": [batch, heads, tgt_len, tgt_len], "cross_attention":
+                [batch, heads, tgt_len, src_len]}`. Defaults to False.
+
+        Returns:
+            `LayerOutput(outputs, cache, weights)`: the updated cache when one was given.
+        """
+        self_cache = cross_cache = None
+        if cache is not None:
+            if cache_index is None:
+                raise ValueError(f"{self.name}.forward: a cache needs cache_index")
+            self_cache, cross_cache = cache
+        x = inputs  # (batch, tgt_len, d_model) throughout
+        h = self.self_attention_residual.normalize_input(x)
+        self_attention = self.self_attention.forward(
+            h,
+            padding_mask=None if cache is not None else padding_mask,
+            use_causal_mask=True,
+            cache=self_cache,
+            cache_index=cache_index,
+            return_weights=return_weights,
+            training=training,
+        )
+        x = self.self_attention_residual(x, self_attention.outputs, training=training)
+        h = self.cross_attention_residual.normalize_input(x)
+        cross_attention = self.cross_attention.forward(
+            h,
+            encoder_output,
+            padding_mask=encoder_padding_mask,
+            cache=cross_cache,
+            return_weights=return_weights,
+            training=training,
+        )
+        x = self.cross_attention_residual(x, cross_attention.outputs, training=training)
+        h = self.feed_forward(self.feed_forward_residual.normalize_input(x), training=training)
+        x = self.feed_forward_residual(x, h, training=training)
+        if cache is not None:
+            cache = DecoderLayerCache(self_attention.cache, cross_cache)
+        weights = None
+        if return_weights:
+            weights = {
+                "self_attention": self_attention.weights,
+                "cross_attention": cross_attention.weights,
+            }
+        return LayerOutput(x, cache, weights)
+
     def call(
         self,
         inputs,
@@ -79,98 +151,23 @@ class DecoderLayer(TransformerBlock):
         encoder_padding_mask=None,
         training=None,
     ):
-        outputs, _ = self._forward(
-            inputs, encoder_output, padding_mask, encoder_padding_mask, training, False
-        )
-        return outputs
+        return self.forward(
+            inputs,
+            encoder_output,
+            padding_mask=padding_mask,
+            encoder_padding_mask=encoder_padding_mask,
+            training=training,
+        ).outputs
 
-    def call_with_attention(
-        self, inputs, encoder_output, padding_mask=None, encoder_padding_mask=None
-    ):
-        """Like `call` at inference, also returning the float32 attention weights:
-        `(outputs, {"self_attention": [batch, heads, tgt_len, tgt_len],
-        "cross_attention": [batch, heads, tgt_len, src_len]})`."""
-        return self._forward(
-            inputs, encoder_output, padding_mask, encoder_padding_mask, False, True
-        )
-
-    def _forward(self, x, memory, padding_mask, encoder_padding_mask, training, with_weights):
-        def attend(layer, query, value, **masks):
-            if with_weights:
-                return layer.call_with_weights(query, value, training=training, **masks)
-            return layer(query, value, training=training, **masks), None
-
-        # (batch, tgt_len, d_model) throughout
-        h = self.self_attention_residual.normalize_input(x)
-        h, self_weights = attend(
-            self.self_attention, h, h, padding_mask=padding_mask, use_causal_mask=True
-        )
-        x = self.self_attention_residual(x, h, training=training)
-        h = self.cross_attention_residual.normalize_input(x)
-        h, cross_weights = attend(
-            self.cross_attention, h, memory, padding_mask=encoder_padding_mask
-        )
-        x = self.cross_attention_residual(x, h, training=training)
-        h = self.feed_forward(self.feed_forward_residual.normalize_input(x), training=training)
-        x = self.feed_forward_residual(x, h, training=training)
-        return x, {"self_attention": self_weights, "cross_attention": cross_weights}
-
-    def init_cache(self, encoder_output, max_length: int):
-        """The decoding state of this layer for one batch of sources.
-
-        Args:
-            encoder_output: `[batch, src_len, d_model]`.
-            max_length: int. Longest target the self-attention buffers hold.
-
-        Returns:
-            `{"self_attention": empty buffers [batch, heads, max_length, depth],
-            "cross_attention": the projected encoder output [batch, heads, src_len, depth]}`.
-        """
+    def init_cache(self, encoder_output, length) -> DecoderLayerCache:
+        """The decoding state of this layer for one batch of sources: empty self-attention
+        buffers with room for `length` target positions, and the encoder output
+        `[batch, src_len, d_model]` projected once for encoder-decoder attention."""
         batch_size = keras.ops.shape(encoder_output)[0]
-        return {
-            "self_attention": self.self_attention.init_cache(batch_size, max_length),
-            "cross_attention": self.cross_attention.compute_cache(encoder_output),
-        }
-
-    def grow_cache(self, cache, max_length: int):
-        """This layer's state with self-attention buffers for `max_length` positions
-        (`MultiHeadAttention.grow_cache`)."""
-        grown = self.self_attention.grow_cache(cache["self_attention"], max_length)
-        return {**cache, "self_attention": grown}
-
-    def call_with_cache(
-        self, inputs, cache, cache_index, encoder_padding_mask=None, self_attention_mask=None
-    ):
-        """Decodes new target positions given the cache of the earlier ones (inference only).
-
-        Args:
-            inputs: `[batch, new_len, d_model]`, the embedded tokens at positions
-                cache_index.. cache_index + new_len - 1 (usually one).
-            cache: this layer's state, from `init_cache` or a previous call.
-            cache_index: scalar int (tensor), position of the first new token.
-            encoder_padding_mask: boolean `[batch, src_len]`. Defaults to None.
-            self_attention_mask: boolean `[batch, new_len, max_length]`, which cached
-                positions each new one may see besides the causal limit (beam search: its
-                ancestors'; see `MultiHeadAttention.call_with_cache`). Defaults to None.
-
-        Returns:
-            `(outputs [batch, new_len, d_model], updated cache)`: the same outputs the full
-            `call` gives at those positions.
-        """
-        x = inputs
-        h = self.self_attention_residual.normalize_input(x)
-        h, self_cache = self.self_attention.call_with_cache(
-            h, cache["self_attention"], cache_index=cache_index, attention_mask=self_attention_mask
+        return DecoderLayerCache(
+            self.self_attention.empty_cache(batch_size, length),
+            self.cross_attention.compute_cache(encoder_output),
         )
-        x = self.self_attention_residual(x, h, training=False)
-        h = self.cross_attention_residual.normalize_input(x)
-        h, cross_cache = self.cross_attention.call_with_cache(
-            h, cache["cross_attention"], padding_mask=encoder_padding_mask
-        )
-        x = self.cross_attention_residual(x, h, training=False)
-        h = self.feed_forward(self.feed_forward_residual.normalize_input(x), training=False)
-        x = self.feed_forward_residual(x, h, training=False)
-        return x, {"self_attention": self_cache, "cross_attention": cross_cache}
 
     def compute_output_shape(self, inputs_shape, encoder_output_shape=None):
         return inputs_shape
@@ -222,6 +219,42 @@ class Decoder(TransformerBlock):
         self.final_norm = self._final_norm(inputs_shape)
         self.built = True
 
+    def forward(
+        self,
+        inputs,
+        encoder_output=None,
+        *,
+        padding_mask=None,
+        encoder_padding_mask=None,
+        cache: DecoderCache | None = None,
+        cache_index=None,
+        return_weights: bool = False,
+        training=None,
+    ) -> LayerOutput:
+        """The stack's one forward pass; `call` returns its `outputs`.
+
+        Arguments as `DecoderLayer.forward`, with `cache` a `DecoderCache` (from
+        `init_cache`). Returns `LayerOutput(outputs, cache, weights)`, weights a list of
+        `DecoderLayer.forward` weights, bottom layer first, when `return_weights`.
+        """
+        x, weights, layer_caches = inputs, [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, layer_cache, layer_weights = layer.forward(
+                x,
+                encoder_output,
+                padding_mask=padding_mask,
+                encoder_padding_mask=encoder_padding_mask,
+                cache=None if cache is None else cache.layers[i],
+                cache_index=cache_index,
+                return_weights=return_weights,
+                training=training,
+            )
+            weights.append(layer_weights)
+            layer_caches.append(layer_cache)
+        x = x if self.final_norm is None else self.final_norm(x)
+        cache = None if cache is None else DecoderCache(tuple(layer_caches))
+        return LayerOutput(x, cache, weights if return_weights else None)
+
     def call(
         self,
         inputs,
@@ -230,59 +263,21 @@ class Decoder(TransformerBlock):
         encoder_padding_mask=None,
         training=None,
     ):
-        x = inputs
-        for layer in self.decoder_layers:
-            x = layer(
-                x,
-                encoder_output,
-                padding_mask=padding_mask,
-                encoder_padding_mask=encoder_padding_mask,
-                training=training,
-            )
-        return x if self.final_norm is None else self.final_norm(x)
+        return self.forward(
+            inputs,
+            encoder_output,
+            padding_mask=padding_mask,
+            encoder_padding_mask=encoder_padding_mask,
+            training=training,
+        ).outputs
 
-    def call_with_attention(
-        self, inputs, encoder_output, padding_mask=None, encoder_padding_mask=None
-    ):
-        """Like `call` at inference, also returning each layer's attention weights:
-        `(outputs, [DecoderLayer.call_with_attention weights, one dict a layer])`."""
-        x, weights = inputs, []
-        for layer in self.decoder_layers:
-            x, layer_weights = layer.call_with_attention(
-                x,
-                encoder_output,
-                padding_mask=padding_mask,
-                encoder_padding_mask=encoder_padding_mask,
-            )
-            weights.append(layer_weights)
-        return (x if self.final_norm is None else self.final_norm(x)), weights
-
-    def init_cache(self, encoder_output, max_length: int):
-        """One `DecoderLayer.init_cache` state a layer, as a list."""
-        return [layer.init_cache(encoder_output, max_length) for layer in self.decoder_layers]
-
-    def grow_cache(self, cache, max_length: int):
-        """`DecoderLayer.grow_cache` for each layer's state."""
-        return [
-            layer.grow_cache(layer_cache, max_length)
-            for layer, layer_cache in zip(self.decoder_layers, cache, strict=True)
-        ]
-
-    def call_with_cache(
-        self, inputs, cache, cache_index, encoder_padding_mask=None, self_attention_mask=None
-    ):
-        """`DecoderLayer.call_with_cache` through the stack: `(outputs, updated cache list)`."""
-        x, new_cache = inputs, []
-        for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
-            x, layer_cache = layer.call_with_cache(
-                x,
-                layer_cache,
-                cache_index,
-                encoder_padding_mask=encoder_padding_mask,
-                self_attention_mask=self_attention_mask,
-            )
-            new_cache.append(layer_cache)
-        return (x if self.final_norm is None else self.final_norm(x)), new_cache
+    def init_cache(self, encoder_output, length) -> DecoderCache:
+        """An empty decoding state for the sources whose encoder output is `encoder_output`
+        `[batch, src_len, d_model]`, with room for `length` target positions (it grows with
+        `DecoderCache.grow`)."""
+        return DecoderCache(
+            tuple(layer.init_cache(encoder_output, length) for layer in self.decoder_layers)
+        )
 
     def compute_output_shape(self, inputs_shape, encoder_output_shape=None):
         return inputs_shape

@@ -5,68 +5,9 @@ from __future__ import annotations
 import math
 
 import keras
-import keras_hub
-import tensorflow as tf
 from keras import ops
-from tensorflow.compiler.tf2xla.ops import gen_xla_ops  # XLA's optimization barrier
 
 from keras_transformer.config import POSITIONAL_KINDS
-from keras_transformer.layers.affine import training_under_xla
-from keras_transformer.layers.dropout import Dropout
-
-
-def vocabulary_logits(x, weights, tied: bool):
-    """`x [..., d] @ kernel`, the pre-softmax projection, with `kernel = weights^T` when
-    `tied` (`weights` is the `[vocab, d]` embedding table) else `weights` (`[d, vocab]`).
-
-    The weight gradient sums over every token: `g^T x` for the table, `x^T g` for a kernel,
-    with `g [tokens, vocab]` the logits' gradient. XLA's CPU code runs that product on the
-    untransposed operands, contracting their first axes, at about 190 GFLOP/s for `small`'s
-    1,024 tokens by 16,000 pieces, where the same product with `x^T` laid out in memory
-    first runs at about 290 (`[d, tokens] x [tokens, vocab]`, both operands contracted on
-    their natural axes). XLA folds a transpose written around a product back into it, so
-    `x^T` and the `[d, vocab]` product (transposed afterwards into the table's layout when
-    tied) pass through XLA's optimization barrier, which keeps them as written. Under XLA
-    with a gradient tape recording only (`training_under_xla`); elsewhere this is the plain
-    product. Values and gradients equal the plain product's up to float rounding.
-
-    Args:
-        x: float `[..., d]`. weights: float `[vocab, d]` if `tied` else `[d, vocab]`, in
-            x's dtype. tied: bool.
-
-    Returns:
-        `[..., vocab]` logits in x's dtype.
-    """
-    kernel = ops.transpose(weights) if tied else weights
-    if not training_under_xla():
-        return ops.matmul(x, kernel)
-    return _vocabulary_logits(tf.convert_to_tensor(x), tf.convert_to_tensor(weights), tied)
-
-
-def _barrier(x):
-    (x,) = gen_xla_ops.xla_optimization_barrier([x])
-    return x
-
-
-def _vocabulary_logits(x, weights, tied):
-    depth = x.shape[-1]
-
-    @tf.custom_gradient
-    def project(x, weights):
-        rows = tf.reshape(x, [-1, depth])  # (tokens, d)
-        kernel = tf.transpose(weights) if tied else weights  # (d, vocab)
-        logits = tf.matmul(rows, kernel)  # (tokens, vocab)
-
-        def grad(upstream):
-            upstream = tf.cast(tf.reshape(upstream, tf.shape(logits)), rows.dtype)
-            x_grad = tf.reshape(tf.matmul(upstream, kernel, transpose_b=True), tf.shape(x))
-            kernel_grad = tf.matmul(_barrier(tf.transpose(rows)), upstream)  # (d, vocab)
-            return x_grad, tf.transpose(_barrier(kernel_grad)) if tied else kernel_grad
-
-        shape = tf.concat([tf.shape(x)[:-1], tf.shape(kernel)[-1:]], 0)
-        return tf.reshape(logits, shape), grad
-
-    return project(x, weights)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -132,8 +73,9 @@ class TransformerEmbedding(keras.layers.Layer):
     The same layer is the tied pre-softmax projection: called with `reverse=True` on decoder
     outputs, it returns logits `x E^T` with the embedding matrix `E` ("we share the same weight
     matrix between the two embedding layers and the pre-softmax linear transformation", 3.4).
-    Sharing one instance between source and target ties all three; the token table is a
-    `keras.layers.ReversibleEmbedding`.
+    Sharing one instance between source and target ties all three. The token table is a
+    `keras.layers.ReversibleEmbedding` (so `quantize` and `enable_lora` reach it), learned
+    positions a `keras.layers.Embedding`.
 
     Args:
         vocab_size: int. Rows of the embedding matrix; id 0 is padding.
@@ -201,45 +143,30 @@ class TransformerEmbedding(keras.layers.Layer):
             name="token_embedding",
         )
         if positional == "learned":
-            self.position_embedding = keras_hub.layers.PositionEmbedding(
-                max_length, dtype=self.dtype_policy, name="position_embedding"
+            self.position_embedding = keras.layers.Embedding(
+                max_length,
+                d_model,
+                embeddings_initializer="glorot_uniform",
+                dtype=self.dtype_policy,
+                name="position_embedding",
             )
         else:
             self.position_embedding = SinusoidalPositionEncoding(
                 dtype=self.dtype_policy, name="position_encoding"
             )
-        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, inputs_shape=None):
         self.token_embedding.build()
-        self.position_embedding.build((None, self.max_length, self.d_model))
+        if self.positional == "learned":
+            self.position_embedding.build((self.max_length,))
+        else:
+            self.position_embedding.build((None, self.max_length, self.d_model))
         self.built = True
-
-    def output_kernel(self):
-        """The pre-softmax projection as a `[d_model, vocab_size]` matrix in the compute dtype.
-
-        `E^T` when tied (a transposed copy), else the separate reverse matrix. Decoders that
-        project every step take it once, outside their loop: `matmul(x, kernel)`, cast to
-        float32, equals `call(x, reverse=True)`, and the matrix multiply runs faster on the
-        laid-out copy than on `E` transposed at each call.
-        """
-        table = self.token_embedding
-        kernel = ops.transpose(table.embeddings) if self.tie_weights else table.reverse_embeddings
-        return ops.cast(kernel, self.compute_dtype)
-
-    def _logits(self, inputs):
-        """`token_embedding(inputs, reverse=True)`, through `vocabulary_logits` unless the
-        table is quantized, soft-capped or projects in its own dtype."""
-        table = self.token_embedding
-        special = table.quantization_mode, table.logit_soft_cap, table.reverse_dtype
-        if any(setting is not None for setting in special):
-            return table(inputs, reverse=True)
-        weights = table.embeddings if self.tie_weights else table.reverse_embeddings
-        return vocabulary_logits(inputs, ops.cast(weights, inputs.dtype), self.tie_weights)
 
     def call(self, inputs, start_index=0, reverse=False, training=None):
         if reverse:
-            return ops.cast(self._logits(inputs), "float32")
+            return ops.cast(self.token_embedding(inputs, reverse=True), "float32")
         length = inputs.shape[-1]
         if self.positional == "learned" and isinstance(length, int) and length > self.max_length:
             raise ValueError(
@@ -248,8 +175,16 @@ class TransformerEmbedding(keras.layers.Layer):
             )
         x = self.token_embedding(inputs)  # (batch, len, d_model)
         x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
-        x = x + self.position_embedding(x, start_index=start_index)
+        x = x + self.positions(x, start_index)
         return self.dropout_layer(x, training=training)
+
+    def positions(self, x, start_index=0):
+        """The position encodings `[len, d_model]` or `[batch, len, d_model]` added to the
+        embedded tokens `x [batch, len, d_model]` whose first token is at `start_index`."""
+        if self.positional == "learned":
+            length = ops.shape(x)[-2]
+            return self.position_embedding(ops.arange(length) + start_index)  # (len, d_model)
+        return self.position_embedding(x, start_index=start_index)
 
     def get_config(self):
         return {

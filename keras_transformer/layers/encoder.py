@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.block import TransformerBlock
+from keras_transformer.layers.block import LayerOutput, TransformerBlock
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
 
@@ -24,7 +24,8 @@ class EncoderLayer(TransformerBlock):
         training: bool. Whether dropout is active.
 
     Returns:
-        `[batch, src_len, d_model]`.
+        `[batch, src_len, d_model]`. `forward` returns a `LayerOutput` and can also return the
+        attention weights.
 
     Example:
     >>> import numpy as np
@@ -56,13 +57,28 @@ class EncoderLayer(TransformerBlock):
         self.feed_forward_residual = self._add_and_norm("feed_forward_residual", inputs_shape)
         self.built = True
 
-    def call(self, inputs, padding_mask=None, training=None):
+    def forward(
+        self, inputs, *, padding_mask=None, return_weights: bool = False, training=None
+    ) -> LayerOutput:
+        """The layer's one forward pass; `call` returns its `outputs`.
+
+        Returns:
+            `LayerOutput(outputs, None, weights)`, weights `{"self_attention": float32
+            [batch, heads, src_len, src_len]}` when `return_weights`, else None.
+        """
         x = inputs  # (batch, src_len, d_model)
         h = self.self_attention_residual.normalize_input(x)
-        h = self.self_attention(h, padding_mask=padding_mask, training=training)
-        x = self.self_attention_residual(x, h, training=training)
+        attention = self.self_attention.forward(
+            h, padding_mask=padding_mask, return_weights=return_weights, training=training
+        )
+        x = self.self_attention_residual(x, attention.outputs, training=training)
         h = self.feed_forward(self.feed_forward_residual.normalize_input(x), training=training)
-        return self.feed_forward_residual(x, h, training=training)
+        x = self.feed_forward_residual(x, h, training=training)
+        weights = {"self_attention": attention.weights} if return_weights else None
+        return LayerOutput(x, None, weights)
+
+    def call(self, inputs, padding_mask=None, training=None):
+        return self.forward(inputs, padding_mask=padding_mask, training=training).outputs
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
@@ -110,11 +126,26 @@ class Encoder(TransformerBlock):
         self.final_norm = self._final_norm(inputs_shape)
         self.built = True
 
-    def call(self, inputs, padding_mask=None, training=None):
-        x = inputs
+    def forward(
+        self, inputs, *, padding_mask=None, return_weights: bool = False, training=None
+    ) -> LayerOutput:
+        """The stack's one forward pass; `call` returns its `outputs`.
+
+        Returns:
+            `LayerOutput(outputs, None, weights)`, weights a list of `EncoderLayer.forward`
+            weights, bottom layer first, when `return_weights`, else None.
+        """
+        x, weights = inputs, []
         for layer in self.encoder_layers:
-            x = layer(x, padding_mask=padding_mask, training=training)
-        return x if self.final_norm is None else self.final_norm(x)
+            x, _, layer_weights = layer.forward(
+                x, padding_mask=padding_mask, return_weights=return_weights, training=training
+            )
+            weights.append(layer_weights)
+        x = x if self.final_norm is None else self.final_norm(x)
+        return LayerOutput(x, None, weights if return_weights else None)
+
+    def call(self, inputs, padding_mask=None, training=None):
+        return self.forward(inputs, padding_mask=padding_mask, training=training).outputs
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape

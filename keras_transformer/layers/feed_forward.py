@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer.layers.affine import Dense
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.initializers import fresh
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position alike (paper 3.3).
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position alike (paper 3.3,
+    eq. 2): two `keras.layers.Dense` named `inner_dense` and `output_dense`.
 
     Args:
         d_ff: int. Inner width (2048 in the base model).
@@ -54,15 +54,22 @@ class PositionwiseFeedForward(keras.layers.Layer):
         d_model = inputs_shape[-1]
         if d_model is None:
             raise ValueError(f"{self.name} needs a known last dimension, got {inputs_shape}")
-        dense = dict(
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-        )
-        self.inner_dense = Dense(self.d_ff, activation=self.activation, name="inner_dense", **dense)
+
+        def dense(units, **kwargs):
+            return keras.layers.Dense(
+                units,
+                kernel_initializer=fresh(self.kernel_initializer),
+                bias_initializer=fresh(self.bias_initializer),
+                dtype=self.dtype_policy,
+                **kwargs,
+            )
+
+        self.inner_dense = dense(self.d_ff, activation=self.activation, name="inner_dense")
         self.inner_dense.build(inputs_shape)
-        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
-        self.output_dense = Dense(d_model, name="output_dense", **dense)
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
+        self.output_dense = dense(d_model, name="output_dense")
         self.output_dense.build((*inputs_shape[:-1], self.d_ff))
         self.built = True
 

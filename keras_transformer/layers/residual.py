@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer.layers.affine import LayerNormalization
-from keras_transformer.layers.dropout import Dropout
-
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class AddAndNorm(keras.layers.Layer):
-    """LayerNorm(x + Dropout(Sublayer(x))) (paper 3.1, 5.4), or its pre-norm variant.
+    """LayerNorm(x + Dropout(Sublayer(x))) (paper 3.1, 5.4), or its pre-norm variant: the
+    sublayer connection that wraps every attention and feed-forward sublayer of the encoder
+    and decoder layers, made of `keras.layers.Dropout` and `keras.layers.LayerNormalization`.
 
     Post-norm (the paper, `norm_first=False`): `call(x, sublayer(x))` returns
     `LayerNorm(x + Dropout(sublayer(x)))`.
     Pre-norm (`norm_first=True`): the sublayer reads `normalize_input(x)` = `LayerNorm(x)` and
     `call(x, sublayer(LayerNorm(x)))` returns `x + Dropout(...)`; the residual stream itself
     is never normalized, which keeps deep stacks trainable without warmup.
+
+    A layer uses it in two calls around its sublayer:
+
+        h = residual.normalize_input(x)       # LayerNorm(x) with pre-norm, else x
+        x = residual(x, sublayer(h))          # LayerNorm(x + Dropout(.)) or x + Dropout(.)
 
     Layer normalization is computed in float32 under mixed precision (Keras's
     `LayerNormalization` upcasts half-precision inputs) and returned in the compute dtype.
@@ -50,8 +54,8 @@ class AddAndNorm(keras.layers.Layer):
         self.dropout = dropout
         self.norm_first = norm_first
         self.epsilon = epsilon
-        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
-        self.layer_norm = LayerNormalization(
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.layer_norm = keras.layers.LayerNormalization(
             epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
 

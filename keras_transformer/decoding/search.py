@@ -1,0 +1,402 @@
+"""Greedy search, sampling and beam search over a trained `Transformer`, with a key/value cache.
+
+The encoder runs once; each step embeds the last token, runs `Decoder.forward` with the
+`DecoderCache` (the new position's keys and values written, the encoder output's projected
+once) and projects to float32 log-probabilities. Loops are `tf.while_loop`s over
+static-shaped state (only the batch may be unknown), so every function here runs eagerly,
+inside `tf.function` with unknown batch and length, and under XLA (`jit_compile=True`).
+
+Output length: a sentence may have at most its own number of source tokens +
+`max_extra_length` output tokens (paper 6.1: "maximum output length to input length + 50"),
+capped by `max_length` and by `model.config.max_length`; a hypothesis that reaches its limit
+ends with EOS there. Returned ids are `[batch, out_len]` without the leading BOS, 0-padded
+after EOS, with `out_len = min(src_len + max_extra_length, max_length, config.max_length)` for
+the padded source width `src_len` (a width known from shapes alone, as XLA needs). The padding
+id 0 is never generated. Decoding stops once every sentence has finished.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+from keras import ops
+
+from keras_transformer import fast
+from keras_transformer.config import PAD_ID
+
+BOS_ID, EOS_ID = 2, 3
+NEG_INF = -1e9  # the log-probability of impossible choices; finite, so sums never give NaN
+FINISH_RULES = ("tensor2tensor", "fairseq")
+# The self-attention buffers start with room for the first quarter of the output and grow
+# at each of these phases, so a step's attention reads about the part written so far.
+PHASES = 4
+
+
+def greedy_search(
+    model,
+    source_ids,
+    *,
+    max_extra_length: int = 50,
+    max_length: int | None = None,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    use_cache: bool = True,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decodes the most likely token at each step.
+
+    Args:
+        model: a `keras_transformer.Transformer`.
+        source_ids: int `[batch, src_len]`, 0-padded.
+        max_extra_length: int. Output may have this many more tokens than the input.
+            Defaults to 50 (paper 6.1).
+        max_length: int or None. A cap on the output length (EOS included). Defaults to None.
+        bos_id, eos_id: ints. Start and end tokens. Default to 2 and 3.
+        use_cache: bool. False recomputes the whole model on the prefix at every step (the
+            reference for tests and benchmarks). Defaults to True.
+
+    Returns:
+        `(ids int32 [batch, out_len], scores float32 [batch])`: ids end with EOS, then 0s;
+        a score is the sum of its tokens' log-probabilities, EOS included.
+
+    Example:
+    >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
+    >>> ids, scores = greedy_search(model, [[5, 6, 7, 0]], max_extra_length=3)
+    >>> ids.shape, ids.dtype, scores.shape  # out_len = src_len + max_extra_length
+    (TensorShape([1, 7]), tf.int32, TensorShape([1]))
+    """
+    source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
+    step, cache = _decoder(model, source_ids, 1, max_len, use_cache)
+
+    def choose(log_probs, t):
+        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+
+    return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
+
+
+def sample(
+    model,
+    source_ids,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    max_extra_length: int = 50,
+    max_length: int | None = None,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Draws each token from softmax(logits / temperature), optionally over the top k only.
+
+    Args:
+        temperature: float > 0. Below 1 sharpens, above 1 flattens. Defaults to 1.0.
+        top_k: int. Sample among the k most likely tokens; 0 keeps all, 1 is greedy.
+            Defaults to 0.
+        seed: int or None. With a seed the draws are stateless and repeatable (step t uses
+            the seed `(seed, t)`); None draws a fresh seed per call. Defaults to None.
+        model, source_ids, max_extra_length, max_length, bos_id, eos_id: see `greedy_search`.
+
+    Returns:
+        `(ids, scores)` as `greedy_search`; scores are the model's log-probabilities (before
+        temperature and top-k).
+
+    Example:
+    >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
+    >>> first = sample(model, [[5, 6, 7]], top_k=5, seed=1)[0]
+    >>> bool(tf.reduce_all(first == sample(model, [[5, 6, 7]], top_k=5, seed=1)[0]))
+    True
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature={temperature} must be > 0")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k={top_k!r} must be an integer >= 0")
+    source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
+    step, cache = _decoder(model, source_ids, 1, max_len, use_cache=True)
+    if seed is None:
+        seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int32)
+    seed = tf.cast(seed, tf.int32)
+    top_k = min(top_k, model.config.target_vocab)
+
+    def choose(log_probs, t):
+        logits = log_probs / temperature  # (batch, vocab)
+        if top_k:
+            kth_best = tf.math.top_k(logits, top_k).values[:, -1:]  # (batch, 1)
+            logits = tf.where(logits < kth_best, NEG_INF, logits)
+        drawn = tf.random.stateless_categorical(logits, 1, tf.stack([seed, t]), tf.int32)
+        return drawn[:, 0]
+
+    return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
+
+
+def beam_search(
+    model,
+    source_ids,
+    *,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    finish_rule: str = "tensor2tensor",
+    max_extra_length: int = 50,
+    max_length: int | None = None,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    use_cache: bool = True,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Beam search with the length penalty of Wu et al. (2016), as in the paper (6.1).
+
+    Each sentence keeps `beam_size` = k alive hypotheses, ranked by their log-probability,
+    and the k best finished ones, ranked by logP(Y) / lp(Y) with lp(Y) = ((5 + |Y|) / 6) **
+    alpha (Wu et al., section 7; |Y| counts EOS). Each step takes the 2k best extensions of
+    the alive hypotheses; the k best of those not ending in EOS stay alive (their caches
+    follow them: `DecoderCache.reorder`), and those ending in EOS join the finished ones:
+    all of them with `finish_rule="tensor2tensor"` (the paper's code, tensor2tensor, kept in
+    TF Model Garden's `sequence_beam_search`), only those ranked among the first k with
+    `"fairseq"`. Finished hypotheses are never extended. A sentence stops when no alive
+    hypothesis can beat its best finished one any more (its log-probability only falls, and
+    lp is largest at the length limit), or at its length limit. With `length_penalty=0`,
+    `beam_size=1` is greedy search.
+
+    Args:
+        beam_size: int. Hypotheses kept per sentence, k. Defaults to 4 (paper 6.1).
+        length_penalty: float >= 0. alpha; 0 ranks by log-probability alone. Defaults to 0.6
+            (paper 6.1).
+        finish_rule: str. Which EOS extensions join the finished set: "tensor2tensor" (every
+            one among the 2k best) or "fairseq" (those among the k best). Defaults to
+            "tensor2tensor".
+        model, source_ids, max_extra_length, max_length, bos_id, eos_id, use_cache: see
+            `greedy_search`.
+
+    Returns:
+        `(ids int32 [batch, out_len], scores float32 [batch])`: the best finished hypothesis
+        of each sentence and its length-normalised score.
+
+    Example:
+    >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
+    >>> search = tf.function(lambda source: beam_search(model, source), jit_compile=True)
+    >>> ids, scores = search(tf.constant([[5, 6, 7, 0], [8, 9, 0, 0]]))
+    >>> ids.shape, scores.shape  # out_len = src_len + 50
+    (TensorShape([2, 54]), TensorShape([2]))
+    """
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1")
+    if not length_penalty >= 0:
+        raise ValueError(f"length_penalty={length_penalty} must be >= 0")
+    if finish_rule not in FINISH_RULES:
+        raise ValueError(f"finish_rule={finish_rule!r} must be one of {FINISH_RULES}")
+    source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
+    k, vocab = beam_size, model.config.target_vocab
+    batch = _batch_size(source_ids)
+    # Rows of the decoder are hypotheses, sentence-major: hypothesis j of sentence b is row
+    # b * k + j.
+    step, cache = _decoder(model, source_ids, k, max_len, use_cache)
+    first_row = tf.range(batch)[:, None] * k  # (batch, 1)
+
+    def lp(length):
+        return ((5.0 + tf.cast(length, tf.float32)) / 6.0) ** length_penalty
+
+    def body(t, state, cache):
+        alive_ids, alive_logp, finished_ids, finished_scores, done = state
+        log_probs, cache = step(tf.reshape(alive_ids, [batch * k, -1]), t, cache)
+        log_probs = tf.reshape(log_probs, [batch, k, vocab])
+        at_limit = t + 1 >= limits  # (batch,)
+        allowed = _allowed_tokens(vocab, eos_id, at_limit[:, None, None])  # (batch, 1, vocab)
+        scores = tf.where(allowed, alive_logp[:, :, None] + log_probs, NEG_INF)
+        top_logp, top_index = fast.top_k(tf.reshape(scores, [batch, k * vocab]), 2 * k)
+        parents, tokens = top_index // vocab, top_index % vocab  # (batch, 2 * beam)
+        candidates = tf.gather(alive_ids, parents, batch_dims=1)  # (batch, 2 * beam, T + 1)
+        candidates = ops.slice_update(candidates, [0, 0, t + 1], tokens[:, :, None])
+        ends = tokens == eos_id
+
+        # The k best candidates not ending in EOS stay alive; their caches follow them.
+        alive_logp, pick = tf.math.top_k(tf.where(ends, NEG_INF, top_logp), k)  # (batch, beam)
+        alive_ids = tf.gather(candidates, pick, batch_dims=1)  # (batch, beam, T + 1)
+        cache = cache.reorder(tf.reshape(first_row + tf.gather(parents, pick, batch_dims=1), [-1]))
+
+        # Candidates ending in EOS join the finished, scored logP / lp(t + 1).
+        joins = ends & (top_logp > NEG_INF / 2) & ~done[:, None]
+        if finish_rule == "fairseq":
+            joins &= tf.range(2 * k) < k
+        new_scores = tf.where(joins, top_logp / lp(t + 1), NEG_INF)  # (batch, 2 * beam)
+        finished_scores, pick = tf.math.top_k(tf.concat([finished_scores, new_scores], 1), k)
+        finished_ids = tf.gather(tf.concat([finished_ids, candidates], 1), pick, batch_dims=1)
+
+        best_alive_bound = alive_logp[:, 0] / lp(limits)  # (batch,)
+        done = done | at_limit | (finished_scores[:, 0] >= best_alive_bound)
+        return (alive_ids, alive_logp, finished_ids, finished_scores, done), cache
+
+    ids = tf.tile(_start_ids(batch, max_len, bos_id)[:, None, :], [1, k, 1])  # (b, beam, T+1)
+    first_beam_only = tf.constant([0.0] + [NEG_INF] * (k - 1))  # the k starts are one
+    state = (
+        ids,
+        tf.tile(first_beam_only[None, :], [batch, 1]),  # (batch, beam)
+        tf.zeros_like(ids),
+        tf.fill([batch, k], NEG_INF),
+        tf.zeros([batch], tf.bool),
+    )
+    state = decode_loop(body, state, cache, max_len, finished=lambda state: state[-1])
+    _, _, finished_ids, finished_scores, _ = state
+    return finished_ids[:, 0, 1:], finished_scores[:, 0]
+
+
+def translate_ids(
+    model,
+    source_ids,
+    *,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    finish_rule: str = "tensor2tensor",
+    max_extra_length: int = 50,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """`greedy_search` when `beam_size` is 1, else `beam_search`: what translators call."""
+    if beam_size == 1:
+        return greedy_search(model, source_ids, max_extra_length=max_extra_length)
+    return beam_search(
+        model,
+        source_ids,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        finish_rule=finish_rule,
+        max_extra_length=max_extra_length,
+    )
+
+
+def decode_loop(body, state, cache, max_len, finished):
+    """The loop of every search: `state, cache = body(t, state, cache)` for t = 0, 1, ...
+    until `finished(state)` (a boolean `[batch]`) holds everywhere or t reaches `max_len`.
+
+    It runs as `PHASES` `tf.while_loop`s one after another, the cache grown between them
+    (`cache.grow`) from a quarter of `max_len` to all of it, so that a step reads about the
+    part of the buffers written so far, and a decode that ends early never allocates the
+    rest.
+
+    Returns:
+        The final `state`.
+    """
+    t = tf.constant(0)
+    for phase, end in enumerate(_phase_lengths(max_len)):
+        if phase:
+            cache = cache.grow(end)
+        t, state, cache = tf.while_loop(
+            lambda t, state, cache, end=end: (t < end) & ~tf.reduce_all(finished(state)),
+            lambda t, state, cache: (t + 1, *body(t, state, cache)),
+            (t, state, cache),
+        )
+    return state
+
+
+class _NoCache(NamedTuple):
+    """The state of a decoder without a cache: nothing to grow or reorder."""
+
+    def grow(self, length):
+        return self
+
+    def reorder(self, indices):
+        return self
+
+
+def _decoder(model, source_ids, copies, max_len, use_cache):
+    """The model as a next-token distribution over `n = batch * copies` rows (each sentence
+    repeated `copies` times, sentence-major).
+
+    Returns `(step, cache)`: `step(ids [n, T + 1], t, cache) -> (log_probs [n, vocab],
+    cache)`, where `ids[:, t]` is the token at decoder position t (BOS at 0), and the initial
+    cache, with room for the first phase of `decode_loop`.
+    """
+    if not use_cache:
+        source_ids = tf.repeat(source_ids, copies, axis=0)  # (n, src_len)
+
+        def full_step(ids, t, cache):
+            inputs = {"source_ids": source_ids, "target_ids": ids[:, :-1]}
+            logits = model(inputs, training=False)  # (n, T, vocab): the whole prefix again
+            return tf.nn.log_softmax(tf.gather(logits, t, axis=1)), cache
+
+        return full_step, _NoCache()
+
+    memory, source_mask = model.encode(source_ids)  # (batch, src_len, d_model)
+    memory = tf.repeat(memory, copies, axis=0)  # (n, src_len, d_model)
+    source_mask = tf.repeat(source_mask, copies, axis=0)  # (n, src_len)
+
+    def cached_step(ids, t, cache):
+        token = tf.gather(ids, t[None], axis=1)  # (n, 1)
+        x = model.target_embedding(token, start_index=t, training=False)  # (n, 1, d_model)
+        x, cache, _ = model.decoder.forward(
+            x, encoder_padding_mask=source_mask, cache=cache, cache_index=t, training=False
+        )
+        logits = model.target_embedding(x[:, 0], reverse=True)  # (n, vocab), float32
+        return tf.nn.log_softmax(logits), cache
+
+    return cached_step, model.decoder.init_cache(memory, _phase_lengths(max_len)[0])
+
+
+def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
+    """Greedy search and sampling: one hypothesis a sentence, `choose(log_probs, t)` picks
+    each token."""
+    batch = tf.shape(limits)[0]
+
+    def body(t, state, cache):
+        ids, scores, finished = state
+        log_probs, cache = step(ids, t, cache)  # (batch, vocab)
+        at_limit = t + 1 >= limits  # (batch,)
+        allowed = _allowed_tokens(log_probs.shape[-1], eos_id, at_limit[:, None])
+        token = choose(tf.where(allowed, log_probs, NEG_INF), t)  # (batch,)
+        token = tf.where(finished, PAD_ID, token)
+        scores += tf.where(finished, 0.0, tf.gather(log_probs, token, batch_dims=1))
+        ids = ops.slice_update(ids, [0, t + 1], token[:, None])  # (batch, T + 1)
+        return (ids, scores, finished | (token == eos_id)), cache
+
+    state = (
+        _start_ids(batch, max_len, bos_id),
+        tf.zeros([batch]),
+        tf.zeros([batch], tf.bool),
+    )
+    ids, scores, _ = decode_loop(body, state, cache, max_len, finished=lambda state: state[-1])
+    return ids[:, 1:], scores
+
+
+def _prepare(model, source_ids, max_extra_length, max_length):
+    """Checks the arguments; returns `(source_ids, limits [batch], max_len)`, the per-sentence
+    output length limits and the buffer length (their upper bound, known from shapes)."""
+    if isinstance(max_extra_length, bool) or not isinstance(max_extra_length, int):
+        raise ValueError(f"max_extra_length={max_extra_length!r} must be an integer >= 0")
+    if max_extra_length < 0:
+        raise ValueError(f"max_extra_length={max_extra_length} must be >= 0")
+    if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
+        raise ValueError(f"max_length={max_length!r} must be None or an integer >= 1")
+    source_ids = tf.cast(tf.convert_to_tensor(source_ids), tf.int32)
+    if source_ids.shape.rank != 2:
+        raise ValueError(f"source_ids must be [batch, src_len], got shape {source_ids.shape}")
+    cap = model.config.max_length
+    if max_length is not None:
+        cap = min(max_length, cap)
+    lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # (batch,)
+    limits = tf.clip_by_value(lengths + max_extra_length, 1, cap)
+    max_len = tf.clip_by_value(tf.shape(source_ids)[1] + max_extra_length, 1, cap)
+    return source_ids, limits, max_len
+
+
+def _phase_lengths(max_len, phases: int = PHASES, shortest: int = 8):
+    """The number of positions the self-attention buffers hold in each phase of the loop:
+    `ceil((p + 1) * max_len / phases)`, the last one `max_len`, none below `shortest` (or
+    `max_len` if smaller: a buffer of one position would be a softmax over one key)."""
+    floor = tf.minimum(max_len, shortest)
+    return [tf.maximum((max_len * (p + 1) + phases - 1) // phases, floor) for p in range(phases)]
+
+
+def _batch_size(source_ids):
+    """The batch size: a Python int when the shape tells it (so loop shapes stay static,
+    an empty batch included), else a scalar tensor."""
+    static = source_ids.shape[0]
+    return tf.shape(source_ids)[0] if static is None else static
+
+
+def _start_ids(batch, max_len, bos_id):
+    """`[batch, max_len + 1]`: BOS, then room for max_len output tokens."""
+    return tf.concat([tf.fill([batch, 1], bos_id), tf.zeros([batch, max_len], tf.int32)], 1)
+
+
+def _allowed_tokens(vocab, eos_id, at_limit):
+    """Boolean `[..., vocab]`: never padding; only EOS where `at_limit` (broadcast)."""
+    token = tf.range(vocab)
+    return (token != PAD_ID) & (~at_limit | (token == eos_id))

@@ -1,0 +1,150 @@
+"""The opt-in speed path: tricks that pay on the benchmarks, behind one switch.
+
+The layers, the loss and the decoders are written as the paper reads, from Keras's own parts
+and plain operations: that is the stock path, the reference in every test. A trick stays only
+if it earns at least 5% in speed or peak memory on `benchmarks.run` (medians of alternating
+runs against the stock path, BENCHMARKS.md); it then lives here, and the code that can use
+it asks `is_enabled()` when it is traced, as Keras's attention asks
+`keras.config.is_flash_attention_enabled()`.
+
+The switch is off unless turned on: a user who reuses a layer or the loss gets the stock
+path. The trainer (`training.fast`, on by default) and the benchmarks (`--fast on`) turn it
+on. Graphs already traced keep the path they were traced with.
+
+    import keras_transformer as kt
+    kt.fast.enable()        # before building the train step or the decoder
+    kt.fast.is_enabled()    # True
+    kt.fast.disable()
+
+What it switches:
+- `smoothed_cross_entropy`: the label-smoothed loss with a hand-written gradient that holds
+  one vocabulary-sized buffer instead of two (peak memory at large vocabularies).
+- `top_k`: beam search's top-2k over `beam * vocab` candidates by block maxima.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+_switch = {"enabled": False}
+
+
+def enable() -> None:
+    """Turns the speed path on (for graphs traced from now on)."""
+    _switch["enabled"] = True
+
+
+def disable() -> None:
+    """Turns the speed path off: the stock path (the default)."""
+    _switch["enabled"] = False
+
+
+def is_enabled() -> bool:
+    """Whether the speed path is on."""
+    return _switch["enabled"]
+
+
+def top_k(x, k: int):
+    """`tf.math.top_k(x, k)` over the last axis of a 2-D `x`: by block maxima when the switch
+    is on (`top_k_by_blocks`), else TensorFlow's own."""
+    if is_enabled():
+        return top_k_by_blocks(x, k)
+    return tf.math.top_k(x, k)
+
+
+def smoothed_cross_entropy(labels, logits, label_smoothing):
+    """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))`, with a hand-written
+    gradient that never reads the logits.
+
+    Automatic differentiation of the same expression builds the gradient from three
+    `[..., vocab]` terms (the log-normalizer's softmax, a scatter for the label, the mean's
+    broadcast), each a buffer the size of the logits. Written out,
+    `softmax(logits) - (1 - eps) * onehot(y) - eps / vocab` is one elementwise pass, and it
+    is taken over `exp(logits - max)`, which the forward pass writes out anyway (XLA's CPU
+    backend sums it in a separate kernel): with the logits dead after the forward pass, XLA
+    computes the exponentials in the logits' buffer and the gradient in theirs, so the
+    vocabulary-sized memory of the loss is one buffer, not two. For the paper's base model
+    on 4,096 target tokens and 37,000 pieces, 600 MB of logits, that is one such buffer less
+    at peak (BENCHMARKS.md).
+
+    Everything is computed on `[tokens, vocab]`, the shape of the output projection's
+    matrix product: a reshape between two elementwise passes would keep XLA from writing
+    one in place of the other.
+
+    Args:
+        labels: int32 `[...]`. logits: float32 `[..., vocab]`. label_smoothing: float eps.
+
+    Returns:
+        float32 `[...]`, one loss a position.
+    """
+    eps = label_smoothing
+    vocab = tf.shape(logits)[-1]
+    rows = tf.reshape(logits, [-1, vocab])  # (tokens, vocab)
+    row_labels = tf.reshape(labels, [-1])  # (tokens,)
+
+    @tf.custom_gradient
+    def per_token(rows):
+        label_logits = tf.gather(rows, row_labels[:, None], batch_dims=1)[:, 0]
+        # The label's logit is in the row, so this is the row maximum; taking it here puts
+        # the gather before the exponentials, which may then overwrite the logits.
+        peak = tf.maximum(tf.reduce_max(rows, axis=-1), label_logits)
+        peak = tf.where(tf.math.is_finite(peak), peak, 0.0)  # as tf.reduce_logsumexp
+        exponentials = tf.exp(rows - peak[:, None])  # (tokens, vocab)
+        total = tf.reduce_sum(exponentials, axis=-1)
+        log_normalizer = peak + tf.math.log(total)
+        nll = log_normalizer - label_logits  # -log p(y)
+        uniform = log_normalizer - tf.reduce_mean(rows, axis=-1)  # mean_v -log p(v)
+
+        def grad(upstream):
+            is_label = tf.range(vocab) == row_labels[:, None]
+            target = tf.where(is_label, 1.0 - eps, 0.0) + eps / tf.cast(vocab, tf.float32)
+            probs = exponentials * (1.0 / total)[:, None]
+            return upstream[:, None] * (probs - target)
+
+        return (1.0 - eps) * nll + eps * uniform, grad
+
+    return tf.reshape(per_token(rows), tf.shape(labels))
+
+
+def top_k_by_blocks(x, k: int, block: int | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """`tf.math.top_k(x, k)` over the last axis of a 2-D `x`, ties included, reading `x` once.
+
+    The k largest entries of a row lie in the k blocks (runs of `block` entries) with the
+    largest maxima: a block holding one of them has a maximum at least as large, and at most
+    k - 1 other blocks can beat it. So the row's block maxima are taken (one vectorised
+    pass), then the k best blocks, and `top_k` runs over their `k * block` entries only.
+    XLA's CPU top-k sorts each whole row; this reads the row once and sorts `k * block`
+    entries. The chosen blocks are taken in index order, so equal values come out lower
+    index first, as from `tf.math.top_k`.
+
+    Args:
+        x: float `[rows, n]` with a static `n`.
+        k: int, 1 <= k <= n.
+        block: int or None. Block length; a divisor of n. Defaults to None: the divisor of n
+            nearest to 2 * sqrt(n / k), or plain `tf.math.top_k` when n has none in
+            [16, 4096] (or when k blocks would cover half the row).
+
+    Returns:
+        `(values [rows, k], indices int32 [rows, k])`, sorted by value, largest first.
+    """
+    n = x.shape[-1]
+    if block is None:
+        block = _block_length(n, k)
+    elif n % block:
+        raise ValueError(f"block={block} must divide the row length {n}")
+    if block is None or 2 * k * block > n:
+        return tf.math.top_k(x, k)
+    blocks = tf.reshape(x, [-1, n // block, block])
+    chosen = tf.sort(tf.math.top_k(tf.reduce_max(blocks, axis=-1), k).indices, axis=-1)
+    candidates = tf.reshape(tf.gather(blocks, chosen, batch_dims=1), [-1, k * block])
+    values, position = tf.math.top_k(candidates, k)
+    indices = tf.gather(chosen, position // block, batch_dims=1) * block + position % block
+    return values, indices
+
+
+def _block_length(n, k):
+    """The divisor of n in [16, 4096] nearest to 2 * sqrt(n / k), or None (fewer blocks
+    than that leave more candidates to the second top-k; more blocks, more to the first)."""
+    target = 2 * (n / k) ** 0.5
+    divisors = [d for d in range(16, min(n, 4096) + 1) if n % d == 0]
+    return min(divisors, key=lambda d: abs(d - target), default=None)

@@ -1,0 +1,104 @@
+"""Crash-safe writing: a file or a directory appears under its name complete, or not at all.
+
+Everything is first written under a temporary name in the destination's own directory,
+`.tmp-PID-NAME`: hidden, recognisable as temporary, and ending as the real name ends, so that
+writers that choose a format by suffix (`model.save`, `model.save_weights`, `np.savez`,
+matplotlib's `savefig`) accept it. A file is synced to disk and then renamed over the real name
+with `os.replace`, which is atomic within one file system: readers see the old file or the new
+one, never a half-written one. A failed write removes its temporary; one left by a killed
+process is removed by `remove_temporaries`.
+
+    atomic_write(path, "text")                      # str (written as UTF-8) or bytes
+    atomic_write(path, lambda p: model.save(p))     # a writer given the temporary path
+    with atomic_directory(final) as temporary:      # a directory, renamed once complete
+        write_everything_into(temporary)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+TEMPORARY_PREFIX = ".tmp-"
+
+
+def temporary_path(path) -> Path:
+    """The temporary name under which `path` is written: `.tmp-PID-NAME` beside it."""
+    path = Path(path)
+    return path.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}")
+
+
+def is_temporary(path) -> bool:
+    """True for a name that `temporary_path` makes."""
+    return Path(path).name.startswith(TEMPORARY_PREFIX)
+
+
+def atomic_write(path, data: bytes | str | Callable[[Path], object]) -> Path:
+    """Writes `path` through a temporary file, an fsync and a rename.
+
+    Args:
+        path: str or path. The file to write; its directory must exist. An existing file is
+            replaced only once the new one is complete.
+        data: bytes, str (encoded as UTF-8), or a callable that writes the file at the path it
+            is given (e.g. `model.save`).
+
+    Returns:
+        `path`, as a `Path`.
+    """
+    path = Path(path)
+    temporary = temporary_path(path)
+    try:
+        if callable(data):
+            data(temporary)
+        else:
+            temporary.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+        with open(temporary, "rb") as file:
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def atomic_directory(path) -> Iterator[Path]:
+    """Builds the directory `path` under a temporary name and renames it when complete.
+
+    Yields the temporary path, which does not exist yet: the caller creates the directory
+    there (or has a writer create it) and fills it. When the block ends normally it is renamed
+    to `path`; when it raises, it is removed. An existing `path` is never replaced.
+
+    Raises:
+        FileExistsError: `path` exists, before the block or when it ends.
+    """
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; it is never replaced")
+    temporary = temporary_path(path)
+    shutil.rmtree(temporary, ignore_errors=True)  # left by a killed process of the same id
+    try:
+        yield temporary
+        if path.exists():
+            raise FileExistsError(f"{path} appeared while it was written; it is never replaced")
+        os.rename(temporary, path)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def remove_temporaries(directory) -> list[Path]:
+    """Removes the temporaries that killed writers left in `directory`; returns them.
+
+    Only for a directory that no other process is writing: its temporaries are removed too.
+    """
+    stale = sorted(Path(directory).glob(TEMPORARY_PREFIX + "*"))
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return stale

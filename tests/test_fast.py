@@ -1,0 +1,82 @@
+"""The speed path (keras_transformer/fast.py): the switch, and each trick against the stock
+path. The loss's hand-written gradient is tested in tests/test_losses.py, beam search with
+the switch on in tests/test_decoding.py."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.fast import top_k_by_blocks
+
+
+@pytest.fixture
+def fast_on():
+    """The switch on for one test, then back as it was."""
+    was_enabled = kt.fast.is_enabled()
+    kt.fast.enable()
+    yield
+    kt.fast.enable() if was_enabled else kt.fast.disable()
+
+
+def test_the_switch_is_off_until_enabled():
+    """In a fresh process: a user who imports the library gets the stock path."""
+    code = (
+        "import keras_transformer as kt; off = kt.fast.is_enabled(); kt.fast.enable(); "
+        "on = kt.fast.is_enabled(); kt.fast.disable(); print(off, on, kt.fast.is_enabled())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["False", "True", "False"]
+
+
+def _ties_below_a_few_late_maxima():
+    """Rows of 0s, 1s and 2s with their 3 largest values near the end: the blocks holding
+    those come first by maximum, the tied 2s must still come out lowest index first."""
+    values = np.random.default_rng(3).integers(0, 3, (6, 4000))
+    values[:, [-1, -200, -500]] = [10, 9, 8]
+    return values
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.random.default_rng(0).standard_normal((6, 4000)),
+        np.random.default_rng(1).integers(0, 3, (6, 4000)),  # ties everywhere
+        _ties_below_a_few_late_maxima(),
+        np.where(np.random.default_rng(2).random((6, 4000)) < 0.99, -1e9, 0.5),  # ties at top
+    ],
+    ids=["distinct", "ties", "late-maxima", "few-finite"],
+)
+@pytest.mark.parametrize("k", [1, 8])
+@pytest.mark.parametrize("block", [None, 16, 400])
+def test_top_k_by_blocks_equals_top_k(values, k, block):
+    x = tf.constant(values, tf.float32)
+    expected_values, expected_indices = tf.math.top_k(x, k)
+    xla = tf.function(lambda x: top_k_by_blocks(x, k, block), jit_compile=True)
+    for got_values, got_indices in (top_k_by_blocks(x, k, block), xla(x)):
+        np.testing.assert_array_equal(got_values, expected_values)
+        np.testing.assert_array_equal(got_indices, expected_indices)
+
+
+def test_top_k_by_blocks_needs_a_dividing_block():
+    with pytest.raises(ValueError, match="block=300 must divide the row length 4000"):
+        top_k_by_blocks(tf.zeros([2, 4000]), 4, block=300)
+
+
+@pytest.mark.parametrize("shape, k", [((6, 4000), 8), ((3, 16000), 8), ((5, 20), 8), ((2, 7), 1)])
+@pytest.mark.parametrize("enabled", [False, True], ids=["stock", "fast"])
+def test_fast_top_k_equals_top_k_with_the_switch_on_or_off(request, shape, k, enabled):
+    """Rows that go by blocks (4,000 and 16,000 entries) and rows too short for them."""
+    if enabled:
+        request.getfixturevalue("fast_on")
+    x = tf.constant(np.random.default_rng(4).standard_normal(shape), tf.float32)
+    expected_values, expected_indices = tf.math.top_k(x, k)
+    xla = tf.function(lambda x: kt.fast.top_k(x, k), jit_compile=True)
+    for values, indices in (kt.fast.top_k(x, k), xla(x)):
+        np.testing.assert_array_equal(values, expected_values)
+        np.testing.assert_array_equal(indices, expected_indices)

@@ -1,0 +1,266 @@
+"""The run directory (`--model-dir`): every path in it, the checks made before a run starts,
+and how the programs read and write it.
+
+    DIR/experiment.yaml        the resolved configuration (owns the directory)
+    DIR/vocab/                 SentencePiece model(s): shared.model or source/target.model,
+                               and manifest.json (their sha256: replaced files are refused)
+    DIR/checkpoints/           ckpt-NNNNN.weights.h5, one every training.steps_per_epoch steps
+    DIR/backup/                state-NNNNN.npz, the training state a restarted run resumes
+                               from, and latest.json, the record that commits one (see
+                               trainers/checkpointing.py); a finished run keeps its last one
+    DIR/logs/                  TensorBoard (dev BLEU and chrF under logs/bleu/)
+    DIR/model.keras            the trained model (fine-tune it with model.fit)
+    DIR/model.averaged.keras   written by trainers.average_checkpoints
+    DIR/train_summary.json     strategy, replicas, steps, losses, tokens/s, dev BLEU
+    DIR/eval/                  hypotheses (SPLIT.hyp) and scores (SPLIT.json) from
+                               trainers.evaluate
+
+NNNNN counts completed epochs. Every file is written with `keras_transformer.files`'s
+`atomic_write` (a temporary name, then a rename), so a crash never leaves a half-written file
+under a real name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+import keras
+import yaml
+
+import keras_transformer  # noqa: F401  (registers the classes that load_model needs)
+from keras_transformer.files import atomic_write, temporary_path
+from keras_transformer.text import Vocabularies
+from trainers.errors import ConfigError
+from trainers.experiment import Experiment, load_experiment
+
+MODEL = "model.keras"
+AVERAGED = "model.averaged.keras"
+
+
+def write_json(path, value) -> None:
+    """`value` as indented JSON, written atomically."""
+    atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def save_model(model: keras.Model, path) -> None:
+    """`model.save`, written atomically."""
+    atomic_write(path, model.save)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointFolder:
+    """DIR/checkpoints/: Keras weight files, `ckpt-NNNNN.weights.h5` after epoch NNNNN."""
+
+    path: Path
+
+    def file(self, epoch: int) -> Path:
+        return self.path / f"ckpt-{epoch:05d}.weights.h5"
+
+    def files(self) -> list[Path]:
+        """The checkpoints there, oldest first."""
+        return sorted(self.path.glob("ckpt-*.weights.h5"))
+
+
+@dataclasses.dataclass(frozen=True)
+class BackupFolder:
+    """DIR/backup/: `state-NNNNN.npz` (every variable after epoch NNNNN) and `latest.json`
+    (the committed state's name and sha256)."""
+
+    path: Path
+
+    @property
+    def latest(self) -> Path:
+        return self.path / "latest.json"
+
+    def state(self, epoch: int) -> Path:
+        return self.path / f"state-{epoch:05d}.npz"
+
+    def states(self) -> list[Path]:
+        """The state files there, oldest first."""
+        return sorted(self.path.glob("state-*.npz"))
+
+    @staticmethod
+    def epoch(state: Path) -> int:
+        """The epoch of a state file's name."""
+        return int(Path(state).name[len("state-") : -len(".npz")])
+
+
+class RunDirectory:
+    """The model directory of one run (see the module docstring for its layout).
+
+    Args:
+        root: str or path. The directory (`--model-dir`); nothing is created until a check or
+            a write needs it.
+    """
+
+    def __init__(self, root):
+        self.root = Path(root)
+        self.experiment_file = self.root / "experiment.yaml"
+        self.vocab = self.root / "vocab"
+        self.checkpoints = CheckpointFolder(self.root / "checkpoints")
+        self.backup = BackupFolder(self.root / "backup")
+        self.logs = self.root / "logs"
+        self.bleu_logs = self.logs / "bleu"
+        self.summary = self.root / "train_summary.json"
+        self.eval = self.root / "eval"
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.root)!r})"
+
+    def model(self, name: str = MODEL) -> Path:
+        """A model file in the directory: `model.keras`, `model.averaged.keras`..."""
+        return self.root / name
+
+    def hypotheses(self, name: str) -> Path:
+        """Where trainers.evaluate writes the translations of `name` (a split)."""
+        return self.eval / f"{name}.hyp"
+
+    def metrics(self) -> dict[str, dict]:
+        """The scores written so far (test and dev evaluations, the training summary), keyed
+        by their path in the directory."""
+        found = {}
+        for path in (self.eval / "test.json", self.eval / "dev.json", self.summary):
+            if path.exists():
+                found[path.relative_to(self.root).as_posix()] = json.loads(path.read_text())
+        return found
+
+    # Checks made before a run starts --------------------------------------------------------
+
+    def check_owner(self, experiment: Experiment) -> bool:
+        """True if the directory already holds a run of this experiment, False if it is new.
+
+        Raises ConfigError when it holds a run of another experiment (model or data differ);
+        training settings may change between runs (more steps, another BLEU interval).
+        """
+        if not self.experiment_file.exists():
+            return False
+        saved = yaml.safe_load(self.experiment_file.read_text(encoding="utf-8"))
+        ours = experiment.to_dict()
+        if _comparable(saved) != _comparable(ours):
+            differences = [
+                f"{section}.{key}: {saved[section].get(key)!r} there, {value!r} here"
+                for section in ("model", "data")
+                for key, value in _comparable(ours)[section].items()
+                if saved[section].get(key) != value
+            ]
+            raise ConfigError(
+                f"--model-dir {self.root} belongs to another experiment "
+                f"({'; '.join(differences)}); use a new --model-dir, or the configuration it "
+                "was trained with"
+            )
+        return True
+
+    def check_disk_space(self, experiment: Experiment) -> None:
+        """Refuses a run whose files cannot fit on the disk: the kept checkpoints, two backups
+        (weights and Adam's two moments each), and two saved models, in float32."""
+        config = experiment.model
+        if config.share_embeddings:
+            config = config.replace(vocab_size=experiment.data.vocab_size)
+        else:
+            size = experiment.data.vocab_size
+            config = config.replace(source_vocab_size=size, target_vocab_size=size)
+        weights = 4 * config.parameter_count()
+        copies = experiment.training.keep_checkpoints + 2 * 3 + 2
+        needed = weights * copies + (64 << 20)  # plus logs, vocabularies and summaries
+        existing = self.root.absolute()
+        while not existing.exists():
+            existing = existing.parent
+        free = shutil.disk_usage(existing).free
+        if free < needed:
+            raise ConfigError(
+                f"--model-dir {self.root}: the run needs about {needed >> 20} MiB "
+                f"({copies} copies of {weights >> 20} MiB of weights and optimizer state) but "
+                f"only {free >> 20} MiB are free there"
+            )
+
+    def check_writable(self) -> None:
+        """Creates the directory if needed and proves it can be written."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = temporary_path(self.root / "write-test")
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as error:
+            raise ConfigError(f"--model-dir {self.root}: cannot write there ({error})") from None
+
+    def check_vocabulary(self, config, vocabularies: Vocabularies) -> None:
+        """The model's embedding sizes (`config`, a TransformerConfig) must be the
+        vocabulary's."""
+        sizes = (vocabularies.source.vocabulary_size(), vocabularies.target.vocabulary_size())
+        if sizes != (config.source_vocab, config.target_vocab):
+            raise ConfigError(
+                f"{self.root}: the vocabulary has {sizes[0]}/{sizes[1]} source/target pieces "
+                f"but the model expects {config.source_vocab}/{config.target_vocab}"
+            )
+
+    # Reading and writing --------------------------------------------------------------------
+
+    def save_experiment(self, experiment: Experiment) -> None:
+        text = yaml.safe_dump(experiment.to_dict(), sort_keys=False)
+        atomic_write(self.experiment_file, text)
+
+    def load_experiment(self) -> Experiment:
+        """The experiment the directory was trained with (vocabulary sizes included)."""
+        self._require(self.experiment_file.name)
+        return load_experiment(self.experiment_file, resolved=True)
+
+    def wait_for_experiment(self, timeout: float = 600.0) -> None:
+        """Waits for another worker (the chief) to write experiment.yaml, which it does once
+        the vocabulary is saved."""
+        deadline = time.monotonic() + timeout
+        while not self.experiment_file.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{self.experiment_file} did not appear within {timeout:.0f} s (chief failed?)"
+                )
+            time.sleep(0.5)
+
+    def save_vocabularies(self, vocabularies: Vocabularies) -> None:
+        vocabularies.save(self.vocab)
+
+    def load_vocabularies(self) -> Vocabularies:
+        """The vocabularies in vocab/; ConfigError if missing or not the original files."""
+        try:
+            return Vocabularies.load(self.vocab)
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"--model-dir {self.root}: {error}") from None
+
+    def finished_run(self, steps: int) -> dict | None:
+        """The summary of a run that already trained for `steps` steps, or None."""
+        if not self.summary.exists():
+            return None
+        summary = json.loads(self.summary.read_text())
+        finished = summary.get("steps") == steps and not summary.get("stopped_early")
+        return summary if finished else None
+
+    def write_summary(self, summary: dict) -> None:
+        write_json(self.summary, summary)
+
+    def save_model(self, model: keras.Model, name: str = MODEL) -> Path:
+        save_model(model, self.model(name))
+        return self.model(name)
+
+    def load_trained(self, model_file: str = MODEL):
+        """(experiment, vocabularies, model) of a trained directory; ConfigError when a file
+        is missing or the vocabulary is not the model's."""
+        self._require(self.experiment_file.name)
+        self._require(model_file)
+        experiment = self.load_experiment()
+        vocabularies = self.load_vocabularies()
+        model = keras.saving.load_model(self.model(model_file))
+        self.check_vocabulary(model.config, vocabularies)
+        return experiment, vocabularies, model
+
+    def _require(self, name: str) -> None:
+        if not (self.root / name).exists():
+            raise ConfigError(f"--model-dir {self.root}: no {name}; train it first")
+
+
+def _comparable(experiment: dict) -> dict:
+    """The parts of an experiment that must not change within one model directory."""
+    model = {k: v for k, v in experiment["model"].items() if not k.endswith("vocab_size")}
+    return {"model": model, "data": experiment["data"]}
