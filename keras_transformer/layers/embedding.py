@@ -7,6 +7,7 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer import fast
 from keras_transformer.config import POSITIONAL_KINDS
 
 
@@ -154,7 +155,7 @@ class TransformerEmbedding(keras.layers.Layer):
             self.position_embedding = SinusoidalPositionEncoding(
                 dtype=self.dtype_policy, name="position_encoding"
             )
-        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = fast.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, inputs_shape=None):
         self.token_embedding.build()
