@@ -28,7 +28,7 @@ demo: $(STAMP)
 		--out saved_models/demo
 	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --saved-model saved_models/demo
 
-# Two pytest workers, each taking whole test files (module fixtures train once): 7 to 13.5
+# Two pytest workers, each taking whole test files (module fixtures train once): 7 to 13
 # minutes on the 2-core machines this was developed on (8 against 11.5 serially on one).
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile
