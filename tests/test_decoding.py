@@ -8,7 +8,6 @@ peaked as a trained model's are; some on a random tiny model, whose near-uniform
 produce EOS, so it runs into the length limits.
 """
 
-import contextlib
 import itertools
 
 import keras
@@ -26,6 +25,7 @@ from keras_transformer.decoding import (
     parallel_search,
     sample,
 )
+from tests.fast_switch import fast_path
 from tests.reversal import BOS, EOS, held_out_data
 from tests.test_keras_tools import quantize
 
@@ -55,17 +55,6 @@ def large_vocab_model():
 
 
 LARGE_VOCAB_SOURCE = np.random.default_rng(0).integers(4, 4000, (4, 6))
-
-
-@contextlib.contextmanager
-def fast_path(enabled: bool):
-    """`kt.fast` switched on or off for the block, then restored."""
-    was_enabled = kt.fast.is_enabled()
-    kt.fast.enable() if enabled else kt.fast.disable()
-    try:
-        yield
-    finally:
-        kt.fast.enable() if was_enabled else kt.fast.disable()
 
 
 @pytest.fixture(params=["reversal", "unfamiliar", "random"])

@@ -12,15 +12,14 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.fast import top_k_by_blocks
+from tests.fast_switch import fast_path
 
 
 @pytest.fixture
 def fast_on():
     """The switch on for one test, then back as it was."""
-    was_enabled = kt.fast.is_enabled()
-    kt.fast.enable()
-    yield
-    kt.fast.enable() if was_enabled else kt.fast.disable()
+    with fast_path(True):
+        yield
 
 
 def test_the_switch_is_off_until_enabled():

@@ -1,29 +1,17 @@
 """LabelSmoothedCrossEntropy: NumPy reference, padding, the global-batch mean under
 MirroredStrategy, and the stock (autodiff) and fast (hand-written gradient) paths agreeing."""
 
-import contextlib
-
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from tests.fast_switch import fast_path
 
 RNG = np.random.default_rng(0)
 LOGITS = RNG.normal(size=(3, 5, 11)).astype("float32") * 3
 LABELS = np.array([[4, 2, 9, 0, 0], [1, 1, 0, 0, 0], [3, 8, 7, 6, 5]], "int32")
-
-
-@contextlib.contextmanager
-def fast_path(enabled: bool):
-    """`kt.fast` switched on or off for the block, then restored."""
-    was_enabled = kt.fast.is_enabled()
-    kt.fast.enable() if enabled else kt.fast.disable()
-    try:
-        yield
-    finally:
-        kt.fast.enable() if was_enabled else kt.fast.disable()
 
 
 @pytest.fixture(params=[False, True], ids=["stock", "fast"])

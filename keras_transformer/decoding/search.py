@@ -269,7 +269,8 @@ def decode_loop(body, state, cache, max_len, finished):
     It runs as `PHASES` `tf.while_loop`s one after another, the cache grown between them
     (`cache.grow`) from a quarter of `max_len` to all of it, so that a step reads about the
     part of the buffers written so far, and a decode that ends early never allocates the
-    rest.
+    rest. `cache` must start with room for the first phase, `_phase_lengths(max_len)[0]`
+    positions (as `_decoder` makes it).
 
     Returns:
         The final `state`.
