@@ -1,9 +1,9 @@
 """Attention math and mask builders, as plain functions of tensors.
 
-Shapes follow Keras (`keras.layers.MultiHeadAttention`, `keras.ops.dot_product_attention`):
-queries, keys and values are `[batch, len, heads, depth]`, attention weights `[batch, heads,
-q_len, k_len]`. Masks are booleans, True = attend, broadcastable to `[batch, heads, q_len,
-k_len]`.
+Queries, keys and values are `[batch, heads, len, depth]` (the layout of the paper's code,
+tensor2tensor's `split_heads`: both products of eq. 1 are then batched over the leading
+`[batch, heads]` without a transpose), attention weights `[batch, heads, q_len, k_len]`.
+Masks are booleans, True = attend, broadcastable to `[batch, heads, q_len, k_len]`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
     get the same weights; the output is in the dtype of `value`.
 
     Args:
-        query: tensor `[batch, q_len, heads, d_k]`.
-        key: tensor `[batch, k_len, heads, d_k]`.
-        value: tensor `[batch, k_len, heads, d_v]`.
+        query: tensor `[batch, heads, q_len, d_k]`.
+        key: tensor `[batch, heads, k_len, d_k]`.
+        value: tensor `[batch, heads, k_len, d_v]`.
         mask: optional boolean tensor broadcastable to `[batch, heads, q_len, k_len]`,
             True = attend. Defaults to None.
         dropout: optional callable applied to the attention weights before they weigh the
@@ -35,13 +35,13 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
             sublayer outputs, many implementations also here). Defaults to None.
 
     Returns:
-        `(output, weights)`: output `[batch, q_len, heads, d_v]` in the dtype of `value`, and
+        `(output, weights)`: output `[batch, heads, q_len, d_v]` in the dtype of `value`, and
         the float32 attention weights `[batch, heads, q_len, k_len]` (before dropout); each
         row sums to 1.
 
     Example:
     >>> import numpy as np
-    >>> q = k = v = np.ones((1, 2, 1, 4), "float32")
+    >>> q = k = v = np.ones((1, 1, 2, 4), "float32")
     >>> out, w = scaled_dot_product_attention(q, k, v, mask=np.array([True, False]))
     >>> np.asarray(w)[0, 0].tolist()
     [[1.0, 0.0], [1.0, 0.0]]
@@ -49,7 +49,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
     depth = query.shape[-1]
     # Scaling the query before the product keeps half-precision logits in range.
     query = ops.multiply(query, ops.cast(1.0 / depth**0.5, query.dtype))
-    logits = ops.einsum("bqhd,bkhd->bhqk", query, key)  # (batch, heads, q_len, k_len)
+    logits = ops.einsum("bhqd,bhkd->bhqk", query, key)  # (batch, heads, q_len, k_len)
     logits = ops.cast(logits, "float32")
     if mask is not None:
         logits = ops.where(mask, logits, MASK_LOGIT)
@@ -57,7 +57,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
     dropped = ops.cast(weights, value.dtype)
     if dropout is not None:
         dropped = dropout(dropped)
-    output = ops.einsum("bhqk,bkhd->bqhd", dropped, value)  # (batch, q_len, heads, d_v)
+    output = ops.einsum("bhqk,bhkd->bhqd", dropped, value)  # (batch, heads, q_len, d_v)
     return output, weights
 
 

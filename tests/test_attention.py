@@ -50,7 +50,10 @@ def _keras_twin(ours, query, value):
     """A keras.layers.MultiHeadAttention holding `ours`'s weights."""
     theirs = keras.layers.MultiHeadAttention(num_heads=ours.num_heads, key_dim=ours.head_key_dim)
     theirs(query, value)
-    theirs.set_weights(ours.get_weights())
+    # Same kernels; our query/key/value biases are [heads, 1, depth], Keras's [heads, depth].
+    theirs.set_weights(
+        [np.reshape(w, t.shape) for w, t in zip(ours.get_weights(), theirs.weights, strict=True)]
+    )
     return theirs
 
 
@@ -134,7 +137,7 @@ def test_incremental_self_attention_equals_causal_call():
         out, cache = _step(layer, QUERY[:, t : t + 1], cache, t)
         steps.append(out)
     np.testing.assert_allclose(ops.concatenate(steps, axis=1), full, atol=1e-5)
-    assert cache.key.shape == (2, 8, 4, 4)  # (batch, length, heads, depth)
+    assert cache.key.shape == (2, 4, 8, 4)  # (batch, heads, length, depth)
 
 
 def test_incremental_self_attention_in_chunks_equals_causal_call():
@@ -152,7 +155,7 @@ def test_a_grown_cache_goes_on_where_it_was():
     cache = layer.empty_cache(batch_size=2, length=3)
     first, cache = _step(layer, QUERY[:, :3], cache, 0)
     cache = cache.grow(6)  # one position more than the 5 decoded
-    assert cache.key.shape == (2, 6, 4, 4) and cache.value.shape == (2, 6, 4, 4)
+    assert cache.key.shape == (2, 4, 6, 4) and cache.value.shape == (2, 4, 6, 4)
     second, cache = _step(layer, QUERY[:, 3:], cache, 3)
     np.testing.assert_allclose(ops.concatenate([first, second], axis=1), full, atol=1e-5)
 
@@ -205,10 +208,10 @@ class _UniformAttention(layers.MultiHeadAttention):
     """Swaps the attention for a plain average of the values."""
 
     def compute_attention(self, query, key, value, mask=None, training=None):
-        k_len = ops.shape(key)[1]
-        weights = ops.ones((ops.shape(query)[0], self.num_heads, ops.shape(query)[1], k_len))
+        k_len = ops.shape(key)[2]
+        weights = ops.ones((ops.shape(query)[0], self.num_heads, ops.shape(query)[2], k_len))
         weights = weights / ops.cast(k_len, "float32")
-        return ops.einsum("bhqk,bkhd->bqhd", ops.cast(weights, value.dtype), value), weights
+        return ops.matmul(ops.cast(weights, value.dtype), value), weights
 
 
 def test_attention_is_swapped_by_overriding_compute_attention():

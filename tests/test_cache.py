@@ -13,12 +13,12 @@ BATCH, HEADS, KEY_DIM, VALUE_DIM = 3, 2, 4, 5
 
 
 def _filled(length, offset=0.0):
-    """A cache whose entries are all distinct: key[b, i, h, d] differs for every index."""
+    """A cache whose entries are all distinct: key[b, h, i, d] differs for every index."""
     key = np.arange(BATCH * length * HEADS * KEY_DIM, dtype="float32") + offset
     value = np.arange(BATCH * length * HEADS * VALUE_DIM, dtype="float32") - offset
     return AttentionCache(
-        tf.constant(key.reshape(BATCH, length, HEADS, KEY_DIM)),
-        tf.constant(value.reshape(BATCH, length, HEADS, VALUE_DIM)),
+        tf.constant(key.reshape(BATCH, HEADS, length, KEY_DIM)),
+        tf.constant(value.reshape(BATCH, HEADS, length, VALUE_DIM)),
     )
 
 
@@ -33,19 +33,19 @@ def _decoder_cache(num_layers=2, length=4, src_len=6):
 
 def test_empty_cache_has_zero_buffers_of_the_asked_shape_and_dtype():
     cache = AttentionCache.empty(BATCH, 7, HEADS, KEY_DIM, VALUE_DIM, "bfloat16")
-    assert cache.key.shape == (BATCH, 7, HEADS, KEY_DIM) and cache.key.dtype == tf.bfloat16
-    assert cache.value.shape == (BATCH, 7, HEADS, VALUE_DIM)
+    assert cache.key.shape == (BATCH, HEADS, 7, KEY_DIM) and cache.key.dtype == tf.bfloat16
+    assert cache.value.shape == (BATCH, HEADS, 7, VALUE_DIM)
     assert int(cache.length) == 7
     assert not np.any(cache.key.numpy()) and not np.any(cache.value.numpy())
 
 
 def test_write_sets_the_new_positions_only_and_leaves_its_input_unchanged():
     cache = _filled(6)
-    key = tf.fill([BATCH, 2, HEADS, KEY_DIM], -1.0)
-    value = tf.fill([BATCH, 2, HEADS, VALUE_DIM], -2.0)
+    key = tf.fill([BATCH, HEADS, 2, KEY_DIM], -1.0)
+    value = tf.fill([BATCH, HEADS, 2, VALUE_DIM], -2.0)
     written = cache.write(3, key, value)
     expected_key, expected_value = cache.key.numpy(), cache.value.numpy()
-    expected_key[:, 3:5], expected_value[:, 3:5] = -1.0, -2.0
+    expected_key[:, :, 3:5], expected_value[:, :, 3:5] = -1.0, -2.0
     np.testing.assert_array_equal(written.key, expected_key)
     np.testing.assert_array_equal(written.value, expected_value)
     np.testing.assert_array_equal(cache.key, _filled(6).key)  # a new cache, not an update
@@ -54,7 +54,7 @@ def test_write_sets_the_new_positions_only_and_leaves_its_input_unchanged():
 def test_write_casts_to_the_buffer_dtype():
     cache = AttentionCache.empty(BATCH, 4, HEADS, KEY_DIM, VALUE_DIM, "float16")
     written = cache.write(
-        0, tf.ones([BATCH, 1, HEADS, KEY_DIM]), tf.ones([BATCH, 1, HEADS, VALUE_DIM])
+        0, tf.ones([BATCH, HEADS, 1, KEY_DIM]), tf.ones([BATCH, HEADS, 1, VALUE_DIM])
     )
     assert written.key.dtype == tf.float16 and written.value.dtype == tf.float16
 
@@ -62,11 +62,11 @@ def test_write_casts_to_the_buffer_dtype():
 def test_grow_keeps_the_written_positions_and_pads_with_zeros():
     cache = _filled(4)
     grown = cache.grow(9)
-    assert grown.key.shape == (BATCH, 9, HEADS, KEY_DIM)
-    assert grown.value.shape == (BATCH, 9, HEADS, VALUE_DIM)
-    np.testing.assert_array_equal(grown.key[:, :4], cache.key)
-    np.testing.assert_array_equal(grown.value[:, :4], cache.value)
-    assert not np.any(grown.key[:, 4:].numpy()) and not np.any(grown.value[:, 4:].numpy())
+    assert grown.key.shape == (BATCH, HEADS, 9, KEY_DIM)
+    assert grown.value.shape == (BATCH, HEADS, 9, VALUE_DIM)
+    np.testing.assert_array_equal(grown.key[:, :, :4], cache.key)
+    np.testing.assert_array_equal(grown.value[:, :, :4], cache.value)
+    assert not np.any(grown.key[:, :, 4:].numpy()) and not np.any(grown.value[:, :, 4:].numpy())
     np.testing.assert_array_equal(cache.grow(4).key, cache.key)  # to its own length: as is
 
 
@@ -75,10 +75,10 @@ def test_decoder_cache_grow_grows_the_self_attention_buffers_only():
     grown = cache.grow(10)
     assert int(grown.length) == 10
     for before, after in zip(cache.layers, grown.layers, strict=True):
-        assert after.self_attention.key.shape[1] == 10
-        np.testing.assert_array_equal(after.self_attention.key[:, :4], before.self_attention.key)
+        assert after.self_attention.key.shape[2] == 10
+        np.testing.assert_array_equal(after.self_attention.key[:, :, :4], before.self_attention.key)
         np.testing.assert_array_equal(
-            after.self_attention.value[:, :4], before.self_attention.value
+            after.self_attention.value[:, :, :4], before.self_attention.value
         )
         # The encoder-decoder buffers hold the source: never grown.
         np.testing.assert_array_equal(after.cross_attention.key, before.cross_attention.key)
@@ -129,7 +129,7 @@ def test_caches_are_nests_of_tensors_that_loops_carry():
 @pytest.mark.parametrize("dtype", [None, "mixed_bfloat16"])
 def test_decoder_init_cache_layout(dtype):
     """One `DecoderLayerCache` a layer: empty self-attention buffers of the asked length, the
-    encoder output projected for encoder-decoder attention, `[batch, len, heads, depth]`,
+    encoder output projected for encoder-decoder attention, `[batch, heads, len, depth]`,
     in the model's compute dtype."""
     keras.utils.set_random_seed(0)
     config = kt.TransformerConfig.preset("tiny", vocab_size=20, dtype=dtype)
@@ -142,10 +142,10 @@ def test_decoder_init_cache_layout(dtype):
     assert len(cache.layers) == config.num_decoder_layers and int(cache.length) == 4
     for layer_cache, layer in zip(cache.layers, model.decoder.decoder_layers, strict=True):
         self_attention, cross_attention = layer_cache
-        assert self_attention.key.shape == (2, 4, config.num_heads, depth)
+        assert self_attention.key.shape == (2, config.num_heads, 4, depth)
         assert self_attention.key.dtype == compute_dtype
         assert not np.any(tf.cast(self_attention.value, tf.float32).numpy())
-        assert cross_attention.key.shape == (2, 5, config.num_heads, depth)
+        assert cross_attention.key.shape == (2, config.num_heads, 5, depth)
         assert cross_attention.value.dtype == compute_dtype
         expected = layer.cross_attention.compute_cache(memory)
         np.testing.assert_array_equal(cross_attention.key, expected.key)

@@ -10,23 +10,22 @@ from keras_transformer import ops as kt_ops
 
 def reference_attention(q, k, v, mask=None):
     """softmax(QK^T / sqrt(d_k)) V in float64 NumPy; masked logits are -inf. Takes and returns
-    `[batch, len, heads, depth]`; weights `[batch, heads, q_len, k_len]`."""
-    q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))  # (batch, heads, len, depth)
+    `[batch, heads, len, depth]`; weights `[batch, heads, q_len, k_len]`."""
     logits = q.astype("float64") @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     if mask is not None:
         logits = np.where(np.broadcast_to(mask, logits.shape), logits, -np.inf)
     logits -= logits.max(axis=-1, keepdims=True)
     weights = np.exp(logits)
     weights /= weights.sum(axis=-1, keepdims=True)
-    return np.swapaxes(weights @ v, 1, 2), weights
+    return weights @ v, weights
 
 
 def _qkv(batch=2, heads=3, q_len=4, k_len=6, depth=8, seed=0):
     rng = np.random.default_rng(seed)
     return (
-        rng.normal(size=(batch, q_len, heads, depth)).astype("float32"),
-        rng.normal(size=(batch, k_len, heads, depth)).astype("float32"),
-        rng.normal(size=(batch, k_len, heads, depth + 2)).astype("float32"),
+        rng.normal(size=(batch, heads, q_len, depth)).astype("float32"),
+        rng.normal(size=(batch, heads, k_len, depth)).astype("float32"),
+        rng.normal(size=(batch, heads, k_len, depth + 2)).astype("float32"),
     )
 
 
@@ -36,7 +35,7 @@ def test_without_mask_matches_reference():
     expected_output, expected_weights = reference_attention(q, k, v)
     np.testing.assert_allclose(output, expected_output, atol=1e-5)
     np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
-    assert output.shape == (2, 4, 3, 10) and weights.shape == (2, 3, 4, 6)
+    assert output.shape == (2, 3, 4, 10) and weights.shape == (2, 3, 4, 6)
     assert weights.dtype == tf.float32
 
 
@@ -118,8 +117,10 @@ def test_equals_keras_dot_product_attention():
     mask = np.random.default_rng(3).random((2, 3, 4, 6)) < 0.7
     mask[..., 0] = True
     output, _ = kt_ops.scaled_dot_product_attention(q, k, v, mask=mask)
+    # Keras's op takes and returns [batch, len, heads, depth].
+    q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
     expected = keras.ops.dot_product_attention(q, k, v, mask=mask)
-    np.testing.assert_allclose(output, expected, atol=1e-5)
+    np.testing.assert_allclose(output, np.swapaxes(expected, 1, 2), atol=1e-5)
 
 
 def test_compiles_with_xla():

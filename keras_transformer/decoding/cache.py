@@ -22,32 +22,32 @@ from keras import ops
 
 
 class AttentionCache(NamedTuple):
-    """Keys and values of one attention layer, `[batch, length, heads, depth]` each.
+    """Keys and values of one attention layer, `[batch, heads, length, depth]` each.
 
     For self-attention the buffers hold `length` positions, of which those written so far
     are real; for encoder-decoder attention they hold the projected encoder output.
     """
 
-    key: object  # (batch, length, heads, d_k)
-    value: object  # (batch, length, heads, d_v)
+    key: object  # (batch, heads, length, d_k)
+    value: object  # (batch, heads, length, d_v)
 
     @classmethod
     def empty(cls, batch_size, length, num_heads: int, key_dim: int, value_dim: int, dtype):
         """Zero buffers with room for `length` positions."""
         return cls(
-            ops.zeros((batch_size, length, num_heads, key_dim), dtype),
-            ops.zeros((batch_size, length, num_heads, value_dim), dtype),
+            ops.zeros((batch_size, num_heads, length, key_dim), dtype),
+            ops.zeros((batch_size, num_heads, length, value_dim), dtype),
         )
 
     @property
     def length(self):
         """The number of positions the buffers hold (a scalar tensor when not static)."""
-        return ops.shape(self.key)[1]
+        return ops.shape(self.key)[2]
 
     def write(self, index, key, value) -> AttentionCache:
-        """The cache with `key`/`value` `[batch, new_len, heads, depth]` written at positions
+        """The cache with `key`/`value` `[batch, heads, new_len, depth]` written at positions
         `index .. index + new_len - 1`."""
-        start = [0, index, 0, 0]
+        start = [0, 0, index, 0]
         return AttentionCache(
             ops.slice_update(self.key, start, ops.cast(key, self.key.dtype)),
             ops.slice_update(self.value, start, ops.cast(value, self.value.dtype)),
@@ -56,7 +56,7 @@ class AttentionCache(NamedTuple):
     def grow(self, length) -> AttentionCache:
         """The cache with room for `length` positions: the buffers 0-padded at the end, the
         written positions unchanged."""
-        padding = [[0, 0], [0, length - self.length], [0, 0], [0, 0]]
+        padding = [[0, 0], [0, 0], [0, length - self.length], [0, 0]]
         return AttentionCache(ops.pad(self.key, padding), ops.pad(self.value, padding))
 
     def reorder(self, indices) -> AttentionCache:

@@ -32,10 +32,13 @@ class MultiHeadAttention(keras.layers.Layer):
     V W_i^V)  (paper 3.2.2).
 
     The four projections are `keras.layers.EinsumDense` sublayers named `query`, `key`,
-    `value` and `output`, with the weight layout of `keras.layers.MultiHeadAttention`
-    (kernels `[d_in, heads, depth]` / `[heads, depth, d_out]` and biases, in that order), so
-    `set_weights(keras_mha.get_weights())` moves weights between the two, and Keras's tools
-    (`quantize`, `enable_lora`) reach them. The attention itself is
+    `value` and `output`, so Keras's tools (`quantize`, `enable_lora`) reach them. Their
+    kernels have the layout of `keras.layers.MultiHeadAttention`'s (`[d_in, heads, depth]` /
+    `[heads, depth, d_out]`); the query/key/value biases are `[heads, 1, depth]` where Keras
+    has `[heads, depth]`, because the heads come out as `[batch, heads, len, depth]` (the
+    layout of the paper's code, tensor2tensor's `split_heads`), which feeds eq. (1)'s two
+    batched products without a transpose. Reshape those biases to move weights between the
+    two layers. The attention itself is
     `kt.ops.scaled_dot_product_attention` (eq. 1), called from `compute_attention`: override
     that method to swap the attention without forking the layer.
 
@@ -117,10 +120,10 @@ class MultiHeadAttention(keras.layers.Layer):
         out_width = self.output_dim or query_width
 
         def projection(name, input_shape, depth):
-            # [batch, len, d_in] -> [batch, len, heads, depth], as Keras's MultiHeadAttention
+            # [batch, len, d_in] -> [batch, heads, len, depth]: split into heads
             layer = keras.layers.EinsumDense(
-                "abc,cde->abde",
-                output_shape=(None, self.num_heads, depth),
+                "abc,cde->adbe",
+                output_shape=(self.num_heads, None, depth),
                 bias_axes="de" if self.use_bias else None,
                 kernel_initializer=fresh(self.kernel_initializer),
                 bias_initializer=fresh(self.bias_initializer),
@@ -133,9 +136,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_dense = projection("query", query_shape, self.head_key_dim)
         self.key_dense = projection("key", key_shape, self.head_key_dim)
         self.value_dense = projection("value", value_shape, self.head_value_dim)
-        # [batch, len, heads, d_v] -> [batch, len, output_dim]: Concat(heads) W^O
+        # [batch, heads, len, d_v] -> [batch, len, output_dim]: Concat(heads) W^O
         self.output_dense = keras.layers.EinsumDense(
-            "abcd,cde->abe",
+            "abcd,bde->ace",
             output_shape=(None, out_width),
             bias_axes="e" if self.use_bias else None,
             kernel_initializer=fresh(self.kernel_initializer),
@@ -143,19 +146,21 @@ class MultiHeadAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
             name="output",
         )
-        self.output_dense.build((*query_shape[:-1], self.num_heads, self.head_value_dim))
+        self.output_dense.build(
+            (query_shape[0], self.num_heads, query_shape[1], self.head_value_dim)
+        )
         self.built = True
 
     def compute_attention(self, query, key, value, mask=None, training=None):
         """The attention proper, on split heads: eq. (1) with dropout on the weights.
 
         Args:
-            query: `[batch, q_len, heads, d_k]`. key: `[batch, k_len, heads, d_k]`.
-            value: `[batch, k_len, heads, d_v]`. mask: boolean, broadcastable to
+            query: `[batch, heads, q_len, d_k]`. key: `[batch, heads, k_len, d_k]`.
+            value: `[batch, heads, k_len, d_v]`. mask: boolean, broadcastable to
             `[batch, heads, q_len, k_len]`, True = attend.
 
         Returns:
-            `(output [batch, q_len, heads, d_v], float32 weights [batch, heads, q_len, k_len])`.
+            `(output [batch, heads, q_len, d_v], float32 weights [batch, heads, q_len, k_len])`.
         """
         return kt_ops.scaled_dot_product_attention(
             query,
@@ -200,13 +205,13 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             `AttentionOutput(outputs, cache, weights)`.
         """
-        q = self.query_dense(query)  # (batch, q_len, heads, d_k)
+        q = self.query_dense(query)  # (batch, heads, q_len, d_k)
         causal = None
         if cache is None:
             value = query if value is None else value
             key = value if key is None else key
-            k = self.key_dense(key)  # (batch, k_len, heads, d_k)
-            v = self.value_dense(value)  # (batch, k_len, heads, d_v)
+            k = self.key_dense(key)  # (batch, heads, k_len, d_k)
+            v = self.value_dense(value)  # (batch, heads, k_len, d_v)
             if use_causal_mask:
                 causal = kt_ops.causal_mask(ops.shape(query)[1], ops.shape(key)[1])
         else:
