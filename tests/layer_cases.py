@@ -85,6 +85,11 @@ CASES = {
             "encoder_padding_mask": _mask(BATCH, SRC, 4),
         },
     ),
+    "DecoderLayer-decoder-only": (
+        layers.DecoderLayer,
+        {**BLOCK, "norm_first": True},
+        {"inputs": _floats(BATCH, TGT, D), "padding_mask": _mask(BATCH, TGT, 3)},
+    ),
     "Encoder": (
         layers.Encoder,
         {"num_layers": 2, **BLOCK, "norm_first": True},
@@ -99,6 +104,11 @@ CASES = {
             "padding_mask": _mask(BATCH, TGT, 3),
             "encoder_padding_mask": _mask(BATCH, SRC, 4),
         },
+    ),
+    "Decoder-decoder-only": (
+        layers.Decoder,
+        {"num_layers": 2, **BLOCK},
+        {"inputs": _floats(BATCH, TGT, D), "padding_mask": _mask(BATCH, TGT, 3)},
     ),
 }
 

@@ -41,6 +41,30 @@ class DecoderLayerTest(TestCase):
         )
 
 
+class DecoderOnlyTest(TestCase):
+    """Built without an encoder output: masked self-attention and feed-forward only (GPT)."""
+
+    def test_decoder_layer_without_cross_attention(self):
+        self.run_layer_test(
+            layers.DecoderLayer,
+            init_kwargs={"num_heads": 4, "d_ff": 32, "dropout": 0.1},
+            input_shape=(2, 5, 16),
+            expected_output_shape=(2, 5, 16),
+            # self-attention 8, feed-forward 4, two layer norms 2 each
+            expected_num_trainable_weights=16,
+            expected_num_seed_generators=2,
+        )
+
+    def test_decoder_without_cross_attention(self):
+        self.run_layer_test(
+            layers.Decoder,
+            init_kwargs={"num_layers": 2, "num_heads": 4, "d_ff": 32, "norm_first": True},
+            input_shape=(2, 5, 16),
+            expected_output_shape=(2, 5, 16),
+            expected_num_trainable_weights=2 * 16 + 2,
+        )
+
+
 def _decoder(cls, norm_first=False, dtype=None):
     kwargs = {"num_layers": 2} if cls is layers.Decoder else {}
     return cls(num_heads=4, d_ff=32, norm_first=norm_first, dtype=dtype, **kwargs)
@@ -142,3 +166,56 @@ def test_attention_weights_on_request(cls):
         assert np.all(self_weights[1, :, :, 3:] == 0)  # target padding
         assert np.all(cross_weights[1, :, :, 4:] == 0)  # source padding
         np.testing.assert_allclose(cross_weights.sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", [layers.DecoderLayer, layers.Decoder])
+def test_decoder_only_is_causal_and_has_no_cross_attention(cls):
+    decoder = _decoder(cls)
+    out = decoder(TARGET)
+    sublayers = decoder.decoder_layers if cls is layers.Decoder else [decoder]
+    assert all(layer.cross_attention is None for layer in sublayers)
+    changed = TARGET.copy()
+    changed[:, 3:] = RNG.normal(size=(2, 2, 16))
+    np.testing.assert_allclose(decoder(changed)[:, :3], out[:, :3], atol=1e-6)
+    weights = decoder.forward(TARGET, return_weights=True).weights
+    for layer_weights in weights if cls is layers.Decoder else [weights]:
+        assert layer_weights["cross_attention"] is None
+        assert np.all(np.triu(np.asarray(layer_weights["self_attention"]), k=1) == 0)
+
+
+def test_decoder_only_cached_decoding_in_a_while_loop_under_xla():
+    """The decoder-only cache (no encoder-decoder part) goes through `tf.while_loop`."""
+    decoder = _decoder(layers.Decoder, norm_first=True)
+    full = decoder(TARGET)
+
+    @tf.function(jit_compile=True)
+    def decode():
+        cache = decoder.init_cache(length=5, batch_size=2)
+        outputs = tf.TensorArray(tf.float32, size=5)
+
+        def body(t, outputs, cache):
+            step = tf.gather(TARGET, [t], axis=1)
+            out, cache, _ = decoder.forward(step, cache=cache, cache_index=t)
+            return t + 1, outputs.write(t, out[:, 0]), cache
+
+        _, outputs, _ = tf.while_loop(lambda t, *_: t < 5, body, (0, outputs, cache))
+        return tf.transpose(outputs.stack(), [1, 0, 2])
+
+    np.testing.assert_allclose(decode(), full, atol=1e-5)
+
+
+def test_decoder_only_and_encoder_decoder_refuse_the_other_call():
+    decoder_only = _decoder(layers.DecoderLayer)
+    decoder_only(TARGET)
+    with pytest.raises(ValueError, match="takes no encoder_output"):
+        decoder_only(TARGET, MEMORY)
+    with pytest.raises(ValueError, match="pass batch_size"):
+        decoder_only.init_cache(MEMORY, 4)
+    with pytest.raises(ValueError, match="needs batch_size"):
+        decoder_only.init_cache(length=4)
+    translation = _decoder(layers.DecoderLayer)
+    translation(TARGET, MEMORY)
+    with pytest.raises(ValueError, match="pass encoder_output"):
+        translation(TARGET)
+    with pytest.raises(ValueError, match="needs encoder_output"):
+        translation.init_cache(length=4, batch_size=2)

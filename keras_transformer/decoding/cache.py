@@ -68,10 +68,11 @@ class AttentionCache(NamedTuple):
 
 class DecoderLayerCache(NamedTuple):
     """The state of one decoder layer: its self-attention buffers, which grow with the output,
-    and its encoder-decoder attention's projected encoder output, which stays fixed."""
+    and its encoder-decoder attention's projected encoder output, which stays fixed (an empty
+    tuple for a layer without encoder-decoder attention: `tf.while_loop` takes no None)."""
 
     self_attention: AttentionCache
-    cross_attention: AttentionCache
+    cross_attention: AttentionCache | tuple
 
     def grow(self, length) -> DecoderLayerCache:
         """Room for `length` positions in the self-attention buffers."""

@@ -18,13 +18,18 @@ class DecoderLayer(TransformerBlock):
     The self-attention is causal: position i sees target positions 0..i only, so the
     prediction for i + 1 cannot read it from its input (paper 3.1, 3.2.3).
 
+    Built without an encoder output (`layer(x)`, or `build(inputs_shape)`), the layer has no
+    encoder-decoder attention: masked self-attention and the feed-forward network only, the
+    block of decoder-only language models (GPT).
+
     Args:
         num_heads, d_ff, dropout, attention_dropout, activation_dropout, activation,
             norm_first, layer_norm_epsilon, kernel_initializer: see `TransformerBlock`.
 
     Call arguments:
         inputs: tensor `[batch, tgt_len, d_model]`, the embedded target, shifted right.
-        encoder_output: tensor `[batch, src_len, d_model]`.
+        encoder_output: tensor `[batch, src_len, d_model]`, or None for a layer without
+            encoder-decoder attention. Defaults to None.
         padding_mask: boolean `[batch, tgt_len]`, True at real target tokens. Defaults to None.
         encoder_padding_mask: boolean `[batch, src_len]`, True at real source tokens.
             Defaults to None.
@@ -41,9 +46,11 @@ class DecoderLayer(TransformerBlock):
     >>> memory = np.random.rand(2, 6, 8).astype("float32")
     >>> layer(target, memory).shape
     TensorShape([2, 4, 8])
+    >>> DecoderLayer(num_heads=2, d_ff=32)(target).shape  # decoder-only: no cross-attention
+    TensorShape([2, 4, 8])
     """
 
-    def build(self, inputs_shape, encoder_output_shape):
+    def build(self, inputs_shape, encoder_output_shape=None):
         self._check_width(inputs_shape)
 
         def attention(name, query_shape, value_shape):
@@ -59,8 +66,12 @@ class DecoderLayer(TransformerBlock):
 
         self.self_attention = attention("self_attention", inputs_shape, inputs_shape)
         self.self_attention_residual = self._add_and_norm("self_attention_residual", inputs_shape)
-        self.cross_attention = attention("cross_attention", inputs_shape, encoder_output_shape)
-        self.cross_attention_residual = self._add_and_norm("cross_attention_residual", inputs_shape)
+        self.cross_attention = self.cross_attention_residual = None
+        if encoder_output_shape is not None:
+            self.cross_attention = attention("cross_attention", inputs_shape, encoder_output_shape)
+            self.cross_attention_residual = self._add_and_norm(
+                "cross_attention_residual", inputs_shape
+            )
         self.feed_forward = PositionwiseFeedForward(
             self.d_ff,
             activation=self.activation,
@@ -99,7 +110,8 @@ class DecoderLayer(TransformerBlock):
                 with a cache. Defaults to None.
             return_weights: bool. Also return the float32 attention weights
                 `{"self_attention": [batch, heads, tgt_len, tgt_len], "cross_attention":
-                [batch, heads, tgt_len, src_len]}`. Defaults to False.
+                [batch, heads, tgt_len, src_len]}` (None for a layer without encoder-decoder
+                attention). Defaults to False.
 
         Returns:
             `LayerOutput(outputs, cache, weights)`: the updated cache when one was given.
@@ -109,6 +121,13 @@ class DecoderLayer(TransformerBlock):
             if cache_index is None:
                 raise ValueError(f"{self.name}.forward: a cache needs cache_index")
             self_cache, cross_cache = cache
+        elif (encoder_output is None) != (self.cross_attention is None):
+            raise ValueError(
+                f"{self.name}: built without encoder-decoder attention (decoder-only), so it "
+                "takes no encoder_output"
+                if self.cross_attention is None
+                else f"{self.name}: built with encoder-decoder attention; pass encoder_output"
+            )
         x = inputs  # (batch, tgt_len, d_model) throughout
         h = self.self_attention_residual.normalize_input(x)
         self_attention = self.self_attention.forward(
@@ -121,16 +140,19 @@ class DecoderLayer(TransformerBlock):
             training=training,
         )
         x = self.self_attention_residual(x, self_attention.outputs, training=training)
-        h = self.cross_attention_residual.normalize_input(x)
-        cross_attention = self.cross_attention.forward(
-            h,
-            encoder_output,
-            padding_mask=encoder_padding_mask,
-            cache=cross_cache,
-            return_weights=return_weights,
-            training=training,
-        )
-        x = self.cross_attention_residual(x, cross_attention.outputs, training=training)
+        cross_weights = None
+        if self.cross_attention is not None:
+            h = self.cross_attention_residual.normalize_input(x)
+            cross_attention = self.cross_attention.forward(
+                h,
+                encoder_output,
+                padding_mask=encoder_padding_mask,
+                cache=cross_cache,
+                return_weights=return_weights,
+                training=training,
+            )
+            x = self.cross_attention_residual(x, cross_attention.outputs, training=training)
+            cross_weights = cross_attention.weights
         h = self.feed_forward(self.feed_forward_residual.normalize_input(x), training=training)
         x = self.feed_forward_residual(x, h, training=training)
         if cache is not None:
@@ -139,14 +161,14 @@ class DecoderLayer(TransformerBlock):
         if return_weights:
             weights = {
                 "self_attention": self_attention.weights,
-                "cross_attention": cross_attention.weights,
+                "cross_attention": cross_weights,
             }
         return LayerOutput(x, cache, weights)
 
     def call(
         self,
         inputs,
-        encoder_output,
+        encoder_output=None,
         padding_mask=None,
         encoder_padding_mask=None,
         training=None,
@@ -159,10 +181,24 @@ class DecoderLayer(TransformerBlock):
             training=training,
         ).outputs
 
-    def init_cache(self, encoder_output, length) -> DecoderLayerCache:
-        """The decoding state of this layer for one batch of sources: empty self-attention
-        buffers with room for `length` target positions, and the encoder output
-        `[batch, src_len, d_model]` projected once for encoder-decoder attention."""
+    def init_cache(self, encoder_output=None, length=None, *, batch_size=None):
+        """The decoding state of this layer: empty self-attention buffers with room for
+        `length` target positions, and the encoder output `[batch, src_len, d_model]`
+        projected once for encoder-decoder attention. A layer without encoder-decoder
+        attention takes `batch_size` instead of `encoder_output`; its cache's
+        `cross_attention` is an empty tuple. Returns a `DecoderLayerCache`."""
+        if length is None:
+            raise ValueError(f"{self.name}.init_cache needs length")
+        if (encoder_output is None) != (self.cross_attention is None):
+            raise ValueError(
+                f"{self.name}.init_cache: decoder-only, pass batch_size and no encoder_output"
+                if self.cross_attention is None
+                else f"{self.name}.init_cache needs encoder_output"
+            )
+        if encoder_output is None:
+            if batch_size is None:
+                raise ValueError(f"{self.name}.init_cache needs batch_size")
+            return DecoderLayerCache(self.self_attention.empty_cache(batch_size, length), ())
         batch_size = keras.ops.shape(encoder_output)[0]
         return DecoderLayerCache(
             self.self_attention.empty_cache(batch_size, length),
@@ -178,6 +214,8 @@ class Decoder(TransformerBlock):
     """A stack of `num_layers` identical `DecoderLayer`s (paper 3.1; N = 6 in the base model).
 
     With `norm_first=True` a final LayerNorm closes the stack, as pre-norm models need.
+    Built without an encoder output, its layers have no encoder-decoder attention (a
+    decoder-only language model's stack; see `DecoderLayer`).
 
     Args:
         num_layers: int. Number of layers N.
@@ -186,7 +224,8 @@ class Decoder(TransformerBlock):
 
     Call arguments:
         inputs: tensor `[batch, tgt_len, d_model]`, the embedded target, shifted right.
-        encoder_output: tensor `[batch, src_len, d_model]`.
+        encoder_output: tensor `[batch, src_len, d_model]`, or None (decoder-only).
+            Defaults to None.
         padding_mask: boolean `[batch, tgt_len]`. Defaults to None.
         encoder_padding_mask: boolean `[batch, src_len]`. Defaults to None.
         training: bool. Whether dropout is active.
@@ -209,7 +248,7 @@ class Decoder(TransformerBlock):
             raise ValueError(f"num_layers={num_layers} must be >= 1")
         self.num_layers = num_layers
 
-    def build(self, inputs_shape, encoder_output_shape):
+    def build(self, inputs_shape, encoder_output_shape=None):
         self._check_width(inputs_shape)
         self.decoder_layers = []
         for i in range(self.num_layers):
@@ -258,7 +297,7 @@ class Decoder(TransformerBlock):
     def call(
         self,
         inputs,
-        encoder_output,
+        encoder_output=None,
         padding_mask=None,
         encoder_padding_mask=None,
         training=None,
@@ -271,12 +310,16 @@ class Decoder(TransformerBlock):
             training=training,
         ).outputs
 
-    def init_cache(self, encoder_output, length) -> DecoderCache:
+    def init_cache(self, encoder_output=None, length=None, *, batch_size=None) -> DecoderCache:
         """An empty decoding state for the sources whose encoder output is `encoder_output`
         `[batch, src_len, d_model]`, with room for `length` target positions (it grows with
-        `DecoderCache.grow`)."""
+        `DecoderCache.grow`). A decoder-only stack takes `batch_size` instead of
+        `encoder_output`."""
         return DecoderCache(
-            tuple(layer.init_cache(encoder_output, length) for layer in self.decoder_layers)
+            tuple(
+                layer.init_cache(encoder_output, length, batch_size=batch_size)
+                for layer in self.decoder_layers
+            )
         )
 
     def compute_output_shape(self, inputs_shape, encoder_output_shape=None):
