@@ -28,6 +28,10 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+from trainers import startup_logs  # noqa: E402
+
+startup_logs.install()  # before TensorFlow loads, whose first lines ignore TF_CPP_MIN_LOG_LEVEL
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -16,27 +16,44 @@ Public API:
     fast                                the opt-in speed path, behind one switch
 """
 
+import importlib
 import os
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+# Every module that registers a class with `keras.saving` is imported here, so that
+# `keras.saving.load_model` finds them once `keras_transformer` is imported.
 from keras_transformer import (  # noqa: E402
-    corpus,
-    data,
     decoding,
-    evaluation,
-    export,
     fast,
     layers,
     losses,
     metrics,
     ops,
     schedule,
-    text,
 )
 from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: E402
 from keras_transformer.model import Transformer, build_transformer  # noqa: E402
 from keras_transformer.schedule import WarmupSchedule  # noqa: E402
+
+# Imported on first use (PEP 562): they bring keras-hub, tensorflow-text, SentencePiece and
+# sacrebleu, which a user of the layers alone does not need.
+_LAZY_MODULES = ("corpus", "data", "evaluation", "export", "text")
+
+if TYPE_CHECKING:
+    from keras_transformer import corpus, data, evaluation, export, text  # noqa: F401
+
+
+def __getattr__(name: str):
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_MODULES})
+
 
 __version__ = "0.1.0"
 

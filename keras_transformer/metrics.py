@@ -7,7 +7,6 @@ figures are those of the global batch under `MirroredStrategy`.
 from __future__ import annotations
 
 import keras
-import keras_hub
 from keras import ops
 
 from keras_transformer.config import PAD_ID
@@ -45,17 +44,21 @@ class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Perplexity(keras_hub.metrics.Perplexity):
+class Perplexity(keras.metrics.Metric):
     """exp(mean negative log-likelihood) of the non-padding target tokens.
 
-    keras-hub's `Perplexity` with this project's defaults: logits in, padding id 0 ignored.
-    The likelihood is that of the model, not the label-smoothed training target.
+    The sums and configuration of keras-hub's `Perplexity`, with this project's defaults
+    (logits in, padding id 0 ignored), written here so that the metrics need no keras-hub: a
+    saved model that lists it loads once `keras_transformer` is imported. The likelihood is
+    that of the model, not the label-smoothed training target.
 
     Args:
-        from_logits: bool. Defaults to True.
-        mask_token_id: int. Label id to ignore. Defaults to 0.
+        from_logits: bool. Whether `y_pred` holds logits rather than probabilities. Defaults
+            to True.
+        mask_token_id: int or None. Label id to ignore; None counts every label. Defaults
+            to 0.
+        dtype: a float dtype for the running sums. Defaults to "float32".
         name: str. Defaults to "perplexity".
-        **kwargs: other `keras_hub.metrics.Perplexity` arguments.
 
     Example:
     >>> import numpy as np
@@ -68,11 +71,58 @@ class Perplexity(keras_hub.metrics.Perplexity):
     def __init__(
         self,
         from_logits: bool = True,
-        mask_token_id: int = PAD_ID,
+        mask_token_id: int | None = PAD_ID,
+        dtype="float32",
         name: str = "perplexity",
-        **kwargs,
     ):
-        super().__init__(from_logits=from_logits, mask_token_id=mask_token_id, name=name, **kwargs)
+        super().__init__(name=name, dtype=dtype)
+        if "float" not in self.dtype:
+            raise ValueError(f"dtype={dtype!r} must be a floating-point type")
+        self.from_logits = from_logits
+        self.mask_token_id = mask_token_id
+        self._crossentropy = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=from_logits, reduction="sum"
+        )
+        # keras-hub's variable names, so that the state of a model saved with it loads.
+        self._aggregate_crossentropy = self.add_variable(
+            shape=(), initializer="zeros", dtype=self.dtype, name="aggregate_crossentropy"
+        )
+        self._number_of_samples = self.add_variable(
+            shape=(), initializer="zeros", dtype=self.dtype, name="number_of_samples"
+        )
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, self.dtype)
+        y_pred = ops.cast(y_pred, self.dtype)
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, self.dtype)
+        if self.mask_token_id is not None:
+            mask = ops.cast(ops.not_equal(y_true, self.mask_token_id), self.dtype)
+            sample_weight = mask if sample_weight is None else mask * sample_weight
+        nll_sum = ops.cast(
+            self._crossentropy(y_true, y_pred, sample_weight=sample_weight), self.dtype
+        )
+        if sample_weight is None:
+            tokens = ops.cast(ops.size(y_true), self.dtype)
+        else:
+            tokens = ops.sum(sample_weight)
+        self._aggregate_crossentropy.assign_add(nll_sum)
+        self._number_of_samples.assign_add(tokens)
+
+    def result(self):
+        count = ops.convert_to_tensor(self._number_of_samples)
+        return ops.where(ops.equal(count, 0), 0.0, ops.exp(self._aggregate_crossentropy / count))
+
+    def reset_state(self):
+        self._aggregate_crossentropy.assign(0.0)
+        self._number_of_samples.assign(0.0)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "from_logits": self.from_logits,
+            "mask_token_id": self.mask_token_id,
+        }
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

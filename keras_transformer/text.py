@@ -14,6 +14,9 @@ wraps tensorflow-text's in-graph SentencePiece op. Rules that users rely on:
 Seed before making tokenizers: `tf.random.set_seed` (and `keras.utils.set_random_seed`)
 clears TensorFlow's kernel cache, which destroys the in-graph SentencePiece model of every
 tokenizer made earlier ("Resource ... SentencepieceOp ... does not exist" on its next use).
+
+keras-hub and `sentencepiece` are imported by the functions that use them, so that importing
+the special ids (as `data` and `export` do) loads neither.
 """
 
 from __future__ import annotations
@@ -25,13 +28,15 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import keras_hub
 import numpy as np
-import sentencepiece
 
 from keras_transformer.config import PAD_ID
 from keras_transformer.files import atomic_write
+
+if TYPE_CHECKING:
+    import keras_hub
 
 UNK_ID, BOS_ID, EOS_ID = 1, 2, 3
 MODEL_TYPES = ("unigram", "bpe")
@@ -69,6 +74,8 @@ def train_sentencepiece(
             f"vocab_size={vocab_size} is too small: byte fallback needs at least "
             f"{MIN_VOCAB_SIZE} pieces"
         )
+    import sentencepiece
+
     sentencepiece.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -101,6 +108,8 @@ def make_tokenizer(proto: bytes) -> keras_hub.tokenizers.SentencePieceTokenizer:
     Inside `tf.function` and `tf.data` it runs tensorflow-text's op; `tokenize` gives ragged
     int32 ids without BOS/EOS and `detokenize` skips the special ids (padding, BOS, EOS).
     """
+    import keras_hub
+
     if isinstance(proto, (str, Path)):
         proto = Path(proto).read_bytes()
     tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(proto=proto)

@@ -289,7 +289,10 @@ def _datasets(experiment, vocabularies, train_pairs, dev_pairs, placement, initi
         drop_remainder=False,
         **batches,
     )
-    return train_dataset, dev_dataset
+    # Keras warns "Your input ran out of data; interrupting training" at the end of the first
+    # pass over a dataset whose length it is not told: count the dev batches once.
+    count = int(dev_dataset.reduce(0, lambda count, _: count + 1))
+    return train_dataset, dev_dataset.apply(tf.data.experimental.assert_cardinality(count))
 
 
 def _batches_per_epoch(training) -> int:

@@ -1,0 +1,125 @@
+"""`import keras_transformer` without the text stack: keras-hub, tensorflow-text, SentencePiece
+and sacrebleu load only with `kt.text`, `kt.data`, `kt.evaluation`, `kt.export` or
+`kt.corpus`, and a saved model still finds every class it names."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+TEXT_STACK = ("keras_hub", "tensorflow_text", "sentencepiece", "sacrebleu")
+
+
+def run_python(code: str, *args) -> str:
+    """`code` in a fresh process; its last stdout line."""
+    result = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_the_package_and_its_layers_load_without_the_text_stack():
+    code = f"""
+import json, sys
+import keras_transformer
+import keras_transformer.layers
+print(json.dumps([name for name in {TEXT_STACK!r} if name in sys.modules]))
+"""
+    assert json.loads(run_python(code)) == []
+
+
+def test_the_text_modules_are_attributes_loaded_on_first_use():
+    for name in ("corpus", "data", "evaluation", "export", "text"):
+        assert getattr(kt, name).__name__ == f"keras_transformer.{name}"
+        assert name in dir(kt)
+    assert set(kt.__all__) <= set(dir(kt))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        kt.nothing  # noqa: B018
+
+
+def labelled_batch():
+    rng = np.random.default_rng(0)
+    inputs = {
+        "source_ids": rng.integers(1, 60, (4, 7)).astype("int32"),
+        "target_ids": rng.integers(1, 60, (4, 6)).astype("int32"),
+    }
+    return inputs, rng.integers(0, 60, (4, 6)).astype("int32")
+
+
+LOAD = """
+import json, sys
+import keras
+import numpy as np
+import keras_transformer  # registers the classes the file names
+
+model = keras.saving.load_model(sys.argv[1])
+rng = np.random.default_rng(0)
+inputs = {
+    "source_ids": rng.integers(1, 60, (4, 7)).astype("int32"),
+    "target_ids": rng.integers(1, 60, (4, 6)).astype("int32"),
+}
+labels = rng.integers(0, 60, (4, 6)).astype("int32")
+scores = model.evaluate(inputs, labels, verbose=0, return_dict=True)
+print(json.dumps({"scores": scores, "keras_hub": "keras_hub" in sys.modules}))
+"""
+
+
+@pytest.mark.slow
+def test_a_compiled_model_loads_after_importing_the_package_alone(tmp_path):
+    config = kt.TransformerConfig.preset("tiny", vocab_size=60)
+    model = kt.build_transformer(config)
+    model.compile(
+        optimizer=keras.optimizers.Adam(kt.WarmupSchedule(config.d_model, warmup_steps=10)),
+        loss=kt.losses.LabelSmoothedCrossEntropy(0.1),
+        metrics=[kt.metrics.MaskedAccuracy(), kt.metrics.Perplexity(), kt.metrics.TokenCount()],
+    )
+    inputs, labels = labelled_batch()
+    model.fit(inputs, labels, epochs=1, verbose=0)
+    expected = model.evaluate(inputs, labels, verbose=0, return_dict=True)
+    model.save(tmp_path / "model.keras")
+    loaded = json.loads(run_python(LOAD, tmp_path / "model.keras"))
+    assert not loaded["keras_hub"]
+    assert loaded["scores"].keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_allclose(loaded["scores"][name], value, rtol=1e-5, err_msg=name)
+
+
+def test_perplexity_keeps_keras_hub_sums_config_and_variables():
+    import keras_hub
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 9, (3, 5))
+    logits = rng.normal(size=(3, 5, 9)).astype("float32")
+    weights = rng.uniform(size=(3, 5)).astype("float32")
+    ours = kt.metrics.Perplexity()
+    theirs = keras_hub.metrics.Perplexity(from_logits=True, mask_token_id=0)
+    for metric in (ours, theirs):
+        metric.update_state(labels, logits)
+        metric.update_state(labels[:1], logits[:1], sample_weight=weights[:1])
+    np.testing.assert_allclose(float(ours.result()), float(theirs.result()), rtol=1e-6)
+    assert ours.get_config() == theirs.get_config()
+    assert [v.path for v in ours.variables] == [v.path for v in theirs.variables]
+    unmasked = kt.metrics.Perplexity(from_logits=False, mask_token_id=None)
+    reference = keras_hub.metrics.Perplexity()
+    probabilities = np.asarray(keras.ops.softmax(logits))
+    for metric in (unmasked, reference):
+        metric.update_state(labels, probabilities)
+    np.testing.assert_allclose(float(unmasked.result()), float(reference.result()), rtol=1e-6)
+    with pytest.raises(ValueError, match="dtype='int32'"):
+        kt.metrics.Perplexity(dtype="int32")

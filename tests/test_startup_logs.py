@@ -1,0 +1,115 @@
+"""TensorFlow's start-up lines: hidden from the command-line programs by default, shown with
+TF_CPP_MIN_LOG_LEVEL=0; errors and Python's warnings still shown (trainers/startup_logs.py)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainers import startup_logs
+
+ROOT = Path(__file__).resolve().parent.parent
+# What TensorFlow writes while it starts: Abseil's notice and C++ log lines of any severity
+# ("I0000 00:00:1795580723.601126   14929 port.cc:153] oneDNN custom operations are on").
+START_UP_LINE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog|[IWEF]\d{4} [\d:.]+ +\d+ \S+\] )"
+)
+
+INFO = b"I0000 00:00:1795580723.601126   14929 port.cc:153] oneDNN custom operations are on.\n"
+NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+WARNING = b"W0000 00:00:1795580723.6   14929 dso_loader.cc:77] Could not load libcudnn.so.9\n"
+NO_GPU = b"E0000 00:00:1795580916.3   16772 cuda_platform.cc:52] failed call to cuInit: ...\n"
+ERROR = b"E0000 00:00:1795580916.3   16772 env.cc:12] could not read /data/x: permission denied\n"
+OLD_FORMAT = b"2025-01-01 00:00:00.000000: I tensorflow/core/platform/cpu_feature_guard.cc:1] AVX\n"
+PYTHON = b"/site-packages/x.py:1: UserWarning: a Python warning\n  warnings.warn(\n"
+TEXT = NOTICE + INFO + OLD_FORMAT + WARNING + NO_GPU + ERROR + PYTHON
+
+
+@pytest.mark.parametrize(
+    "level, kept",
+    [
+        (0, TEXT),
+        (1, WARNING + NO_GPU + ERROR + PYTHON),
+        (2, ERROR + PYTHON),
+        (3, PYTHON),
+    ],
+)
+def test_each_level_hides_what_tensorflow_would(level, kept):
+    assert startup_logs.filter_lines(TEXT, level) == kept
+
+
+def test_a_fatal_line_is_never_hidden():
+    fatal = b"F0000 00:00:1.5   1 cpu_feature_guard.cc:9] The TensorFlow library needs AVX\n"
+    assert startup_logs.filter_lines(fatal, 9) == fatal
+
+
+WINDOW = f"""
+import os, sys, warnings
+from trainers import startup_logs
+
+with startup_logs.filtered_stderr(2):
+    os.write(2, {INFO + NO_GPU + ERROR!r})
+    print("printed by Python", file=sys.stderr)
+    warnings.warn("a warning inside the window", stacklevel=1)
+print("after the window", file=sys.stderr)
+"""
+
+
+def test_the_filter_writes_back_errors_and_python_output():
+    result = subprocess.run(
+        [sys.executable, "-c", WINDOW], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == ERROR.decode().rstrip("\n")
+    assert lines[1] == "printed by Python"
+    assert "UserWarning: a warning inside the window" in lines[2]
+    assert lines[-1] == "after the window"
+    assert "port.cc" not in result.stderr and "cuInit" not in result.stderr
+
+
+def test_install_does_nothing_once_tensorflow_is_loaded(monkeypatch):
+    import tensorflow  # noqa: F401
+
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    startup_logs.install()
+    assert not any(isinstance(f, startup_logs._FirstTensorFlowImport) for f in sys.meta_path)
+
+
+def run_cli(*args, **env):
+    """A command-line program in a fresh process, with TF_CPP_MIN_LOG_LEVEL unset unless
+    given: what a user's shell gives it."""
+    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env={**environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+# `--last 0` is refused after TensorFlow, Keras and the library are loaded: the whole start-up,
+# then an error that must still be printed.
+REFUSED = ("trainers.average_checkpoints", "--model-dir", "runs/none", "--last", "0")
+
+
+@pytest.mark.slow
+def test_a_program_starts_quietly_and_still_prints_its_error():
+    result = run_cli(*REFUSED)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["error: --last=0 must be >= 1"], result.stderr
+
+
+@pytest.mark.slow
+def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again():
+    result = run_cli(*REFUSED, TF_CPP_MIN_LOG_LEVEL="0")
+    assert result.returncode == 2
+    assert "error: --last=0 must be >= 1" in result.stderr
+    if not any(START_UP_LINE.match(line) for line in result.stderr.splitlines()):
+        pytest.skip("TensorFlow writes no start-up line on this machine")
