@@ -20,13 +20,12 @@ What it switches:
 - `smoothed_cross_entropy`: the label-smoothed loss with a hand-written gradient that holds
   one vocabulary-sized buffer instead of two (peak memory at large vocabularies).
 - `top_k`: beam search's top-2k over `beam * vocab` candidates by block maxima.
-- `Dropout`: `keras.layers.Dropout`, drawing 16 random bits an element instead of 32 when
-  the switch is on (the layers' dropout; stock Keras behaviour when it is off).
+- `dropout`: 16 random bits an element instead of 32, for `kt.layers.Dropout` (Keras's
+  draws when the switch is off).
 """
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 from keras import ops
 
@@ -53,47 +52,35 @@ def is_enabled() -> bool:
 LEVELS = 2**16
 
 
-@keras.saving.register_keras_serializable(package="keras_transformer")
-class Dropout(keras.layers.Dropout):
-    """`keras.layers.Dropout` (same arguments, config and seed generator), which with the
-    switch on draws half the random numbers.
+def dropout(inputs, rate: float, seed):
+    """Dropout at `rate` with two 16-bit draws from each 32-bit Philox word (the speed path
+    of `kt.layers.Dropout`).
 
     Keras draws one 32-bit uniform number an element; generating them is a noticeable share
-    of a training step on a CPU. With the switch on, each 32-bit word (Philox, as Keras's
-    own) gives two 16-bit draws, and an element is dropped when its draw is below
-    `round(rate * 2^16)`; kept elements are scaled by the exact inverse of the keep
-    probability, so the expected output equals the input. The dropped fraction differs
-    from `rate` by less than 2^-17. With the switch off, or with `noise_shape`, it is
-    Keras's dropout.
+    of a training step on a CPU. Here each 32-bit word (Philox, as Keras's own) gives two
+    16-bit draws, and an element is dropped when its draw is below `round(rate * 2^16)`;
+    kept elements are scaled by the exact inverse of the keep probability, so the expected
+    output equals the input. The dropped fraction differs from `rate` by less than 2^-17.
 
     Args:
-        rate, noise_shape, seed, **kwargs: as `keras.layers.Dropout`.
+        inputs: float tensor. rate: float in [0, 1]. seed: int32 `[2]`, a stateless seed.
 
-    Example:
-    >>> import numpy as np
-    >>> drop = Dropout(0.5, seed=1)
-    >>> y = drop(np.ones((4, 1000), "float32"), training=True).numpy()
-    >>> sorted(set(y.ravel().tolist()))  # dropped, or kept and scaled by 1 / (1 - 0.5)
-    [0.0, 2.0]
+    Returns:
+        A tensor like `inputs`.
     """
-
-    def call(self, inputs, training=False):
-        drop_levels = round(self.rate * LEVELS)
-        if not (training and is_enabled()) or drop_levels == 0 or self.noise_shape is not None:
-            return super().call(inputs, training=training)
-        if drop_levels == LEVELS:
-            return ops.zeros_like(inputs)
-        # Seeds of stateless ops must be int32 under XLA: reduce the generator's state as
-        # Keras's own TensorFlow dropout does.
-        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), "int32")
-        size = tf.size(inputs)
-        words = tf.random.stateless_uniform(
-            [(size + 1) // 2], seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
-        )
-        draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]  # two per word
-        keep = tf.reshape(draws >= drop_levels, tf.shape(inputs))
-        scale = ops.cast(LEVELS / (LEVELS - drop_levels), inputs.dtype)
-        return ops.where(keep, inputs * scale, ops.zeros_like(inputs))
+    drop_levels = round(rate * LEVELS)
+    if drop_levels == 0:
+        return inputs
+    if drop_levels == LEVELS:
+        return ops.zeros_like(inputs)
+    size = tf.size(inputs)
+    words = tf.random.stateless_uniform(
+        [(size + 1) // 2], seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    )
+    draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]  # two per word
+    keep = tf.reshape(draws >= drop_levels, tf.shape(inputs))
+    scale = ops.cast(LEVELS / (LEVELS - drop_levels), inputs.dtype)
+    return ops.where(keep, inputs * scale, ops.zeros_like(inputs))
 
 
 def top_k(x, k: int):

@@ -5,7 +5,6 @@ the switch on in tests/test_decoding.py."""
 import subprocess
 import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -80,35 +79,3 @@ def test_fast_top_k_equals_top_k_with_the_switch_on_or_off(request, shape, k, en
     for values, indices in (kt.fast.top_k(x, k), xla(x)):
         np.testing.assert_array_equal(values, expected_values)
         np.testing.assert_array_equal(indices, expected_indices)
-
-
-def test_dropout_is_keras_dropout_with_the_switch_off():
-    x = np.random.default_rng(0).normal(size=(8, 300)).astype("float32")
-    ours, theirs = kt.fast.Dropout(0.3, seed=5), keras.layers.Dropout(0.3, seed=5)
-    for training in (True, False):
-        np.testing.assert_array_equal(ours(x, training=training), theirs(x, training=training))
-    assert ours.get_config() == {**theirs.get_config(), "name": ours.name}
-
-
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "xla"])
-@pytest.mark.parametrize("rate", [0.1, 0.5])
-def test_dropout_with_the_switch_on_keeps_the_rate_and_the_mean(fast_on, rate, compiled):
-    layer = kt.fast.Dropout(rate, seed=2)
-    x = np.ones((200, 1001), "float32")  # odd size: the last 32-bit word is half used
-    call = lambda x: layer(x, training=True)  # noqa: E731
-    y = np.asarray(tf.function(call, jit_compile=True)(x) if compiled else call(x))
-    drop_levels = round(rate * kt.fast.LEVELS)
-    keep = 1 - drop_levels / kt.fast.LEVELS
-    assert set(np.unique(y).tolist()) == {0.0, np.float32(1 / keep)}
-    dropped = (y == 0).mean()
-    assert abs(dropped - rate) < 4 * (rate * (1 - rate) / y.size) ** 0.5  # 4 sigma
-    assert abs(y.mean() - 1.0) < 0.01
-    assert not np.array_equal(y, call(x))  # a new mask each call
-    np.testing.assert_array_equal(layer(x, training=False), x)
-
-
-def test_dropout_with_the_switch_on_leaves_edge_rates_and_noise_shape_to_keras(fast_on):
-    x = np.ones((4, 6), "float32")
-    np.testing.assert_array_equal(kt.fast.Dropout(0.0)(x, training=True), x)
-    shared = kt.fast.Dropout(0.5, noise_shape=(4, 1), seed=1)(x, training=True).numpy()
-    assert all(len(set(row.tolist())) == 1 for row in shared)  # one decision a row

@@ -3,6 +3,7 @@
 from keras_transformer.layers.attention import AttentionOutput, MultiHeadAttention
 from keras_transformer.layers.block import LayerOutput, TransformerBlock
 from keras_transformer.layers.decoder import Decoder, DecoderLayer
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import SinusoidalPositionEncoding, TransformerEmbedding
 from keras_transformer.layers.encoder import Encoder, EncoderLayer
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
@@ -13,6 +14,7 @@ __all__ = [
     "AttentionOutput",
     "Decoder",
     "DecoderLayer",
+    "Dropout",
     "Encoder",
     "EncoderLayer",
     "LayerOutput",

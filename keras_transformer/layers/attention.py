@@ -7,9 +7,9 @@ from typing import NamedTuple
 import keras
 from keras import ops
 
-from keras_transformer import fast
 from keras_transformer import ops as kt_ops
 from keras_transformer.decoding.cache import AttentionCache
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import fresh
 
 
@@ -104,7 +104,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.dropout_layer = fast.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape

@@ -7,8 +7,8 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer import fast
 from keras_transformer.config import POSITIONAL_KINDS
+from keras_transformer.layers.dropout import Dropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -155,7 +155,7 @@ class TransformerEmbedding(keras.layers.Layer):
             self.position_embedding = SinusoidalPositionEncoding(
                 dtype=self.dtype_policy, name="position_encoding"
             )
-        self.dropout_layer = fast.Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, inputs_shape=None):
         self.token_embedding.build()

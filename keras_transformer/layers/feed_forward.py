@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer import fast
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import fresh
 
 
@@ -67,7 +67,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
         self.inner_dense = dense(self.d_ff, activation=self.activation, name="inner_dense")
         self.inner_dense.build(inputs_shape)
-        self.dropout_layer = fast.Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
         self.output_dense = dense(d_model, name="output_dense")
         self.output_dense.build((*inputs_shape[:-1], self.d_ff))
         self.built = True
