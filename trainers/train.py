@@ -234,7 +234,7 @@ def _compiled_model(experiment, jit_compile: bool):
     training = experiment.training
     accumulation = training.gradient_accumulation_steps
     model = kt.build_transformer(experiment.model)
-    schedule = kt.schedule.warmup_schedule_for_accumulation(
+    schedule = kt.WarmupSchedule(
         experiment.model.d_model,
         warmup_steps=training.warmup_steps,
         scale=training.learning_rate_scale,
