@@ -336,13 +336,20 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
 
 def test_gradient_accumulation_counts_optimizer_updates(tmp_path):
     config = slice_config(
-        tmp_path, steps=10, steps_per_epoch=10, gradient_accumulation_steps=3, bleu_max_sentences=1
+        tmp_path,
+        steps=10,
+        steps_per_epoch=10,
+        gradient_accumulation_steps=3,
+        bleu_max_sentences=1,
+        bleu_every_steps=4,
     )
     result = train_cli(config, tmp_path / "model", "--verbose", "2")
     summary = summary_line(result.stdout)
     assert summary["steps"] == 10  # updates; 30 batches went through
     assert "30/30" in result.stdout
     assert summary["final_loss"] < summary["initial_loss"]
+    # Dev BLEU once at updates 4 and 8 and at the end, not once a batch of each update.
+    assert re.findall(r"step (\d+): dev BLEU", result.stdout) == ["4", "8", "10"]
 
 
 def free_ports(count):

@@ -11,13 +11,15 @@ from keras_transformer import evaluation
 
 
 class BleuCallback(keras.callbacks.Callback):
-    """Decodes the dev set every `every_steps` optimizer steps (and at the end of training)
+    """Decodes the dev set every `every_steps` optimizer updates (and at the end of training)
     and logs sacrebleu's BLEU and chrF to TensorBoard under "dev/bleu" and "dev/chrf".
 
     Args:
         vocabularies: the model's `Vocabularies`.
         sources, references: dev sentences (str), untouched.
-        every_steps: int. 0 = only at the end of training.
+        every_steps: int. 0 = only at the end of training. Counted in updates: with gradient
+            accumulation over N batches, the optimizer's `iterations` holds one value for N
+            batches, and the dev set is decoded once, at the batch that made the update.
         beam_size: int. 1 = greedy.
         log_dir: str or None. TensorBoard directory for the scalars.
     """
@@ -63,11 +65,17 @@ class BleuCallback(keras.callbacks.Callback):
         return self.last
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.every_steps and self._step() % self.every_steps == 0:
+        if not self.every_steps:
+            return
+        step = self._step()
+        if step > 0 and step % self.every_steps == 0 and step != self._last_step():
             self.evaluate()
 
+    def _last_step(self) -> int | None:
+        return self.last["step"] if self.last else None
+
     def on_train_end(self, logs=None):
-        if self.last is None or self.last["step"] != self._step():
+        if self._last_step() != self._step():
             self.evaluate()
 
 
