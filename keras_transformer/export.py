@@ -6,7 +6,10 @@
   `[batch]`) and `score` (float32 `[batch]`, the beam's length-normalised log-probability).
 - `translate_ids`: input `source_ids` (int32 `[batch, src_len]`, 0-padded, ending with EOS)
   -> outputs `ids` (int32 `[batch, out_len]`, EOS-terminated, 0-padded) and `score`, for
-  users with their own tokenizer (the SentencePiece models are in `assets.extra/`).
+  users with their own tokenizer (the SentencePiece models are in `assets.extra/`). A row
+  longer than `max_length` is cut to its first `max_length - 1` ids and EOS (as text is); an
+  id outside `[0, source vocabulary size)` fails the request with an InvalidArgument error
+  that names the vocabulary size (TF Serving answers it with HTTP 400).
 
 Tokenization, beam search and detokenization are all in the graph (tensorflow-text's
 SentencePiece ops, which TF Serving ships), so the export loads with nothing but `tensorflow`
@@ -47,6 +50,29 @@ def _source_ids(tokenizer, text, max_length: int):
     return tf.concat([tokens, eos], axis=1).to_tensor()  # (batch, len)
 
 
+def _checked_ids(source_ids, max_length: int, vocab_size: int):
+    """A `translate_ids` request's ids, validated, with over-long rows cut to
+    `max_length - 1` ids and EOS (a row's length: up to its last non-zero id)."""
+    in_vocabulary = (source_ids >= 0) & (source_ids < vocab_size)
+    check = tf.debugging.Assert(
+        tf.reduce_all(in_vocabulary),
+        [
+            f"source_ids must be ids of the source vocabulary, in [0, {vocab_size}); got min",
+            tf.reduce_min(source_ids),
+            "max",
+            tf.reduce_max(source_ids),
+        ],
+    )
+    with tf.control_dependencies([check]):
+        rows = tf.RaggedTensor.from_tensor(source_ids, padding=0)
+    over = rows.row_lengths() > max_length
+    last = rows[:, max_length - 1 : max_length]  # the last id kept: EOS where cut
+    last = last.with_flat_values(
+        tf.where(tf.gather(over, last.value_rowids()), EOS_ID, last.flat_values)
+    )
+    return tf.concat([rows[:, : max_length - 1], last], axis=1).to_tensor()
+
+
 def make_export_archive(
     model,
     vocabularies,
@@ -80,7 +106,7 @@ def make_export_archive(
         }
 
     def translate_ids(source_ids):
-        ids, score = search(source_ids[:, :max_length])
+        ids, score = search(_checked_ids(source_ids, max_length, model.config.source_vocab))
         return {"ids": ids, "score": score}
 
     archive = keras.export.ExportArchive()

@@ -101,6 +101,39 @@ def test_serving_gives_the_library_translations(exported, model):
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
 
 
+def test_translate_ids_cuts_over_long_rows_and_keeps_their_eos(exported, model):
+    """A row longer than max_length is translated as its first max_length - 1 ids and EOS,
+    the rule for text; shorter rows of the same batch are untouched."""
+    _, version = exported
+    signature = tf.saved_model.load(str(version)).signatures["translate_ids"]
+    short = [5, 6, 7, 3]
+    long = list(range(10, 10 + 3 * MAX_LENGTH)) + [3]
+    batch = np.zeros((2, len(long)), "int32")
+    batch[0, : len(short)], batch[1] = short, long
+    expected_rows = np.zeros((2, MAX_LENGTH), "int32")
+    expected_rows[0, : len(short)] = short
+    expected_rows[1] = long[: MAX_LENGTH - 1] + [3]
+    ids, scores = decoding.beam_search(model, expected_rows)
+    served = signature(source_ids=tf.constant(batch))
+    np.testing.assert_array_equal(served["ids"], ids)
+    np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
+    # Without the EOS the search would have been given another input.
+    no_eos, _ = decoding.beam_search(model, batch[:, :MAX_LENGTH])
+    assert not np.array_equal(no_eos[1], ids[1])
+    empty = signature(source_ids=tf.zeros([0, 5], tf.int32))
+    assert empty["ids"].shape[0] == 0 and empty["score"].shape == (0,)
+
+
+@pytest.mark.parametrize("bad_id", [-1, "vocabulary size"])
+def test_translate_ids_rejects_ids_outside_the_vocabulary(exported, model, bad_id):
+    _, version = exported
+    signature = tf.saved_model.load(str(version)).signatures["translate_ids"]
+    size = model.config.source_vocab
+    bad = size if bad_id == "vocabulary size" else bad_id
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"in \[0, {size}\)"):
+        signature(source_ids=tf.constant([[5, 6, 3], [7, bad, 3]], tf.int32))
+
+
 SERVE_SCRIPT = """
 import importlib.abc, json, sys
 
