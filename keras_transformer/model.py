@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import keras
 
+from keras import ops
+
+from keras_transformer import losses
 from keras_transformer import ops as kt_ops
 from keras_transformer import workarounds
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import PAD_ID, TransformerConfig
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import TransformerEmbedding
 from keras_transformer.layers.encoder import Encoder
@@ -26,6 +29,11 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
     model is rebuilt from its config and weights. Its layers are reachable by name:
     "embedding" (or "source_embedding" and "target_embedding" without shared embeddings),
     "encoder" and "decoder".
+
+    Compiled with `kt.losses.LabelSmoothedCrossEntropy`, the `loss` (and `val_loss`) that
+    `fit` and `evaluate` report (progress bar, History, TensorBoard) is the mean over every
+    target token seen, not Keras's mean of batch means weighted by sentences per batch, which
+    token-sized batches of short and long sentences would skew.
 
     Args:
         config: `TransformerConfig` or its dict. The sizes and switches.
@@ -103,6 +111,7 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
         self.target_embedding = target_embedding
         self.encoder = encoder
         self.decoder = decoder
+        self.token_loss = keras.metrics.Mean(name="loss")
 
     def encode(self, source_ids, training=False):
         """Runs the encoder alone: `(memory [batch, src_len, d_model], source padding mask)`."""
@@ -113,6 +122,27 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
             training=training,
         )
         return memory, source_mask
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(x, y, y_pred, sample_weight, training=training)
+        if loss is not None and self._reports_token_loss():
+            # This replica's `loss` is its tokens' summed loss over the global batch's token
+            # count: the running mean gets that sum, over this replica's own tokens.
+            tokens = ops.sum(ops.cast(ops.not_equal(y, PAD_ID), "float32"))
+            token_sum = loss * ops.maximum(losses.global_sum(tokens), 1.0)
+            self.token_loss.update_state(ops.divide_no_nan(token_sum, tokens), tokens)
+        return loss
+
+    def _reports_token_loss(self) -> bool:
+        return isinstance(self.loss, losses.LabelSmoothedCrossEntropy)
+
+    @property
+    def metrics(self):
+        """Keras's metrics, with the token-weighted loss in place of Keras's `loss`."""
+        keras_metrics = super().metrics
+        if not self.compiled or not self._reports_token_loss():
+            return [m for m in keras_metrics if m is not self.token_loss]
+        return [self.token_loss] + [m for m in keras_metrics if m.name != "loss"]
 
     def train_step(self, data):
         return workarounds.reducible_logs(self.distribute_strategy, super().train_step(data))

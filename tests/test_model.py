@@ -205,3 +205,49 @@ def test_no_two_projection_kernels_start_equal():
     for i, a in enumerate(kernels):
         for b in kernels[i + 1 :]:
             assert a.shape != b.shape or not np.array_equal(a, b)
+
+
+def _uneven_batches():
+    """Two batches of 8 real target tokens in 4 sentences and of 16 in 1: a batch mean
+    weighted by sentences (Keras's `loss`) and one weighted by tokens differ."""
+    source = ids(5, 6, seed=3)
+    labels = ids(5, 16, seed=4)
+    labels[:4, 2:] = 0  # 4 sentences of 2 tokens
+    inputs = np.concatenate([np.full((5, 1), 2, "int32"), labels[:, :-1]], axis=1)
+    inputs[labels == 0] = 0
+    return {"source_ids": source, "target_ids": inputs}, labels
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["one_device", "mirrored"])
+def test_fit_and_evaluate_report_the_loss_per_token(distributed, request):
+    """`loss` and `val_loss` are sum(token losses) / tokens over the epoch, on one device and
+    split over two replicas (where replica 1 of the first batch holds no token at all)."""
+    x, y = _uneven_batches()
+    strategy = request.getfixturevalue("mirrored") if distributed else tf.distribute.get_strategy()
+    keras.utils.set_random_seed(3)
+    with strategy.scope():
+        model = kt.build_transformer(tiny(dropout=0.0))
+        loss = kt.losses.LabelSmoothedCrossEntropy(0.1)
+        model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss)
+    batches = [slice(0, 4), slice(4, 5)]
+    per_batch = [
+        float(loss(y[b], model({k: v[b] for k, v in x.items()}, training=False))) for b in batches
+    ]
+    tokens = [int((y[b] != 0).sum()) for b in batches]
+    per_token = np.dot(per_batch, tokens) / sum(tokens)
+    per_sentence = np.dot(per_batch, [4, 1]) / 5
+    assert abs(per_token - per_sentence) > 0.01  # the check tells the two apart
+
+    history = model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    np.testing.assert_allclose(history.history["loss"], [per_token], rtol=1e-5)
+    np.testing.assert_allclose(model.evaluate(x, y, batch_size=4, verbose=0), per_token, rtol=1e-5)
+    assert model.metrics_names[0] == "loss"
+
+
+def test_other_losses_keep_keras_loss():
+    x, y = _uneven_batches()
+    model = kt.build_transformer(tiny(dropout=0.0))
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    assert [m.name for m in model.metrics].count("loss") == 1
+    assert model.token_loss not in model.metrics
