@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,12 @@ def start_training(config, model_dir, *args, env=ENV) -> subprocess.Popen:
     )
 
 
+def git_commit() -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def summary_line(output: str) -> dict:
     line = next(line for line in output.splitlines() if line.startswith("summary: "))
     return json.loads(line.removeprefix("summary: "))
@@ -146,6 +153,8 @@ def test_training_writes_the_run_and_its_summary(trained):
     ]
     for name in ("experiment.yaml", "vocab/shared.model", "model.keras", "logs"):
         assert (model_dir / name).exists(), name
+    assert summary["code"]["git"]["commit"] == git_commit()
+    assert summary["code"]["packages"]["tensorflow"] == metadata.version("tensorflow")
     assert (
         f"over-long pairs (> {MAX_LENGTH} tokens) skipped: {OVER_LONG_PAIRS} of {data['pairs']}; "
         f"kept {data['target_tokens']} target tokens"
@@ -217,6 +226,8 @@ def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
     chrf = sacrebleu.corpus_chrf(hypotheses[:-1], [references]).score
     assert (scores["bleu"], scores["chrf"]) == (round(bleu, 2), round(chrf, 2))
     assert json.loads((model_dir / "eval" / "test.json").read_text()) == scores
+    assert scores["code"]["git"]["commit"] == git_commit()
+    assert scores["code"]["packages"]["sacrebleu"] == sacrebleu.__version__
 
 
 def test_evaluate_own_files(trained, tmp_path):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from trainers import errors
 from trainers.errors import ConfigError
+from trainers.provenance import provenance
 from trainers.run_dir import MODEL, RunDirectory, write_json
 
 
@@ -102,6 +103,7 @@ def main(argv=None) -> int:
         "finish_rule": args.finish_rule,
         "quantize": args.quantize,
         **evaluation.score(hypotheses, pairs.targets),
+        "code": provenance(),
     }
     output = args.output or run.hypotheses(name)
     output.parent.mkdir(parents=True, exist_ok=True)
