@@ -11,12 +11,21 @@ Each reader returns a `ParallelCorpus` of stripped (source, target) sentence str
   `csv.QUOTE_NONE`), and columns are chosen by name. Every row must have exactly as many fields
   as the header.
 - Text pair: one sentence a line in each file; both files must have the same number of lines.
-- TFDS: a dataset already prepared in `data_dir` (nothing is downloaded), read into memory;
-  `tensorflow-datasets` is an optional dependency, imported only by `read_tfds`.
+- TFDS: a dataset already prepared in `data_dir` (nothing is downloaded);
+  `tensorflow-datasets` is an optional dependency, imported only when TFDS is read.
 - A pair with an empty side (after stripping) is skipped and counted in `skipped_empty`; it is
   not an error. A corpus with no pair left is.
-- Validation happens entirely while reading, into memory: the readers write nothing, so a bad
-  corpus fails before any output exists.
+- Validation happens entirely while reading: the readers write nothing, so a bad corpus fails
+  before any output exists.
+
+Two ways to read, with the same rules:
+- `read_tsv`, `read_text_pair`, `read_tfds` read a corpus into memory (`ParallelCorpus`):
+  dev and test sets, examples, small corpora.
+- `tsv_files`, `text_files`, `tfds_split` describe a corpus without reading it (`CorpusFiles`,
+  `TfdsSplit`), for training corpora of any size: `scan()` streams over it once (the checks
+  above, counts, and a bounded sample to learn a vocabulary from) and `to_dataset()` reads it
+  through `tf.data` from the files, so neither Python nor the graph ever holds it whole. TSV
+  files may be a glob pattern matching several files, which workers then share out by file.
 """
 
 from __future__ import annotations
@@ -24,10 +33,15 @@ from __future__ import annotations
 import bz2
 import contextlib
 import dataclasses
+import functools
+import glob
 import gzip
+import itertools
 import lzma
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import random
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
 
@@ -126,16 +140,27 @@ def _collect(
     pairs: Iterable[tuple[str, str]], origin: str, where: str, count_label: str = "pairs"
 ) -> ParallelCorpus:
     """Strips each side, drops pairs with an empty side, and fails if nothing is left."""
-    sources, targets, total = [], [], 0
+    sources, targets, counts = [], [], _Counts()
+    for source, target in _non_empty(pairs, counts):
+        sources.append(source)
+        targets.append(target)
+    if not sources:
+        raise CorpusError(f"{where}: all {counts.total} {count_label} are empty")
+    return ParallelCorpus(sources, targets, origin, skipped_empty=counts.total - len(sources))
+
+
+@dataclasses.dataclass
+class _Counts:
+    total: int = 0
+
+
+def _non_empty(pairs: Iterable[tuple[str, str]], counts: _Counts) -> Iterator[tuple[str, str]]:
+    """Each pair stripped, those with an empty side dropped; `counts.total` counts them all."""
     for source, target in pairs:
-        total += 1
+        counts.total += 1
         source, target = source.strip(), target.strip()
         if source and target:
-            sources.append(source)
-            targets.append(target)
-    if not sources:
-        raise CorpusError(f"{where}: all {total} {count_label} are empty")
-    return ParallelCorpus(sources, targets, origin, skipped_empty=total - len(sources))
+            yield source, target
 
 
 def read_tsv(path: str | os.PathLike, source_column: str, target_column: str) -> ParallelCorpus:
@@ -170,6 +195,14 @@ def _tsv_pairs(
     name: str, lines: Iterator[tuple[int, str]], source_column: str, target_column: str
 ) -> list[tuple[str, str]]:
     """The (source, target) fields of every row, checked against the header."""
+    columns, width = _tsv_header(name, lines, source_column, target_column)
+    return list(_tsv_rows(name, lines, columns, width))
+
+
+def _tsv_header(
+    name: str, lines: Iterator[tuple[int, str]], source_column: str, target_column: str
+) -> tuple[list[int], int]:
+    """(indices of the two columns, number of fields) from the header line."""
     first = next(lines, None)
     if first is None:
         raise CorpusError(f"{name}: empty file, expected a header line")
@@ -183,17 +216,21 @@ def _tsv_pairs(
         if header.count(column) > 1:
             raise CorpusError(f"{name}:1: column {column!r} appears {header.count(column)} times")
         columns.append(header.index(column))
+    return columns, len(header)
 
-    pairs = []
+
+def _tsv_rows(
+    name: str, lines: Iterator[tuple[int, str]], columns: list[int], width: int
+) -> Iterator[tuple[str, str]]:
+    """The two fields of each row after the header, each row checked for `width` fields."""
     for number, line in lines:
         fields = line.split("\t")
-        if len(fields) != len(header):
+        if len(fields) != width:
             found = (
                 "an empty line" if not line else f"{len(fields)} field" + "s" * (len(fields) > 1)
             )
-            raise CorpusError(f"{name}:{number}: {found}, but the header has {len(header)} fields")
-        pairs.append((fields[columns[0]], fields[columns[1]]))
-    return pairs
+            raise CorpusError(f"{name}:{number}: {found}, but the header has {width} fields")
+        yield fields[columns[0]], fields[columns[1]]
 
 
 def read_text_pair(
@@ -264,48 +301,104 @@ def read_tfds(
     Example:
     >>> pairs = read_tfds("ted_hrlr_translate/pt_to_en", "train", "pt", "en")  # doctest: +SKIP
     """
-    where = f"tfds:{name}:{split}"
-    try:
+    split_ = TfdsSplit(name, split, source_language, target_language, data_dir)
+    origin, where = split_.origin, split_.where
+    with contextlib.closing(split_.raw_pairs()) as pairs:
+        return _collect(pairs, origin, where, count_label="examples")
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsSplit:
+    """A prepared TFDS translation split to stream (arguments and rules as `read_tfds`):
+    `scan()` iterates it once in Python, `to_dataset()` is TFDS's own `tf.data` reader."""
+
+    name: str
+    split: str
+    source_language: str
+    target_language: str
+    data_dir: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"tfds:{self.name}:{self.split}"
+
+    @property
+    def origin(self) -> str:
+        return f"{self.where} ({self.source_language} -> {self.target_language})"
+
+    def raw_pairs(self) -> Iterator[tuple[str, str]]:
+        """Every (source, target) example, decoded (a CorpusError names a bad one)."""
+        pairs = self._pairs().batch(1024)  # first: it explains a missing tensorflow-datasets
         import tensorflow_datasets as tfds
-    except ImportError:
-        raise CorpusError(
-            f"{where}: reading TFDS datasets needs tensorflow-datasets; "
-            "pip install tensorflow-datasets"
-        ) from None
-    try:
-        dataset = tfds.load(name, split=split, data_dir=data_dir, download=False)
-    except tfds.core.DatasetNotFoundError:
-        raise CorpusError(f"{where}: TFDS has no dataset named {name!r}") from None
-    except AssertionError:
-        directory = data_dir or tfds.core.constants.DATA_DIR
-        raise CorpusError(
-            f"{where}: the dataset is not prepared in {directory}; on a machine with internet "
-            f"run `tfds build {name} --data_dir DIR`, then copy DIR here and pass it as "
-            "data_dir"
-        ) from None
-    except ValueError as error:  # An unknown split or config.
-        raise CorpusError(f"{where}: {error}") from None
-    spec = dataset.element_spec
-    keys = sorted(spec) if isinstance(spec, dict) else []
-    for language in (source_language, target_language):
-        if language not in keys:
-            raise CorpusError(
-                f"{where}: examples have no key {language!r}; "
-                f"the dataset has: {', '.join(keys) or 'no named features'}"
+
+        number = 0
+        for sources, targets in tfds.as_numpy(pairs):
+            for source, target in zip(sources, targets, strict=True):
+                number += 1
+                example = f"{self.where}: example {number}"
+                yield (
+                    _utf8(source, f"{example} {self.source_language!r}"),
+                    _utf8(target, f"{example} {self.target_language!r}"),
+                )
+        if not number:
+            raise CorpusError(f"{self.where}: the split has no examples")
+
+    def scan(self, *, sample_size: int = 0, seed: int = 0, limit: int | None = None):
+        """As `CorpusFiles.scan`."""
+        with contextlib.closing(self.raw_pairs()) as pairs:
+            return _scan(
+                pairs,
+                self.origin,
+                self.where,
+                sample_size=sample_size,
+                seed=seed,
+                limit=limit,
+                count_label="examples",
             )
-        if spec[language].dtype != tf.string or spec[language].shape.rank != 0:
-            raise CorpusError(f"{where}: {language!r} is {spec[language]}, not a sentence")
-    pairs = dataset.map(lambda example: (example[source_language], example[target_language]))
-    sources, targets = [], []
-    for source_batch, target_batch in tfds.as_numpy(pairs.batch(1024)):
-        for source, target in zip(source_batch, target_batch, strict=True):
-            example = f"{where}: example {len(sources) + 1}"
-            sources.append(_utf8(source, f"{example} {source_language!r}"))
-            targets.append(_utf8(target, f"{example} {target_language!r}"))
-    if not sources:
-        raise CorpusError(f"{where}: the split has no examples")
-    origin = f"{where} ({source_language} -> {target_language})"
-    return _collect(zip(sources, targets, strict=True), origin, where, count_label="examples")
+
+    def to_dataset(self, *, shard=None, limit=None) -> tf.data.Dataset:
+        """As `CorpusFiles.to_dataset`; a shard is every num_shards-th example."""
+        pairs = self._pairs().batch(_READ_BATCH).map(_strip_batch).unbatch()
+        pairs = pairs.filter(_both_non_empty)
+        if limit is not None:
+            pairs = pairs.take(limit)
+        return pairs if shard is None else pairs.shard(*shard)
+
+    def _pairs(self) -> tf.data.Dataset:
+        """TFDS's dataset of (source, target) strings, checked."""
+        where = self.where
+        try:
+            import tensorflow_datasets as tfds
+        except ImportError:
+            raise CorpusError(
+                f"{where}: reading TFDS datasets needs tensorflow-datasets; "
+                "pip install tensorflow-datasets"
+            ) from None
+        try:
+            dataset = tfds.load(self.name, split=self.split, data_dir=self.data_dir, download=False)
+        except tfds.core.DatasetNotFoundError:
+            raise CorpusError(f"{where}: TFDS has no dataset named {self.name!r}") from None
+        except AssertionError:
+            directory = self.data_dir or tfds.core.constants.DATA_DIR
+            raise CorpusError(
+                f"{where}: the dataset is not prepared in {directory}; on a machine with "
+                f"internet run `tfds build {self.name} --data_dir DIR`, then copy DIR here and "
+                "pass it as data_dir"
+            ) from None
+        except ValueError as error:  # An unknown split or config.
+            raise CorpusError(f"{where}: {error}") from None
+        spec = dataset.element_spec
+        keys = sorted(spec) if isinstance(spec, dict) else []
+        source, target = self.source_language, self.target_language
+        for language in (source, target):
+            if language not in keys:
+                raise CorpusError(
+                    f"{where}: examples have no key {language!r}; "
+                    f"the dataset has: {', '.join(keys) or 'no named features'}"
+                )
+            if spec[language].dtype != tf.string or spec[language].shape.rank != 0:
+                raise CorpusError(f"{where}: {language!r} is {spec[language]}, not a sentence")
+        return dataset.map(lambda example: (example[source], example[target]))
 
 
 def _utf8(raw: bytes, where: str) -> str:
@@ -316,3 +409,267 @@ def _utf8(raw: bytes, where: str) -> str:
         raise CorpusError(
             f"{where}: invalid UTF-8 at byte {error.start + 1} (0x{raw[error.start]:02x})"
         ) from None
+
+
+# Streaming: a corpus described, scanned once in Python, and read through tf.data.
+
+_READ_BATCH = 4096  # lines a tf.data element holds while files are read
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusScan:
+    """What one streaming pass over a corpus found.
+
+    Args:
+        pairs: int. Non-empty pairs (within the limit, if one was given).
+        skipped_empty: int. Pairs dropped because a side was empty after stripping.
+        sample: `ParallelCorpus`. Up to `sample_size` of the pairs, drawn uniformly (reservoir
+            sampling, seeded): all of them, in corpus order, when the corpus is that small.
+    """
+
+    pairs: int
+    skipped_empty: int
+    sample: ParallelCorpus
+
+
+def _scan(
+    pairs: Iterable[tuple[str, str]],
+    origin: str,
+    where: str,
+    *,
+    sample_size: int,
+    seed: int,
+    limit: int | None,
+    count_label: str = "pairs",
+) -> CorpusScan:
+    """One pass: strip, drop empty pairs, stop at `limit`, keep a reservoir sample."""
+    counts, sample, kept = _Counts(), [], 0
+    rng = random.Random(seed)
+    for pair in _non_empty(pairs, counts):
+        if limit is not None and kept >= limit:
+            counts.total -= 1  # read one past the limit: not part of the corpus
+            break
+        if kept < sample_size:
+            sample.append(pair)
+        else:
+            slot = rng.randrange(kept + 1)
+            if slot < sample_size:
+                sample[slot] = pair
+        kept += 1
+    if not kept:
+        raise CorpusError(f"{where}: all {counts.total} {count_label} are empty")
+    sources, targets = (zip(*sample, strict=True)) if sample else ((), ())
+    label = f"{origin}, sample of {len(sample)}" if len(sample) < kept else origin
+    return CorpusScan(kept, counts.total - kept, ParallelCorpus(sources, targets, label))
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusFiles:
+    """A parallel corpus in files, never held whole: `scan()` streams it once in Python,
+    `to_dataset()` reads it through `tf.data`. Made by `tsv_files` or `text_files`.
+
+    Args:
+        kind: "tsv" or "text".
+        units: tuple of file tuples: `(path,)` per TSV file, `(source path, target path)` per
+            text pair. Read in this order.
+        source_column, target_column: str. TSV column names ("" for text pairs).
+        origin: str. For logs.
+    """
+
+    kind: str
+    units: tuple[tuple[str, ...], ...]
+    source_column: str = ""
+    target_column: str = ""
+    origin: str = ""
+
+    def raw_pairs(self) -> Iterator[tuple[str, str]]:
+        """Every (source, target) as read, validated, before stripping; in file order."""
+        for unit in self.units:
+            yield from self._unit_pairs(unit)
+
+    def scan(self, *, sample_size: int = 0, seed: int = 0, limit: int | None = None):
+        """One streaming pass: the checks of the module doc, counts, a bounded sample.
+
+        Args:
+            sample_size: int. Pairs to keep in `CorpusScan.sample` (at most). Defaults to 0.
+            seed: int. Seed of the sampling. Defaults to 0.
+            limit: int or None. Only the first `limit` non-empty pairs count. Defaults to None.
+
+        Returns:
+            A `CorpusScan`. Raises `CorpusError` as `read_tsv` / `read_text_pair` do.
+        """
+        where = self.units[0][0] if len(self.units) == 1 and self.kind == "tsv" else self.origin
+        with contextlib.closing(self.raw_pairs()) as pairs:
+            return _scan(pairs, self.origin, where, sample_size=sample_size, seed=seed, limit=limit)
+
+    def to_dataset(
+        self, *, shard: tuple[int, int] | None = None, limit: int | None = None
+    ) -> tf.data.Dataset:
+        """The pairs as a `tf.data.Dataset` of scalar strings, read from the files.
+
+        Stripped and with empty pairs dropped as `scan` does (scan first: the files are not
+        validated here). Plain and `.gz` files are read by TensorFlow's own readers; `.xz`
+        and `.bz2` ones, which TensorFlow cannot decompress, by a Python generator.
+
+        Args:
+            shard: (num_shards, index) or None. This worker's share: whole files when there
+                are at least `num_shards` files, else every num_shards-th pair. Defaults to
+                None.
+            limit: int or None. The first `limit` pairs of the corpus (before sharding, which
+                is then by pair). Defaults to None.
+        """
+        units = self.units
+        by_file = shard is not None and limit is None and len(units) >= shard[0]
+        if by_file:
+            units = units[shard[1] :: shard[0]]
+        datasets = [self._unit_dataset(unit) for unit in units]
+        pairs = datasets[0]
+        for dataset in datasets[1:]:
+            pairs = pairs.concatenate(dataset)
+        pairs = pairs.map(_strip_batch).unbatch().filter(_both_non_empty)
+        if limit is not None:
+            pairs = pairs.take(limit)
+        if shard is not None and not by_file:
+            pairs = pairs.shard(*shard)
+        return pairs
+
+    def _unit_pairs(self, unit: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+        if self.kind == "tsv":
+            (path,) = unit
+            with contextlib.closing(_lines(path)) as lines:
+                columns, width = _tsv_header(path, lines, self.source_column, self.target_column)
+                rows = 0
+                for row in _tsv_rows(path, lines, columns, width):
+                    rows += 1
+                    yield row
+            if not rows:
+                raise CorpusError(f"{path}: no sentence pairs after the header")
+            return
+        source_path, target_path = unit
+        with contextlib.closing(_lines(source_path)) as sources:
+            with contextlib.closing(_lines(target_path)) as targets:
+                counts = [0, 0]
+                for left, right in itertools.zip_longest(sources, targets):
+                    for side, item in enumerate((left, right)):
+                        if item is not None:
+                            counts[side] = item[0]
+                    if left is not None and right is not None:
+                        yield left[1], right[1]
+        for name, count in zip(unit, counts, strict=True):
+            if not count:
+                raise CorpusError(f"{name}: empty file, expected one sentence a line")
+        if counts[0] != counts[1]:
+            raise CorpusError(
+                f"{source_path} has {counts[0]} lines but {target_path} has {counts[1]}; "
+                "parallel files must align line by line"
+            )
+
+    def _unit_dataset(self, unit: tuple[str, ...]) -> tf.data.Dataset:
+        """Batches of raw (source, target) fields of one unit."""
+        if all(_tf_readable(path) for path in unit):
+            if self.kind == "tsv":
+                (path,) = unit
+                with contextlib.closing(_lines(path)) as lines:
+                    columns, _ = _tsv_header(path, lines, self.source_column, self.target_column)
+                rows = _text_lines(path).skip(1).batch(_READ_BATCH)
+                return rows.map(lambda lines: _tsv_columns(lines, columns))
+            sources, targets = (_text_lines(path, drop_bom=True) for path in unit)
+            return tf.data.Dataset.zip(sources, targets).batch(_READ_BATCH)
+        return _generated_batches(lambda: self._unit_pairs(unit))
+
+
+def tsv_files(pattern: str | os.PathLike, source_column: str, target_column: str) -> CorpusFiles:
+    """A TSV corpus to stream: one file, or a glob pattern (`train-*.tsv.gz`) matching several,
+    read in sorted order. Columns and rules as `read_tsv`.
+
+    Raises:
+        CorpusError: nothing matches the pattern.
+    """
+    name = os.fspath(pattern)
+    paths = _matching(name)
+    origin = f"{name} ({source_column} -> {target_column})"
+    return CorpusFiles("tsv", tuple((p,) for p in paths), source_column, target_column, origin)
+
+
+def text_files(source_path: str | os.PathLike, target_path: str | os.PathLike) -> CorpusFiles:
+    """Two aligned text files to stream (rules as `read_text_pair`)."""
+    source_name, target_name = os.fspath(source_path), os.fspath(target_path)
+    for name in (source_name, target_name):
+        _matching(name)  # exists
+    origin = f"{source_name} -> {target_name}"
+    return CorpusFiles("text", ((source_name, target_name),), origin=origin)
+
+
+def _matching(name: str) -> list[str]:
+    if not glob.has_magic(name):
+        if os.path.isdir(name):
+            raise CorpusError(f"{name}: is a directory, expected a file")
+        if not os.path.exists(name):
+            raise CorpusError(f"{name}: no such file")
+        return [name]
+    paths = sorted(p for p in glob.glob(name) if os.path.isfile(p))
+    if not paths:
+        raise CorpusError(f"{name}: no file matches this pattern")
+    return paths
+
+
+def _tf_readable(path: str) -> bool:
+    """Whether TensorFlow reads the file itself (plain or gzip)."""
+    return os.path.splitext(path)[1].lower() not in (".xz", ".bz2")
+
+
+def _text_lines(path: str, drop_bom: bool = False) -> tf.data.Dataset:
+    gzipped = os.path.splitext(path)[1].lower() == ".gz"
+    lines = tf.data.TextLineDataset(path, compression_type="GZIP" if gzipped else "")
+    if not drop_bom:
+        return lines
+    first = lines.take(1).map(lambda line: tf.strings.regex_replace(line, "^\ufeff", ""))
+    return first.concatenate(lines.skip(1))
+
+
+def _tsv_columns(lines, columns):
+    fields = tf.strings.split(lines, "\t")  # (batch, (fields)); every row checked by scan()
+    starts = fields.row_starts()
+    return tuple(tf.gather(fields.values, starts + column) for column in columns)
+
+
+def _generated_batches(make_pairs: Callable[[], Iterator[tuple[str, str]]]):
+    """Batches of pairs from a Python iterator (for files TensorFlow cannot read)."""
+
+    def batches():
+        with contextlib.closing(make_pairs()) as pairs:
+            while chunk := list(itertools.islice(pairs, _READ_BATCH)):
+                sources, targets = zip(*chunk, strict=True)
+                yield list(sources), list(targets)
+
+    spec = tf.TensorSpec([None], tf.string)
+    return tf.data.Dataset.from_generator(batches, output_signature=(spec, spec))
+
+
+@functools.cache
+def _strip_pattern() -> str:
+    """An RE2 pattern of leading or trailing characters that Python's `str.strip()` removes
+    (Unicode whitespace), so that the graph strips exactly as the Python readers do."""
+    spaces = [code for code in range(sys.maxunicode + 1) if chr(code).isspace()]
+    ranges = []
+    for code in spaces:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    members = "".join(
+        f"\\x{{{low:x}}}" + (f"-\\x{{{high:x}}}" if high > low else "") for low, high in ranges
+    )
+    return f"^[{members}]+|[{members}]+$"
+
+
+def _strip_batch(sources, targets):
+    pattern = _strip_pattern()
+    return (
+        tf.strings.regex_replace(sources, pattern, ""),
+        tf.strings.regex_replace(targets, pattern, ""),
+    )
+
+
+def _both_non_empty(source, target):
+    return tf.logical_and(tf.strings.length(source) > 0, tf.strings.length(target) > 0)

@@ -288,6 +288,23 @@ def _check(model: TransformerConfig, data: DataConfig, training: TrainingConfig,
         raise ConfigError(f"{where}: training.label_smoothing must be in [0, 1)")
 
 
+def open_split(data: DataConfig, split: str):
+    """A split to stream (`CorpusFiles` or `TfdsSplit`), not yet read; None if not configured.
+
+    `data.train` etc. may be a glob pattern matching several TSV files."""
+    from keras_transformer import corpus
+
+    location = getattr(data, split)
+    if location is None:
+        return None
+    source, target = data.source_language, data.target_language
+    if data.format == "tsv":
+        return corpus.tsv_files(location, source, target)
+    if data.format == "text":
+        return corpus.text_files(f"{location}.{source}", f"{location}.{target}")
+    return corpus.TfdsSplit(data.tfds_name, location, source, target, data.tfds_data_dir)
+
+
 def read_split(data: DataConfig, split: str):
     """The `ParallelCorpus` of a split ("train", "dev" or "test"), or None if not configured."""
     from keras_transformer import corpus

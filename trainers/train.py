@@ -26,7 +26,8 @@ import tensorflow as tf
 
 from trainers import callbacks as cb
 from trainers import checkpointing, errors, runtime
-from trainers.experiment import read_split
+from trainers.experiment import open_split, read_split
+from trainers.provenance import provenance
 from trainers.run_dir import RunDirectory
 
 
@@ -94,14 +95,16 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     if resuming and (finished := run.finished_run(experiment.training.steps)):
         print(f"{run.root} already holds this run, trained for {experiment.training.steps} steps")
         return finished
-    train_pairs, dev_pairs = _read_corpora(experiment)
+    train_corpus, scan, dev_pairs = _read_corpora(experiment)
     _check_room(run, experiment)
     placement = _place(strategy_kind, experiment.training)
-    vocabularies = _vocabularies(run, experiment, train_pairs, resuming, placement.is_chief)
+    vocabularies = _vocabularies(run, experiment, scan.sample, resuming, placement.is_chief)
     experiment = _resolve_experiment(run, experiment, vocabularies, resuming, placement.is_chief)
-    lengths = _length_report(experiment, train_pairs, vocabularies)
+    lengths = _length_report(experiment, train_corpus, vocabularies)
     model, initial_epoch = _model(run, experiment, placement)
-    datasets = _datasets(experiment, vocabularies, train_pairs, dev_pairs, placement, initial_epoch)
+    datasets = _datasets(
+        experiment, vocabularies, train_corpus, dev_pairs, placement, initial_epoch
+    )
     monitors = _monitors(run, experiment.training, vocabularies, dev_pairs, placement.is_chief)
     callbacks = _callbacks(run, experiment.training, placement.is_chief, monitors)
     history, seconds = _fit(model, experiment.training, datasets, initial_epoch, callbacks, verbose)
@@ -125,14 +128,23 @@ class Placement(typing.NamedTuple):
 
 
 def _read_corpora(experiment):
-    """(training pairs, dev pairs or None), read and checked before anything is written."""
-    train_pairs = read_split(experiment.data, "train")
-    dev_pairs = read_split(experiment.data, "dev")
-    print(
-        f"training pairs: {len(train_pairs)} from {train_pairs.origin} "
-        f"({train_pairs.skipped_empty} empty pairs skipped)"
+    """(training corpus, its scan, dev pairs or None), checked before anything is written.
+
+    The training corpus is streamed: one pass checks it, counts it and keeps a bounded sample
+    for the vocabulary; training reads it from the files again (`CorpusFiles.to_dataset`).
+    """
+    data = experiment.data
+    train = open_split(data, "train")
+    print(f"reading {train.origin}...", flush=True)
+    scan = train.scan(
+        sample_size=data.vocab_max_sentences, seed=experiment.training.seed, limit=data.train_limit
     )
-    return train_pairs, dev_pairs
+    dev_pairs = read_split(data, "dev")
+    print(
+        f"training pairs: {scan.pairs} from {train.origin} "
+        f"({scan.skipped_empty} empty pairs skipped)"
+    )
+    return train, scan, dev_pairs
 
 
 def _check_room(run: RunDirectory, experiment) -> None:
@@ -159,9 +171,10 @@ def _place(strategy_kind: str, training) -> Placement:
     return Placement(strategy_kind, strategy, workers, worker_index, is_chief, jit_compile)
 
 
-def _vocabularies(run: RunDirectory, experiment, train_pairs, resuming: bool, is_chief: bool):
-    """The run's vocabularies: learned and saved by the chief of a new run, loaded otherwise
-    (other workers wait until the chief has written them)."""
+def _vocabularies(run: RunDirectory, experiment, sample, resuming: bool, is_chief: bool):
+    """The run's vocabularies: learned (from the scan's sample of the training pairs, at most
+    `data.vocab_max_sentences`) and saved by the chief of a new run, loaded otherwise (other
+    workers wait until the chief has written them)."""
     from keras_transformer import text
 
     if resuming or not is_chief:
@@ -171,8 +184,8 @@ def _vocabularies(run: RunDirectory, experiment, train_pairs, resuming: bool, is
     config = experiment.data
     print(f"learning a {config.vocab_size}-piece SentencePiece vocabulary...", flush=True)
     vocabularies = text.Vocabularies.train(
-        train_pairs.sources,
-        train_pairs.targets,
+        sample.sources,
+        sample.targets,
         config.vocab_size,
         shared=config.shared_vocab,
         model_type=config.vocab_model_type,
@@ -196,12 +209,14 @@ def _resolve_experiment(run: RunDirectory, experiment, vocabularies, resuming, i
     return experiment
 
 
-def _length_report(experiment, train_pairs, vocabularies) -> dict:
-    """Counts the training pairs kept and those skipped as longer than max_length."""
+def _length_report(experiment, train_corpus, vocabularies) -> dict:
+    """Counts the training pairs kept and those skipped as longer than max_length (one
+    streamed pass over the corpus, tokenized in the graph)."""
     from keras_transformer import data
 
     max_length = experiment.model.max_length
-    lengths = data.length_report(train_pairs.to_dataset(), vocabularies, max_length=max_length)
+    pairs = train_corpus.to_dataset(limit=experiment.data.train_limit)
+    lengths = data.length_report(pairs, vocabularies, max_length=max_length)
     print(
         f"over-long pairs (> {max_length} tokens) skipped: {lengths['too_long']} of "
         f"{lengths['pairs']}; kept {lengths['target_tokens']} target tokens"
@@ -256,9 +271,10 @@ def _compiled_model(experiment, jit_compile: bool):
     return model
 
 
-def _datasets(experiment, vocabularies, train_pairs, dev_pairs, placement, initial_epoch):
-    """(training batches, dev batches or None). Each worker reads its shard of the corpus; a
-    resumed run skips the batches already consumed."""
+def _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, initial_epoch):
+    """(training batches, dev batches or None). Each worker reads its shard of the corpus (by
+    file when there are enough files, else by pair); a resumed run skips the batches already
+    consumed."""
     from keras_transformer import data
 
     batches = dict(
@@ -268,13 +284,15 @@ def _datasets(experiment, vocabularies, train_pairs, dev_pairs, placement, initi
         seed=experiment.training.seed,
     )
     workers = placement.workers
+    shard = (workers, placement.worker_index) if workers > 1 else None
+    pairs = train_corpus.to_dataset(shard=shard, limit=experiment.data.train_limit)
     train_dataset = data.make_dataset(
-        train_pairs.to_dataset(),
-        vocabularies,
-        shuffle_buffer=experiment.data.shuffle_buffer,
-        shard=(workers, placement.worker_index) if workers > 1 else None,
-        **batches,
+        pairs, vocabularies, shuffle_buffer=experiment.data.shuffle_buffer, **batches
     )
+    if shard is not None:  # this worker's share already: tf.distribute must not split again
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        train_dataset = train_dataset.with_options(options)
     # The input order is fixed by the seed: skipping what was consumed resumes it exactly.
     train_dataset = train_dataset.skip(initial_epoch * _batches_per_epoch(experiment.training))
     # Validation inside fit is skipped across workers: uneven shards of a finite dev set can
@@ -373,6 +391,7 @@ def _summary(run, training, placement, model, history, seconds, lengths, monitor
         "data": lengths,
         "dev": monitors.bleu.last if monitors.bleu else None,
         "weights_sha256": weights_fingerprint(model),
+        "code": provenance(),
     }
     if model.stop_training and steps < training.steps:
         summary["stopped_early"] = (
