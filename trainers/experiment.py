@@ -38,7 +38,9 @@ class DataConfig:
         vocab_size: SentencePiece pieces per vocabulary (a soft limit).
         shared_vocab: one vocabulary for both languages (needed by model.share_embeddings).
         vocab_model_type: "unigram" or "bpe".
-        vocab_max_sentences: sentences sampled to learn the vocabulary.
+        vocab_max_sentences: sentences sampled to learn the vocabulary (a shared vocabulary
+            takes both sides of half as many pairs): a sample drawn while the corpus is
+            scanned, so memory stays bounded whatever the corpus's size.
         tokens_per_batch: padded positions per global batch (paper: about 25000 a side).
         shuffle_buffer: pairs in the shuffle buffer.
     """
@@ -55,7 +57,7 @@ class DataConfig:
     vocab_size: int = 8000
     shared_vocab: bool = True
     vocab_model_type: str = "unigram"
-    vocab_max_sentences: int = 2_000_000
+    vocab_max_sentences: int = 1_000_000
     tokens_per_batch: int = 4096
     shuffle_buffer: int = 100_000
 

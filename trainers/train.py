@@ -136,8 +136,10 @@ def _read_corpora(experiment):
     data = experiment.data
     train = open_split(data, "train")
     print(f"reading {train.origin}...", flush=True)
+    # Sentences for the vocabulary: a shared one learns from both sides of each pair.
+    sample_pairs = data.vocab_max_sentences // (2 if data.shared_vocab else 1)
     scan = train.scan(
-        sample_size=data.vocab_max_sentences, seed=experiment.training.seed, limit=data.train_limit
+        sample_size=sample_pairs, seed=experiment.training.seed, limit=data.train_limit
     )
     dev_pairs = read_split(data, "dev")
     print(
@@ -215,6 +217,7 @@ def _length_report(experiment, train_corpus, vocabularies) -> dict:
     from keras_transformer import data
 
     max_length = experiment.model.max_length
+    print("counting the training pairs' tokens...", flush=True)
     pairs = train_corpus.to_dataset(limit=experiment.data.train_limit)
     lengths = data.length_report(pairs, vocabularies, max_length=max_length)
     print(
