@@ -77,3 +77,21 @@ def test_self_times_subtract_nested_events():
     totals = profile.self_times(space)
     # fusion.1 runs 100 with dot.7 (30) and dot.9 (20) inside it; waiting is not work.
     assert dict(totals) == {"fusion": 50, "dot": 50}
+
+
+def test_the_corpus_benchmark_makes_a_corpus_and_times_its_pipeline(tmp_path, capsys):
+    from benchmarks import corpus
+
+    path = tmp_path / "corpus.tsv"
+    corpus.main(["make", "--pairs", "2500", "--out", str(path)])
+    made = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert made["pairs"] == 2500 and made["mode"] == "make"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert {"en", "es"} <= set(lines[0].split("\t")) and len(lines) == 2501
+    assert kt.corpus.tsv_files(path, "en", "es").scan().pairs == 2500
+    corpus.main(
+        ["pipeline", "--corpus", str(path), "--tokens-per-batch", "2000", "--batches", "3"]
+        + ["--warmup", "1"]
+    )
+    timed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert timed["tokens_per_s"] > 0 and timed["mode"] == "pipeline"
