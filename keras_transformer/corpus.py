@@ -592,12 +592,21 @@ def tsv_files(pattern: str | os.PathLike, source_column: str, target_column: str
 
 
 def text_files(source_path: str | os.PathLike, target_path: str | os.PathLike) -> CorpusFiles:
-    """Two aligned text files to stream (rules as `read_text_pair`)."""
+    """Two aligned text files to stream (rules as `read_text_pair`), or two glob patterns
+    (`train-*.en`, `train-*.de`) whose sorted matches pair up file by file.
+
+    Raises:
+        CorpusError: a file is missing, or the patterns match different numbers of files.
+    """
     source_name, target_name = os.fspath(source_path), os.fspath(target_path)
-    for name in (source_name, target_name):
-        _matching(name)  # exists
+    sources, targets = _matching(source_name), _matching(target_name)
+    if len(sources) != len(targets):
+        raise CorpusError(
+            f"{source_name} matches {len(sources)} files but {target_name} matches "
+            f"{len(targets)}; parallel files must pair up"
+        )
     origin = f"{source_name} -> {target_name}"
-    return CorpusFiles("text", ((source_name, target_name),), origin=origin)
+    return CorpusFiles("text", tuple(zip(sources, targets, strict=True)), origin=origin)
 
 
 def _matching(name: str) -> list[str]:

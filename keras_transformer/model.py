@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import keras
-
 from keras import ops
 
-from keras_transformer import losses
+from keras_transformer import losses, workarounds
 from keras_transformer import ops as kt_ops
-from keras_transformer import workarounds
 from keras_transformer.config import PAD_ID, TransformerConfig
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import TransformerEmbedding

@@ -154,3 +154,15 @@ def test_tfds_split_streams_what_read_tfds_reads(tmp_path):
     assert pairs_of(scan.sample) == pairs_of(in_memory)
     assert scan.skipped_empty == in_memory.skipped_empty
     assert pairs == list(zip(in_memory.sources, in_memory.targets, strict=True))
+
+
+def test_text_file_patterns_pair_up_in_order(tmp_path):
+    for part in range(2):
+        write(tmp_path / f"part{part}.en", f"a{part}\nb{part}\n".encode())
+        write(tmp_path / f"part{part}.es", f"x{part}\ny{part}\n".encode())
+    files = corpus.text_files(tmp_path / "part*.en", tmp_path / "part*.es")
+    assert streamed(files.to_dataset()) == [("a0", "x0"), ("b0", "y0"), ("a1", "x1"), ("b1", "y1")]
+    assert streamed(files.to_dataset(shard=(2, 1))) == [("a1", "x1"), ("b1", "y1")]
+    write(tmp_path / "part2.en", b"c\n")
+    with pytest.raises(CorpusError, match="matches 3 files but .* matches 2"):
+        corpus.text_files(tmp_path / "part*.en", tmp_path / "part*.es")
