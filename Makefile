@@ -24,7 +24,7 @@ $(STAMP): requirements.txt pyproject.toml
 # split with sacrebleu, export a SavedModel for TF Serving, and translate through the export.
 demo: $(STAMP)
 	$(BIN)/python -m trainers.train --config trainers/configs/demo.yaml --model-dir $(DEMO_DIR)
-	$(BIN)/python -m trainers.average_checkpoints --model-dir $(DEMO_DIR) --last 3
+	$(BIN)/python -m trainers.average_checkpoints --model-dir $(DEMO_DIR) --last 2
 	$(BIN)/python -m trainers.evaluate --model-dir $(DEMO_DIR) --model model.averaged.keras \
 		--split test --length-penalty $(DEMO_ALPHA)
 	$(BIN)/python -m trainers.export --model-dir $(DEMO_DIR) --model model.averaged.keras \

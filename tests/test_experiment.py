@@ -22,7 +22,7 @@ def write(tmp_path, text, name="exp.yaml"):
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("demo", ("tiny", 128, 0.0, "tsv", 2000, 1600, 200, 5)),
+        ("demo", ("tiny", 128, 0.0, "tsv", 4000, 1400, 200, 5)),
         ("small", ("small", 256, 0.1, "tsv", 8000, 10_000, 500, 5)),
         ("base_wmt14", ("base", 512, 0.1, "tfds", 37000, 100_000, 1000, 5)),
         ("big_wmt14", ("big", 1024, 0.3, "tfds", 37000, 300_000, 1000, 20)),
