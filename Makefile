@@ -23,7 +23,8 @@ $(STAMP): requirements.txt pyproject.toml
 # Train the tiny preset on the bundled corpus, average its last checkpoints, score the test
 # split with sacrebleu, export a SavedModel for TF Serving, and translate through the export.
 demo: $(STAMP)
-	$(BIN)/python -m trainers.train --config trainers/configs/demo.yaml --model-dir $(DEMO_DIR)
+	$(BIN)/python -m trainers.train --config trainers/configs/demo.yaml --model-dir $(DEMO_DIR) \
+		--verbose 2
 	$(BIN)/python -m trainers.average_checkpoints --model-dir $(DEMO_DIR) --last 2
 	$(BIN)/python -m trainers.evaluate --model-dir $(DEMO_DIR) --model model.averaged.keras \
 		--split test --length-penalty $(DEMO_ALPHA)
