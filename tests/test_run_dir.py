@@ -62,12 +62,12 @@ def test_a_directory_belongs_to_one_experiment(tmp_path):
     run.save_experiment(experiment.with_vocab_sizes(2000, 2000))
     assert run.check_owner(experiment) is True
     assert run.check_owner(load_experiment(DEMO, ["training.steps=3200"])) is True
-    other = load_experiment(DEMO, ["data.vocab_size=4000", "model.d_ff=256"])
+    other = load_experiment(DEMO, ["data.vocab_size=3000", "model.d_ff=256"])
     with pytest.raises(ConfigError) as error:
         run.check_owner(other)
     assert str(error.value) == (
         f"--model-dir {tmp_path} belongs to another experiment (model.d_ff: 512 there, 256 "
-        "here; data.vocab_size: 2000 there, 4000 here); use a new --model-dir, or the "
+        "here; data.vocab_size: 4000 there, 3000 here); use a new --model-dir, or the "
         "configuration it was trained with"
     )
 
@@ -86,9 +86,9 @@ def test_an_unwritable_directory_is_refused(tmp_path):
 
 def test_a_disk_without_room_is_refused(tmp_path, monkeypatch):
     experiment = load_experiment(DEMO)
-    # tiny with 2,000 shared pieces and 128 positions: 5 checkpoints, 2 backups of 3 copies
-    # (weights and Adam's two moments), 2 saved models, in float32.
-    config = experiment.model.replace(vocab_size=2000)
+    # tiny with the demo's 4,000 shared pieces and 128 positions: 5 checkpoints, 2 backups of
+    # 3 copies (weights and Adam's two moments), 2 saved models, in float32.
+    config = experiment.model.replace(vocab_size=experiment.data.vocab_size)
     weights = 4 * config.parameter_count()
     needed = weights * (5 + 6 + 2) + (64 << 20)
     usage = type("Usage", (), {"free": needed})
