@@ -21,11 +21,12 @@ Each reader returns a `ParallelCorpus` of stripped (source, target) sentence str
 Two ways to read, with the same rules:
 - `read_tsv`, `read_text_pair`, `read_tfds` read a corpus into memory (`ParallelCorpus`):
   dev and test sets, examples, small corpora.
-- `tsv_files`, `text_files`, `tfds_split` describe a corpus without reading it (`CorpusFiles`,
-  `TfdsSplit`), for training corpora of any size: `scan()` streams over it once (the checks
-  above, counts, and a bounded sample to learn a vocabulary from) and `to_dataset()` reads it
-  through `tf.data` from the files, so neither Python nor the graph ever holds it whole. TSV
-  files may be a glob pattern matching several files, which workers then share out by file.
+- `tsv_files` and `text_files` (giving `CorpusFiles`) and `TfdsSplit` describe a corpus
+  without reading it, for training corpora of any size: `scan()` streams over it once (the
+  checks above, counts, and a bounded sample to learn a vocabulary from) and `to_dataset()`
+  reads it through `tf.data` from the files, so neither Python nor the graph ever holds it
+  whole. TSV files may be a glob pattern matching several files, which workers then share
+  out by file. (`read_tsv` and the others are these, read whole: `read()`.)
 """
 
 from __future__ import annotations
@@ -184,19 +185,8 @@ def read_tsv(path: str | os.PathLike, source_column: str, target_column: str) ->
     (316, 'data/bible-en-es/dev.tsv.xz (en -> es)')
     """
     name = os.fspath(path)
-    with contextlib.closing(_lines(path)) as lines:
-        pairs = _tsv_pairs(name, lines, source_column, target_column)
-    if not pairs:
-        raise CorpusError(f"{name}: no sentence pairs after the header")
-    return _collect(pairs, f"{name} ({source_column} -> {target_column})", name)
-
-
-def _tsv_pairs(
-    name: str, lines: Iterator[tuple[int, str]], source_column: str, target_column: str
-) -> list[tuple[str, str]]:
-    """The (source, target) fields of every row, checked against the header."""
-    columns, width = _tsv_header(name, lines, source_column, target_column)
-    return list(_tsv_rows(name, lines, columns, width))
+    origin = f"{name} ({source_column} -> {target_column})"
+    return CorpusFiles("tsv", ((name,),), source_column, target_column, origin).read()
 
 
 def _tsv_header(
@@ -254,19 +244,8 @@ def read_text_pair(
     >>> pairs = read_text_pair("newstest2014.en", "newstest2014.de")  # doctest: +SKIP
     """
     source_name, target_name = os.fspath(source_path), os.fspath(target_path)
-    sides = []
-    for name, path in ((source_name, source_path), (target_name, target_path)):
-        lines = [line for _, line in _lines(path)]
-        if not lines:
-            raise CorpusError(f"{name}: empty file, expected one sentence a line")
-        sides.append(lines)
-    if len(sides[0]) != len(sides[1]):
-        raise CorpusError(
-            f"{source_name} has {len(sides[0])} lines but {target_name} has {len(sides[1])}; "
-            "parallel files must align line by line"
-        )
     origin = f"{source_name} -> {target_name}"
-    return _collect(zip(*sides, strict=True), origin, origin)
+    return CorpusFiles("text", ((source_name, target_name),), origin=origin).read()
 
 
 def read_tfds(
@@ -301,14 +280,45 @@ def read_tfds(
     Example:
     >>> pairs = read_tfds("ted_hrlr_translate/pt_to_en", "train", "pt", "en")  # doctest: +SKIP
     """
-    split_ = TfdsSplit(name, split, source_language, target_language, data_dir)
-    origin, where = split_.origin, split_.where
-    with contextlib.closing(split_.raw_pairs()) as pairs:
-        return _collect(pairs, origin, where, count_label="examples")
+    return TfdsSplit(name, split, source_language, target_language, data_dir).read()
+
+
+class _Streamed:
+    """What `CorpusFiles` and `TfdsSplit` share: reading into memory and scanning, both from
+    `raw_pairs()`; `where` names the corpus in errors, `count_label` what it counts."""
+
+    count_label = "pairs"
+
+    def read(self) -> ParallelCorpus:
+        """The whole corpus in memory, stripped, empty pairs dropped and counted."""
+        with contextlib.closing(self.raw_pairs()) as pairs:
+            return _collect(pairs, self.origin, self.where, self.count_label)
+
+    def scan(self, *, sample_size: int = 0, seed: int = 0, limit: int | None = None):
+        """One streaming pass: the checks of the module doc, counts, a bounded sample.
+
+        Args:
+            sample_size: int. Pairs to keep in `CorpusScan.sample` (at most). Defaults to 0.
+            seed: int. Seed of the sampling. Defaults to 0.
+            limit: int or None. Only the first `limit` non-empty pairs count. Defaults to None.
+
+        Returns:
+            A `CorpusScan`. Raises `CorpusError` as `read()` does.
+        """
+        with contextlib.closing(self.raw_pairs()) as pairs:
+            return _scan(
+                pairs,
+                self.origin,
+                self.where,
+                sample_size=sample_size,
+                seed=seed,
+                limit=limit,
+                count_label=self.count_label,
+            )
 
 
 @dataclasses.dataclass(frozen=True)
-class TfdsSplit:
+class TfdsSplit(_Streamed):
     """A prepared TFDS translation split to stream (arguments and rules as `read_tfds`):
     `scan()` iterates it once in Python, `to_dataset()` is TFDS's own `tf.data` reader."""
 
@@ -317,6 +327,7 @@ class TfdsSplit:
     source_language: str
     target_language: str
     data_dir: str | None = None
+    count_label = "examples"
 
     @property
     def where(self) -> str:
@@ -342,19 +353,6 @@ class TfdsSplit:
                 )
         if not number:
             raise CorpusError(f"{self.where}: the split has no examples")
-
-    def scan(self, *, sample_size: int = 0, seed: int = 0, limit: int | None = None):
-        """As `CorpusFiles.scan`."""
-        with contextlib.closing(self.raw_pairs()) as pairs:
-            return _scan(
-                pairs,
-                self.origin,
-                self.where,
-                sample_size=sample_size,
-                seed=seed,
-                limit=limit,
-                count_label="examples",
-            )
 
     def to_dataset(self, *, shard=None, limit=None) -> tf.data.Dataset:
         """As `CorpusFiles.to_dataset`; a shard is every num_shards-th example."""
@@ -464,7 +462,7 @@ def _scan(
 
 
 @dataclasses.dataclass(frozen=True)
-class CorpusFiles:
+class CorpusFiles(_Streamed):
     """A parallel corpus in files, never held whole: `scan()` streams it once in Python,
     `to_dataset()` reads it through `tf.data`. Made by `tsv_files` or `text_files`.
 
@@ -487,20 +485,10 @@ class CorpusFiles:
         for unit in self.units:
             yield from self._unit_pairs(unit)
 
-    def scan(self, *, sample_size: int = 0, seed: int = 0, limit: int | None = None):
-        """One streaming pass: the checks of the module doc, counts, a bounded sample.
-
-        Args:
-            sample_size: int. Pairs to keep in `CorpusScan.sample` (at most). Defaults to 0.
-            seed: int. Seed of the sampling. Defaults to 0.
-            limit: int or None. Only the first `limit` non-empty pairs count. Defaults to None.
-
-        Returns:
-            A `CorpusScan`. Raises `CorpusError` as `read_tsv` / `read_text_pair` do.
-        """
-        where = self.units[0][0] if len(self.units) == 1 and self.kind == "tsv" else self.origin
-        with contextlib.closing(self.raw_pairs()) as pairs:
-            return _scan(pairs, self.origin, where, sample_size=sample_size, seed=seed, limit=limit)
+    @property
+    def where(self) -> str:
+        """A single TSV file names itself in errors; anything else by its origin."""
+        return self.units[0][0] if len(self.units) == 1 and self.kind == "tsv" else self.origin
 
     def to_dataset(
         self, *, shard: tuple[int, int] | None = None, limit: int | None = None

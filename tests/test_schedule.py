@@ -100,6 +100,6 @@ def test_the_trainer_gives_the_schedule_its_accumulation():
     experiment = load_experiment("trainers/configs/demo.yaml", overrides).with_vocab_sizes(50, 50)
     optimizer = _compiled_model(experiment, jit_compile=False).optimizer
     assert optimizer.gradient_accumulation_steps == 4
-    schedule = optimizer._learning_rate
-    assert isinstance(schedule, kt.WarmupSchedule)
-    assert (schedule.accumulation_steps, schedule.warmup_steps) == (4, 7)
+    schedule = optimizer.get_config()["learning_rate"]
+    assert schedule["registered_name"] == "keras_transformer>WarmupSchedule"
+    assert (schedule["config"]["accumulation_steps"], schedule["config"]["warmup_steps"]) == (4, 7)

@@ -308,19 +308,12 @@ def open_split(data: DataConfig, split: str):
 
 
 def read_split(data: DataConfig, split: str):
-    """The `ParallelCorpus` of a split ("train", "dev" or "test"), or None if not configured."""
-    from keras_transformer import corpus
-
-    location = getattr(data, split)
-    if location is None:
+    """The `ParallelCorpus` of a split ("train", "dev" or "test") read into memory, or None if
+    not configured."""
+    opened = open_split(data, split)
+    if opened is None:
         return None
-    source, target = data.source_language, data.target_language
-    if data.format == "tsv":
-        pairs = corpus.read_tsv(location, source, target)
-    elif data.format == "text":
-        pairs = corpus.read_text_pair(f"{location}.{source}", f"{location}.{target}")
-    else:
-        pairs = corpus.read_tfds(data.tfds_name, location, source, target, data.tfds_data_dir)
+    pairs = opened.read()
     if split == "train" and data.train_limit:
         pairs = pairs.take(data.train_limit)
     return pairs
