@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_transformer import workarounds
 from keras_transformer.text import BOS_ID, EOS_ID
 
 # Padded lengths of the buckets; the ones above max_length are dropped and max_length added.
@@ -138,7 +139,7 @@ def make_dataset(
     if shuffle_buffer:
         batches = batches.shuffle(64, seed=seed, reshuffle_each_iteration=True)
     batches = batches.map(_as_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
-    options = tf.data.Options()
+    options = workarounds.without_autotune_thread(tf.data.Options())
     options.deterministic = deterministic
     if shard is not None:  # already split between workers: tf.distribute must not split again
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

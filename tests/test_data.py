@@ -117,6 +117,15 @@ def test_deterministic_mode_repeats_exactly(corpus, vocab):
     )
 
 
+def test_batches_run_without_tf_data_autotuning(corpus, vocab):
+    """Its model thread can hold up the end of `fit` (keras_transformer.workarounds)."""
+    batches = data.make_dataset(
+        corpus.to_dataset(), vocab, max_length=MAX_LENGTH, tokens_per_batch=1024
+    )
+    assert batches.options().autotune.enabled is False
+    assert len(list(batches.take(3))) == 3
+
+
 def test_shards_partition_the_pairs(corpus, vocab):
     def targets(shard):
         return {
