@@ -30,7 +30,7 @@ demo: $(STAMP)
 		--split test --length-penalty $(DEMO_ALPHA)
 	$(BIN)/python -m trainers.export --model-dir $(DEMO_DIR) --model model.averaged.keras \
 		--out saved_models/demo --length-penalty $(DEMO_ALPHA)
-	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --saved-model saved_models/demo
+	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --model saved_models/demo
 
 # Two pytest workers, each taking whole test files (module fixtures train once): 7 to 13
 # minutes on the 2-core machines this was developed on (8 against 11.5 serially on one).

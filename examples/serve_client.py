@@ -7,7 +7,7 @@
 
 The export (`python -m trainers.export ... --out saved_models/demo`, served by
 `docker run -p 8501:8501 -p 8500:8500 -v "$PWD/saved_models/demo:/models/demo"
--e MODEL_NAME=demo tensorflow/serving`) has two signatures (keras_transformer/export.py):
+-e MODEL_NAME=demo tensorflow/serving`) has two signatures (keras_transformer/export/savedmodel.py):
 `serving_default`, input `text` (string [batch]) -> `translation` (string [batch]) and
 `score` (float32 [batch]); and `translate_ids`, input `source_ids` (int32 [batch, src_len],
 0-padded, each ending with EOS) -> `ids` (int32 [batch, out_len]) and `score`.

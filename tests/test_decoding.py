@@ -163,6 +163,44 @@ def test_a_beam_holding_every_hypothesis_finds_the_best_one():
             np.testing.assert_allclose(scores[row], all_scores[best], atol=1e-4)
 
 
+def test_n_best_of_a_beam_holding_every_hypothesis_are_the_exact_n_best():
+    """The setting above, `num_hypotheses=6`: the six best hypotheses of all 40, in order."""
+    keras.utils.set_random_seed(0)
+    model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=5))
+    source = np.array([[4, 1, 0], [4, 0, 0]])
+    ids, scores = beam_search(model, source, beam_size=36, max_extra_length=2, num_hypotheses=6)
+    assert ids.shape == (2, 6, 5) and scores.shape == (2, 6)
+    for row, (sentence, limit) in enumerate(zip(source, [4, 3], strict=True)):
+        hypotheses = [
+            [*prefix, EOS] + [0] * (limit - length)
+            for length in range(1, limit + 1)
+            for prefix in itertools.product([1, BOS, 4], repeat=length - 1)
+        ]
+        all_scores = _log_prob(model, np.tile(sentence, [len(hypotheses), 1]), hypotheses)
+        all_scores /= _lp(_lengths(hypotheses))
+        order = np.argsort(-all_scores)[:6]
+        np.testing.assert_array_equal(ids[row, :, :limit], np.array(hypotheses)[order])
+        np.testing.assert_allclose(scores[row], all_scores[order], atol=1e-4)
+
+
+def test_n_best_starts_with_the_best_and_keeps_beam_size_hypotheses(model_and_source):
+    model, source = model_and_source
+    best_ids, best_scores = beam_search(model, source, **SHORT)
+    ids, scores = beam_search(model, source, num_hypotheses=4, **SHORT)
+    assert ids.shape[:2] == scores.shape == (len(source), 4)
+    np.testing.assert_array_equal(ids[:, 0], best_ids)
+    np.testing.assert_allclose(scores[:, 0], best_scores, rtol=1e-5)
+    assert np.all(np.diff(scores, axis=1) <= 0) and np.all(scores.numpy() > -1e8)
+    one_ids, _ = beam_search(model, source, num_hypotheses=1, **SHORT)
+    np.testing.assert_array_equal(one_ids[:, 0], best_ids)
+
+
+@pytest.mark.parametrize("n", [0, 5, True, 2.0])
+def test_num_hypotheses_must_be_within_the_beam(random_model, n):
+    with pytest.raises(ValueError, match="num_hypotheses=.* must be None or an integer from 1"):
+        beam_search(random_model, RANDOM_SOURCE, beam_size=4, num_hypotheses=n)
+
+
 def test_beam_size_one_with_length_penalty_keeps_the_greedy_tokens(reversal_model):
     greedy_ids, _ = greedy_search(reversal_model, SOURCE)
     beam_ids, _ = beam_search(reversal_model, SOURCE, beam_size=1)

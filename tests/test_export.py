@@ -56,7 +56,13 @@ def test_layout_and_manifest(exported, model):
         "max_extra_length": 50,
         "max_input_tokens": MAX_LENGTH - 1,
     }
-    assert set(manifest["signatures"]) == {"serving_default", "translate_ids"}
+    assert set(manifest["signatures"]) == {
+        "serving_default",
+        "serving_xla",
+        "n_best",
+        "translate_ids",
+    }
+    assert set(tf.saved_model.load(str(version)).signatures) == set(manifest["signatures"])
     assert manifest["vocabulary"]["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
 
 
@@ -77,7 +83,7 @@ def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
             (Path(path) / "saved_model.pb").write_bytes(b"partial")
             raise OSError("No space left on device")
 
-    monkeypatch.setattr(export, "make_export_archive", lambda *a, **k: HalfWritten())
+    monkeypatch.setattr(export.savedmodel, "make_export_archive", lambda *a, **k: HalfWritten())
     with pytest.raises(OSError, match="No space left"):
         export.export_saved_model(model, bible.vocabularies(), directory)
     assert sorted(p.name for p in directory.iterdir()) == ["1", "2"]  # no temporary left
@@ -99,6 +105,41 @@ def test_serving_gives_the_library_translations(exported, model):
     np.testing.assert_array_equal(by_ids["ids"], ids)
     np.testing.assert_allclose(by_ids["score"], scores, rtol=1e-5)
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
+
+
+def test_xla_signature_translates_as_the_stock_one(exported):
+    """`serving_xla` pads requests to shape buckets and compiles the search: same outputs,
+    whatever the batch (an empty one included) and length (over-long inputs included)."""
+    _, version = exported
+    loaded = tf.saved_model.load(str(version))
+    requests = [
+        SENTENCES,
+        SENTENCES[:1],
+        ["Amen.", "", "God " * 40, "Let there be light.", " ", "And the evening."],
+        [],
+    ]
+    for request in requests:
+        text = tf.constant(request, tf.string, shape=[len(request)])
+        stock = loaded.signatures["serving_default"](text=text)
+        xla = loaded.signatures["serving_xla"](text=text)
+        np.testing.assert_array_equal(xla["translation"], stock["translation"])
+        np.testing.assert_allclose(xla["score"], stock["score"], atol=1e-4)
+
+
+def test_n_best_signature_returns_the_beam_best_first(exported):
+    _, version = exported
+    loaded = tf.saved_model.load(str(version))
+    best = loaded.signatures["serving_default"](text=tf.constant(SENTENCES + [" "]))
+    n_best = loaded.signatures["n_best"](text=tf.constant(SENTENCES + [" "]))
+    translations, scores = n_best["translations"].numpy(), n_best["scores"].numpy()
+    assert translations.shape == scores.shape == (len(SENTENCES) + 1, 4)
+    assert np.all(np.diff(scores[:-1], axis=1) <= 0) and np.all(scores[:-1] > -1e8)
+    np.testing.assert_array_equal(translations[:, 0], best["translation"].numpy())
+    np.testing.assert_allclose(scores[:, 0], best["score"].numpy(), rtol=1e-5)
+    assert list(translations[-1]) == [b""] * 4 and list(scores[-1]) == [0.0] * 4  # nothing in
+    assert len({tuple(row) for row in translations[:-1]}) == len(SENTENCES)
+    empty = loaded.signatures["n_best"](text=tf.constant([], tf.string))
+    assert empty["translations"].shape == (0, 4)
 
 
 def test_translate_ids_cuts_over_long_rows_and_keeps_their_eos(exported, model):
@@ -238,6 +279,8 @@ def test_saved_model_cli_show_and_run(exported):
         "outputs['translation']",
         "outputs['score']",
         "signature_def['translate_ids']",
+        "signature_def['n_best']",
+        "signature_def['serving_xla']",
         "inputs['source_ids']",
     ):
         assert expected in show.stdout
@@ -289,6 +332,48 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 5
 
 
+def test_translate_cli_n_best(exported):
+    directory, _ = exported
+    result = subprocess.run(
+        [sys.executable, "-m", "trainers.translate", "--model", str(directory), "--n-best", "3"],
+        cwd=ROOT,
+        env=ENV,
+        input="Amen.\nGod said.\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line.split(" ||| ") for line in result.stdout.splitlines()]
+    assert [line[0] for line in lines] == ["0", "0", "0", "1", "1", "1"]
+    for first in (lines[:3], lines[3:]):
+        scores = [float(line[2]) for line in first]
+        assert scores == sorted(scores, reverse=True)
+    too_many = _cli(
+        sys.executable,
+        "-m",
+        "trainers.translate",
+        "--model",
+        str(directory),
+        "--n-best",
+        "5",
+        "--input",
+        os.devnull,
+    )
+    assert too_many.returncode == 0  # no input line: nothing asked of the model
+    too_many = subprocess.run(
+        [sys.executable, "-m", "trainers.translate", "--model", str(directory), "--n-best", "5"],
+        cwd=ROOT,
+        env=ENV,
+        input="Amen.\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert too_many.returncode == 2
+    assert "--n-best 5: the SavedModel keeps 4 hypotheses" in too_many.stderr
+
+
 def test_translate_cli_reports_a_missing_export(tmp_path):
     result = _cli(sys.executable, "-m", "trainers.translate", "--saved-model", str(tmp_path))
-    assert result.returncode == 2 and "no saved_model.pb and no version folder" in result.stderr
+    assert result.returncode == 2 and "no saved_model.pb, no version folder" in result.stderr

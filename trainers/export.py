@@ -1,11 +1,17 @@
-"""Export a trained model for TF Serving:
-`python -m trainers.export --model-dir DIR --out saved_models/NAME`.
+"""Export a trained model for TF Serving or CTranslate2:
+`python -m trainers.export --model-dir DIR --out saved_models/NAME [--format ctranslate2]`.
 
-Writes saved_models/NAME/VERSION/ (the next free version unless --version is given), a
-SavedModel whose `serving_default` signature takes raw strings (`text`) and returns
-`translation` and `score`, with tokenization and beam search in the graph; and
-saved_models/NAME/keras/ (model.keras and the vocabulary) for fine-tuning with model.fit.
-Both carry a manifest.json: configuration, vocabulary, decoding settings, metrics, version.
+`--format savedmodel` (the default) writes saved_models/NAME/VERSION/ (the next free version
+unless --version is given), a SavedModel whose `serving_default` signature takes raw strings
+(`text`) and returns `translation` and `score`, with tokenization and beam search in the
+graph; and saved_models/NAME/keras/ (model.keras and the vocabulary) for fine-tuning with
+model.fit. Both carry a manifest.json: configuration, vocabulary, decoding settings, metrics,
+version.
+
+`--format ctranslate2 [--quantization int8|int8_float32|int16|float16]` writes the directory
+--out (which must not exist) as a CTranslate2 model with its SentencePiece models and
+manifest.json; `trainers.translate --model` runs it with ctranslate2 and sentencepiece alone.
+It needs the optional extra: pip install 'keras-transformer[ctranslate2]'.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="model file in the model directory (e.g. model.averaged.keras)",
     )
     parser.add_argument("--version", type=int, help="version number (default: the next one)")
+    parser.add_argument("--format", default="savedmodel", choices=["savedmodel", "ctranslate2"])
+    parser.add_argument(
+        "--quantization",
+        choices=["int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16"],
+        help="--format ctranslate2: the weights' type (default float32)",
+    )
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.6)
     return parser.parse_args(argv)
@@ -49,6 +61,23 @@ def main(argv=None) -> int:
         "source_model": str(run.model(args.model)),
         "metrics": run.metrics(),
     }
+    if args.format == "ctranslate2":
+        try:
+            written = export.ctranslate2.export_ctranslate2(
+                model,
+                vocabularies,
+                args.out,
+                quantization=args.quantization,
+                beam_size=args.beam_size,
+                length_penalty=args.length_penalty,
+                manifest=manifest,
+            )
+        except (FileExistsError, ImportError, ValueError) as error:
+            return errors.fail(error)
+        print(f"wrote {written} (CTranslate2 model, {args.quantization or 'float32'} weights)")
+        return errors.EXIT_OK
+    if args.quantization:
+        return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))
     version = export.export_saved_model(
         model,
         vocabularies,

@@ -1,35 +1,76 @@
-"""Translate lines with an exported SavedModel:
-`python -m trainers.translate --saved-model saved_models/NAME [--input FILE]`.
+"""Translate lines with an exported model:
+`python -m trainers.translate --model saved_models/NAME [--input FILE] [--n-best K]`.
 
 Reads sentences one a line (stdin by default), writes one translation a line (stdout by
-default), in batches. It needs nothing but tensorflow and tensorflow_text, like TF Serving:
-the tokenizer and the beam search are inside the SavedModel. --saved-model is either a
-version folder or the model folder, whose highest version is used.
+default), in batches. --model (or its older name --saved-model) is either
+
+- a TF Serving SavedModel (`trainers.export`): a version folder, or the model folder whose
+  highest version is used. It needs nothing but tensorflow and tensorflow_text, like TF
+  Serving: the tokenizer and the beam search are inside the SavedModel; or
+- a CTranslate2 directory (`trainers.export --format ctranslate2`). It needs nothing but
+  ctranslate2 and sentencepiece, and decodes as the SavedModel does (`CTranslate2Translator`).
+
+With --n-best K, each sentence gets its K best hypotheses, best first, as
+`INDEX ||| TRANSLATION ||| SCORE` lines (the n-best format of Moses and Marian; INDEX counts
+input lines from 0).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+CTRANSLATE2_FORMAT = "keras-transformer/ctranslate2"  # keras_transformer.export.ctranslate2
+BOS_ID, EOS_ID = 2, 3
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m trainers.translate", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--saved-model", required=True, type=Path)
+    parser.add_argument(
+        "--model",
+        "--saved-model",
+        dest="model",
+        required=True,
+        type=Path,
+        help="a SavedModel (version or model folder) or a CTranslate2 directory",
+    )
     parser.add_argument("--input", type=Path, help="one sentence a line (default: stdin)")
     parser.add_argument("--output", type=Path, help="default: stdout")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--with-scores", action="store_true", help="write SCORE<TAB>TRANSLATION lines"
     )
+    parser.add_argument(
+        "--n-best",
+        type=int,
+        default=1,
+        help="write the K best hypotheses of each sentence (at most the beam size)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CTranslate2 only: threads of its one translator (0: its default)",
+    )
     return parser.parse_args(argv)
+
+
+def is_ctranslate2(path: Path) -> bool:
+    """Whether `path` is a CTranslate2 directory written by `trainers.export`."""
+    manifest = path / "manifest.json"
+    if not (path / "model.bin").exists() or not manifest.exists():
+        return False
+    return json.loads(manifest.read_text()).get("format") == CTRANSLATE2_FORMAT
 
 
 def resolve_version(path: Path) -> Path:
@@ -38,8 +79,137 @@ def resolve_version(path: Path) -> Path:
         return path
     versions = sorted((p for p in path.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
     if not versions:
-        raise FileNotFoundError(f"{path}: no saved_model.pb and no version folder in it")
+        raise FileNotFoundError(
+            f"{path}: no saved_model.pb, no version folder and no CTranslate2 model in it"
+        )
     return versions[-1]
+
+
+class Hypothesis(NamedTuple):
+    """One translation: target ids (EOS excluded), its text and its score."""
+
+    ids: list[int]
+    text: str
+    score: float
+
+
+class CTranslate2Translator:
+    """Translates with a CTranslate2 directory as the SavedModel does, with CTranslate2 and
+    SentencePiece alone.
+
+    What the SavedModel's graph does is done here around `ctranslate2.Translator`: inputs cut
+    to `max_length - 1` pieces (then EOS, which CTranslate2 adds), an empty input answered
+    with an empty translation, each sentence's output limited to its source length (EOS
+    included) + `max_extra_length` tokens within `max_length`, EOS ending a hypothesis cut at
+    its limit, padding never generated. Beam search ranks as ours: CTranslate2 returns its
+    `beam_size` finished hypotheses with their summed log-probabilities (length penalty 0),
+    re-ranked here by logP / ((5 + |Y|) / 6) ** alpha, |Y| counting EOS (Wu et al., 2016).
+    CTranslate2's own stopping rule decides which hypotheses finish, so the best may differ
+    from our beam search's on rare sentences (BENCHMARKS.md measures how often).
+
+    Args:
+        directory: the CTranslate2 directory.
+        threads: int. `intra_threads` of the translator; 0 lets CTranslate2 choose.
+        compute_type: str. CTranslate2's compute type ("default": as saved).
+    """
+
+    def __init__(self, directory, *, threads: int = 0, compute_type: str = "default"):
+        import ctranslate2
+        import sentencepiece
+
+        directory = Path(directory)
+        self.manifest = json.loads((directory / "manifest.json").read_text())
+        vocabulary, decoding = self.manifest["vocabulary"], self.manifest["decoding"]
+        self.source = sentencepiece.SentencePieceProcessor(
+            model_file=str(directory / vocabulary["source"])
+        )
+        self.target = sentencepiece.SentencePieceProcessor(
+            model_file=str(directory / vocabulary["target"])
+        )
+        self.beam_size = decoding["beam_size"]
+        self.length_penalty = decoding["length_penalty"]
+        self.max_extra_length = decoding["max_extra_length"]
+        self.max_length = decoding["max_length"]
+        self.translator = ctranslate2.Translator(
+            str(directory), device="cpu", compute_type=compute_type, intra_threads=threads
+        )
+
+    def translate(
+        self, sentences: list[str], *, beam_size: int | None = None, n_best: int = 1
+    ) -> list[list[Hypothesis]]:
+        """The `n_best` best hypotheses of each sentence, best first (greedy search with
+        `beam_size` 1; default: the beam size of the export)."""
+        beam_size = self.beam_size if beam_size is None else beam_size
+        if not 1 <= n_best <= beam_size:
+            raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
+        pieces = [self.source.encode(s, out_type=str)[: self.max_length - 1] for s in sentences]
+        # Our limits count the source's EOS and the output's.
+        limits = [min(len(p) + 1 + self.max_extra_length, self.max_length) for p in pieces]
+        todo = [i for i, p in enumerate(pieces) if p]
+        results = [[Hypothesis([], "", 0.0)] * n_best for _ in sentences]
+        if not todo:
+            return results
+        found = self.translator.translate_batch(
+            [pieces[i] for i in todo],
+            beam_size=beam_size,
+            num_hypotheses=beam_size,
+            length_penalty=0.0,
+            return_scores=True,
+            max_decoding_length=max(limits[i] for i in todo),
+            suppress_sequences=[["<pad>"]],
+        )
+        for i, result in zip(todo, found, strict=True):
+            hypotheses = []
+            for tokens, score in zip(result.hypotheses, result.scores, strict=True):
+                ids = [self.target.piece_to_id(t) for t in tokens][: limits[i] - 1]
+                if beam_size > 1:  # greedy scores are summed log-probabilities, as ours
+                    score /= ((5.0 + len(ids) + 1) / 6.0) ** self.length_penalty
+                hypotheses.append((ids, score))
+            hypotheses.sort(key=lambda h: -h[1])
+            results[i] = [
+                Hypothesis(ids, self.target.decode(ids), score)
+                for ids, score in hypotheses[:n_best]
+            ]
+        return results
+
+
+class SavedModelTranslator:
+    """Translates with a SavedModel's signatures (`serving_default`, or `n_best`)."""
+
+    def __init__(self, version: Path):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+        self._tf = tf
+        self.loaded = tf.saved_model.load(str(version))
+
+    def translate(self, lines: list[bytes], *, n_best: int = 1) -> list[list[Hypothesis]]:
+        tf = self._tf
+        text = tf.constant(lines)
+        if n_best == 1:
+            result = self.loaded.signatures["serving_default"](text=text)
+            return [
+                [Hypothesis([], translation.decode("utf-8"), float(score))]
+                for translation, score in zip(
+                    result["translation"].numpy(), result["score"].numpy(), strict=True
+                )
+            ]
+        if "n_best" not in self.loaded.signatures:
+            raise ValueError("this SavedModel has no n_best signature; export it again")
+        result = self.loaded.signatures["n_best"](text=text)
+        translations, scores = result["translations"].numpy(), result["scores"].numpy()
+        if n_best > translations.shape[1]:
+            raise ValueError(
+                f"--n-best {n_best}: the SavedModel keeps {translations.shape[1]} hypotheses "
+                "(its beam size)"
+            )
+        return [
+            [
+                Hypothesis([], t.decode("utf-8"), float(s))
+                for t, s in zip(row[:n_best], row_scores[:n_best], strict=True)
+            ]
+            for row, row_scores in zip(translations, scores, strict=True)
+        ]
 
 
 def batches(lines, size: int):
@@ -55,37 +225,54 @@ def batches(lines, size: int):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.batch_size < 1:
-        print(f"error: --batch-size={args.batch_size} must be >= 1", file=sys.stderr)
-        return 2
+    for name in ("batch_size", "n_best"):
+        if getattr(args, name) < 1:
+            flag = "--" + name.replace("_", "-")
+            print(f"error: {flag}={getattr(args, name)} must be >= 1", file=sys.stderr)
+            return 2
     try:
-        version = resolve_version(args.saved_model)
-    except FileNotFoundError as error:
+        if is_ctranslate2(args.model):
+            translator = CTranslate2Translator(args.model, threads=args.threads)
+            if args.n_best > translator.beam_size:
+                raise ValueError(
+                    f"--n-best {args.n_best}: more than the beam size {translator.beam_size}"
+                )
+        else:
+            translator = SavedModelTranslator(resolve_version(args.model))
+    except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-
-    translate = tf.saved_model.load(str(version)).signatures["serving_default"]
-    if args.input:
-        source = open(args.input, encoding="utf-8", errors="surrogateescape")
-    else:
-        source = sys.stdin
-        source.reconfigure(encoding="utf-8", errors="surrogateescape")
-    sink = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     sentences, started = 0, time.perf_counter()
-    with source, sink:
-        for batch in batches(source, args.batch_size):
-            # Bytes as read: undecodable input reaches the model, which replaces it with U+FFFD.
-            text = tf.constant([line.encode("utf-8", "surrogateescape") for line in batch])
-            result = translate(text=text)
-            for score, translation in zip(
-                result["score"].numpy(), result["translation"].numpy(), strict=True
-            ):
-                line = translation.decode("utf-8")
-                sink.write(f"{score:.4f}\t{line}\n" if args.with_scores else line + "\n")
-            sink.flush()
-            sentences += len(batch)
+    try:
+        with contextlib.ExitStack() as files:  # closes the files it opened, not stdin/stdout
+            if args.input:
+                source = files.enter_context(
+                    open(args.input, encoding="utf-8", errors="surrogateescape")
+                )
+            else:
+                source = sys.stdin
+                source.reconfigure(encoding="utf-8", errors="surrogateescape")
+            sink = (
+                files.enter_context(open(args.output, "w", encoding="utf-8"))
+                if args.output
+                else sys.stdout
+            )
+            for batch in batches(source, args.batch_size):
+                # Bytes as read: undecodable input becomes U+FFFD (in the SavedModel's graph,
+                # or here for CTranslate2).
+                raw = [line.encode("utf-8", "surrogateescape") for line in batch]
+                if isinstance(translator, CTranslate2Translator):
+                    text = [line.decode("utf-8", "replace") for line in raw]
+                    results = translator.translate(text, n_best=args.n_best)
+                else:
+                    results = translator.translate(raw, n_best=args.n_best)
+                for index, hypotheses in enumerate(results, start=sentences):
+                    sink.write(_format(index, hypotheses, args))
+                sink.flush()
+                sentences += len(batch)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     seconds = time.perf_counter() - started
     print(
         f"translated {sentences} sentence{'' if sentences == 1 else 's'} in {seconds:.1f} s "
@@ -93,6 +280,13 @@ def main(argv=None) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _format(index: int, hypotheses: list[Hypothesis], args) -> str:
+    if args.n_best > 1:
+        return "".join(f"{index} ||| {h.text} ||| {h.score:.4f}\n" for h in hypotheses)
+    best = hypotheses[0]
+    return f"{best.score:.4f}\t{best.text}\n" if args.with_scores else best.text + "\n"
 
 
 if __name__ == "__main__":

@@ -142,6 +142,7 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     use_cache: bool = True,
+    num_hypotheses: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search with the length penalty of Wu et al. (2016), as in the paper (6.1).
 
@@ -166,10 +167,14 @@ def beam_search(
             "tensor2tensor".
         model, source_ids, max_extra_length, max_length, bos_id, eos_id, use_cache: see
             `greedy_search`.
+        num_hypotheses: int or None. None returns each sentence's best hypothesis; n (1 to
+            `beam_size`) returns its n best, and a sentence then stops only when no alive
+            hypothesis can beat its n-th best finished one. Defaults to None.
 
     Returns:
         `(ids int32 [batch, out_len], scores float32 [batch])`: the best finished hypothesis
-        of each sentence and its length-normalised score.
+        of each sentence and its length-normalised score; with `num_hypotheses=n`, `(ids
+        [batch, n, out_len], scores [batch, n])`, best first.
 
     Example:
     >>> from keras_transformer import TransformerConfig, build_transformer
@@ -185,6 +190,12 @@ def beam_search(
         raise ValueError(f"length_penalty={length_penalty} must be >= 0")
     if finish_rule not in FINISH_RULES:
         raise ValueError(f"finish_rule={finish_rule!r} must be one of {FINISH_RULES}")
+    n_best = 1 if num_hypotheses is None else num_hypotheses
+    if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+        raise ValueError(
+            f"num_hypotheses={num_hypotheses!r} must be None or an integer from 1 to "
+            f"beam_size={beam_size}"
+        )
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     k, vocab = beam_size, model.config.target_vocab
     batch = _batch_size(source_ids)
@@ -223,7 +234,7 @@ def beam_search(
         finished_ids = tf.gather(tf.concat([finished_ids, candidates], 1), pick, batch_dims=1)
 
         best_alive_bound = alive_logp[:, 0] / lp(limits)  # (batch,)
-        done = done | at_limit | (finished_scores[:, 0] >= best_alive_bound)
+        done = done | at_limit | (finished_scores[:, n_best - 1] >= best_alive_bound)
         return (alive_ids, alive_logp, finished_ids, finished_scores, done), cache
 
     ids = tf.tile(_start_ids(batch, max_len, bos_id)[:, None, :], [1, k, 1])  # (b, beam, T+1)
@@ -237,7 +248,9 @@ def beam_search(
     )
     state = decode_loop(body, state, cache, max_len, finished=lambda state: state[-1])
     _, _, finished_ids, finished_scores, _ = state
-    return finished_ids[:, 0, 1:], finished_scores[:, 0]
+    if num_hypotheses is None:
+        return finished_ids[:, 0, 1:], finished_scores[:, 0]
+    return finished_ids[:, :n_best, 1:], finished_scores[:, :n_best]
 
 
 def translate_ids(

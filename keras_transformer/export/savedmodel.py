@@ -1,9 +1,19 @@
 """A SavedModel for TF Serving: raw strings in, translations out.
 
-`export_saved_model` writes `DIRECTORY/VERSION/` (TF Serving's layout) with two signatures:
+`export_saved_model` writes `DIRECTORY/VERSION/` (TF Serving's layout) with four signatures:
 
 - `serving_default`: input `text` (string `[batch]`) -> outputs `translation` (string
   `[batch]`) and `score` (float32 `[batch]`, the beam's length-normalised log-probability).
+- `serving_xla`: `serving_default` with the search compiled by XLA (several times faster on
+  CPU; BENCHMARKS.md). Requests are padded to shape buckets (batch to a power of two, length
+  to a multiple of 16) and each bucket compiles once, on its first request. TF Serving runs it
+  only when started with `--xla_cpu_compilation_enabled=true` (off by default: without it a
+  request to this signature fails and the others still work); `tf.saved_model.load` runs it
+  as it is.
+- `n_best`: input `text` -> outputs `translations` (string `[batch, beam_size]`) and `scores`
+  (float32 `[batch, beam_size]`): every finished hypothesis of the beam, best first (the
+  search runs until none of them can be beaten, so it can take longer than
+  `serving_default`).
 - `translate_ids`: input `source_ids` (int32 `[batch, src_len]`, 0-padded, ending with EOS)
   -> outputs `ids` (int32 `[batch, out_len]`, EOS-terminated, 0-padded) and `score`, for
   users with their own tokenizer (the SentencePiece models are in `assets.extra/`). A row
@@ -38,6 +48,8 @@ from keras_transformer.files import atomic_directory
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"
+# Batch sizes the XLA signature pads a request to (larger batches: to a multiple of the last).
+BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
 
 def _source_ids(tokenizer, text, max_length: int):
@@ -93,7 +105,25 @@ def make_export_archive(
             max_extra_length=max_extra_length,
         )
 
-    def serve(text):
+    compiled_search = tf.function(search, jit_compile=True)
+
+    def xla_search(source_ids):
+        # XLA compiles one program per input shape: padding to buckets (batch to a power of
+        # two, width to a multiple of 16) bounds the programs a server compiles. Padding rows
+        # and columns change no real sentence's translation (every attention masks them).
+        batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        batches, largest = tf.constant(BATCH_BUCKETS), BATCH_BUCKETS[-1]
+        beyond = (tf.maximum(batch, 1) + largest - 1) // largest * largest
+        batch_bucket = tf.reduce_min(
+            tf.concat([tf.boolean_mask(batches, batches >= batch), [beyond]], 0)
+        )
+        width_bucket = tf.minimum((width + 15) // 16 * 16, max_length)
+        padded = tf.pad(source_ids, [[0, batch_bucket - batch], [0, width_bucket - width]])
+        ids, score = compiled_search(padded)
+        out_len = tf.minimum(width + max_extra_length, max_length)
+        return ids[:batch, :out_len], score[:batch]
+
+    def translate_text(text, search):
         source_ids = _source_ids(vocabularies.source, text, max_length)
         ids, score = search(source_ids)
         translation = vocabularies.target.detokenize(ids)
@@ -105,9 +135,34 @@ def make_export_archive(
             "score": tf.where(empty, tf.zeros_like(score), score),
         }
 
+    def serve(text):
+        return translate_text(text, search)
+
+    def serve_xla(text):
+        return translate_text(text, xla_search)
+
     def translate_ids(source_ids):
         ids, score = search(_checked_ids(source_ids, max_length, model.config.source_vocab))
         return {"ids": ids, "score": score}
+
+    def n_best(text):
+        source_ids = _source_ids(vocabularies.source, text, max_length)
+        ids, scores = decoding.beam_search(
+            model,
+            source_ids,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            max_extra_length=max_extra_length,
+            num_hypotheses=beam_size,
+        )  # (batch, beam, out_len), (batch, beam)
+        batch, out_len = tf.shape(ids)[0], tf.shape(ids)[2]  # (an empty batch has no -1)
+        flat = vocabularies.target.detokenize(tf.reshape(ids, [batch * beam_size, out_len]))
+        translations = tf.reshape(flat, [batch, beam_size])
+        empty = (tf.math.count_nonzero(source_ids, axis=1) <= 1)[:, None]
+        return {
+            "translations": tf.where(empty, tf.constant(""), translations),
+            "scores": tf.where(empty, tf.zeros_like(scores), scores),
+        }
 
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -117,6 +172,12 @@ def make_export_archive(
         archive.track(tokenizer)  # its SentencePiece model goes into the SavedModel
     archive.add_endpoint(
         "serving_default", serve, input_signature=[tf.TensorSpec([None], tf.string, "text")]
+    )
+    archive.add_endpoint(
+        "serving_xla", serve_xla, input_signature=[tf.TensorSpec([None], tf.string, "text")]
+    )
+    archive.add_endpoint(
+        "n_best", n_best, input_signature=[tf.TensorSpec([None], tf.string, "text")]
     )
     archive.add_endpoint(
         "translate_ids",
@@ -196,6 +257,18 @@ def export_saved_model(
                 "serving_default": {
                     "inputs": {"text": "string [batch]"},
                     "outputs": {"translation": "string [batch]", "score": "float32 [batch]"},
+                },
+                "serving_xla": {
+                    "inputs": {"text": "string [batch]"},
+                    "outputs": {"translation": "string [batch]", "score": "float32 [batch]"},
+                    "server_flag": "--xla_cpu_compilation_enabled=true",
+                },
+                "n_best": {
+                    "inputs": {"text": "string [batch]"},
+                    "outputs": {
+                        "translations": f"string [batch, {beam_size}]",
+                        "scores": f"float32 [batch, {beam_size}]",
+                    },
                 },
                 "translate_ids": {
                     "inputs": {"source_ids": "int32 [batch, src_len]"},

@@ -1,0 +1,182 @@
+"""Serving side by side: the SavedModel (stock and XLA signatures) and the CTranslate2 export of
+one trained model, on the same sentences, tokenization included.
+
+    python -m benchmarks.serve --model-dir runs/demo --model model.averaged.keras \
+        --length-penalty 1.0
+
+Exports the model into a temporary folder (SavedModels with beam 1 and beam 4, CTranslate2
+float32 and int8 with the same decoding settings), then, for greedy and beam 4:
+- batches of 32: the test split (1,020 verses) in batches of 32, milliseconds a sentence
+  (total time over sentences; the median over --repeats passes), and the test BLEU of
+  those translations (sacrebleu, as trainers.evaluate scores);
+- one sentence at a time: --single verses one request each, p50 and p95 milliseconds (over
+  all requests of all passes).
+Engines alternate within each pass, so a drifting machine is fair to all. TensorFlow uses its
+default threads (all cores); CTranslate2 runs --ct2-threads threads (1 by default, as
+CTranslate2's own benchmarks of single-core serving). XLA compiles one program per shape
+bucket: a warm-up pass compiles them before timing. Prints a Markdown table, then one JSON
+object (the benchmarks' schema) as the last stdout line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from trainers import startup_logs  # noqa: E402
+
+startup_logs.install()
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_transformer import corpus, evaluation, export  # noqa: E402
+from trainers.run_dir import MODEL, RunDirectory  # noqa: E402
+from trainers.translate import CTranslate2Translator  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST = ROOT / "data" / "bible-en-es" / "test.tsv.xz"
+
+
+def engines(model, vocabularies, folder: Path, args) -> dict:
+    """name -> (decoding, translate(list[str]) -> list[str]) for every artifact."""
+    settings = dict(length_penalty=args.length_penalty)
+    found = {}
+    for beam, decoding in ((1, "greedy"), (4, "beam 4")):
+        version = export.export_saved_model(
+            model, vocabularies, folder / f"saved_model_beam{beam}", beam_size=beam, **settings
+        )
+        loaded = tf.saved_model.load(str(version))
+        for signature in ("serving_default", "serving_xla"):
+            if signature not in loaded.signatures:
+                continue
+            serve = loaded.signatures[signature]
+            found[f"SavedModel {signature}", decoding] = _saved_model_translate(serve)
+    for quantization in args.ct2_types:
+        directory = export.ctranslate2.export_ctranslate2(
+            model,
+            vocabularies,
+            folder / f"ctranslate2_{quantization}",
+            quantization=None if quantization == "float32" else quantization,
+            **settings,
+        )
+        translator = CTranslate2Translator(directory, threads=args.ct2_threads)
+        for beam, decoding in ((1, "greedy"), (4, "beam 4")):
+            name = f"CTranslate2 {quantization}, {args.ct2_threads} thread(s)"
+            found[name, decoding] = _ct2_translate(translator, beam)
+    return found
+
+
+def _saved_model_translate(serve):
+    def translate(sentences):
+        out = serve(text=tf.constant(sentences))["translation"].numpy()
+        return [t.decode("utf-8") for t in out]
+
+    return translate
+
+
+def _ct2_translate(translator, beam):
+    def translate(sentences):
+        return [h[0].text for h in translator.translate(sentences, beam_size=beam)]
+
+    return translate
+
+
+def run(args) -> dict:
+    run_dir = RunDirectory(args.model_dir)
+    _, vocabularies, model = run_dir.load_trained(args.model)
+    test = corpus.read_tsv(TEST, "en", "es")
+    sources, references = list(test.sources), list(test.targets)
+    single = sources[: args.single]
+    with tempfile.TemporaryDirectory() as tmp:
+        found = engines(model, vocabularies, Path(tmp), args)
+        batched = {key: [] for key in found}
+        latencies = {key: [] for key in found}
+        hypotheses = {}
+        for translate in found.values():  # warm-up: XLA compiles each shape bucket here
+            for start in range(0, len(sources), 32):
+                translate(sources[start : start + 32])
+            for sentence in single:
+                translate([sentence])
+        for _ in range(args.repeats):
+            for key, translate in found.items():
+                started, out = time.perf_counter(), []
+                for start in range(0, len(sources), 32):
+                    out += translate(sources[start : start + 32])
+                batched[key].append(1e3 * (time.perf_counter() - started) / len(sources))
+                hypotheses[key] = out
+                for sentence in single:
+                    started = time.perf_counter()
+                    translate([sentence])
+                    latencies[key].append(1e3 * (time.perf_counter() - started))
+    rows = []
+    for key in found:
+        name, decoding = key
+        rows.append(
+            dict(
+                engine=name,
+                decoding=decoding,
+                batch32_ms_per_sentence=round(statistics.median(batched[key]), 2),
+                single_p50_ms=round(float(np.percentile(latencies[key], 50)), 2),
+                single_p95_ms=round(float(np.percentile(latencies[key], 95)), 2),
+                test_bleu=round(evaluation.score(hypotheses[key], references)["bleu"], 2),
+            )
+        )
+    return dict(
+        impl="keras_transformer",
+        mode="serve",
+        model_dir=str(args.model_dir),
+        model=args.model,
+        preset=model.config.to_dict(),
+        sentences=len(sources),
+        single_requests=len(single) * args.repeats,
+        repeats=args.repeats,
+        length_penalty=args.length_penalty,
+        ct2_threads=args.ct2_threads,
+        rows=rows,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+
+
+def table(result: dict) -> str:
+    lines = [
+        "| engine | decoding | batches of 32, ms a sentence | one at a time, p50 / p95 ms "
+        "| test BLEU |",
+        "|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        lines.append(
+            f"| {row['engine']} | {row['decoding']} | {row['batch32_ms_per_sentence']} | "
+            f"{row['single_p50_ms']} / {row['single_p95_ms']} | {row['test_bleu']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument("--model", default=MODEL, help="e.g. model.averaged.keras")
+    parser.add_argument("--length-penalty", type=float, default=0.6)
+    parser.add_argument("--single", type=int, default=100, help="verses sent one at a time")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ct2-threads", type=int, default=1)
+    parser.add_argument(
+        "--ct2-types", nargs="+", default=["float32", "int8"], help="CTranslate2 weight types"
+    )
+    args = parser.parse_args(argv)
+    result = run(args)
+    print(table(result))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Exports of a trained model for serving.
+
+savedmodel.py    `export_saved_model`: a TF Serving SavedModel, text in, translations out
+                 (tokenization and beam search in the graph)
+ctranslate2.py   `export_ctranslate2`: a CTranslate2 model directory (the optional
+                 `ctranslate2` package; imported on first use)
+"""
+
+import importlib
+
+from keras_transformer.export.savedmodel import (
+    MANIFEST,
+    export_saved_model,
+    make_export_archive,
+    next_version,
+)
+
+
+def __getattr__(name: str):
+    # ctranslate2.py needs the optional `ctranslate2` package only when it writes a model.
+    if name == "ctranslate2":
+        return importlib.import_module(f"{__name__}.ctranslate2")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["MANIFEST", "ctranslate2", "export_saved_model", "make_export_archive", "next_version"]

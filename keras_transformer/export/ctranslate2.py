@@ -1,0 +1,247 @@
+"""A CTranslate2 model directory from a trained `Transformer`: the C++ engine OpenNMT serves with.
+
+CTranslate2 (https://opennmt.net/CTranslate2) converts OpenNMT, Fairseq, Marian and Hugging
+Face models, but not Keras ones. This module maps a `keras_transformer.Transformer` onto its
+`TransformerSpec` weight by weight:
+
+- token embeddings (times sqrt(d_model), as `scale_embeddings` does) and, since CTranslate2's
+  built-in sinusoid concatenates sines and cosines where ours interleaves them (paper 3.5),
+  our position table itself (`config.max_length` rows, sinusoidal or learned);
+- each attention's query/key/value projections fused into one linear layer (self-attention)
+  or query and key+value (encoder-decoder attention), heads in our order;
+- the feed-forward network, every layer norm (with `config.layer_norm_epsilon`), pre- or
+  post-norm (`norm_first`, with the final norm of a pre-norm stack), the activation;
+- the output projection: the tied embedding matrix (stored once: CTranslate2 aliases equal
+  weights) or its own matrix.
+
+A model CTranslate2 cannot run (an activation it lacks) is refused with a `ValueError` that
+says why. The directory holds CTranslate2's `model.bin`, `config.json` and vocabularies, our
+SentencePiece models (`shared.model`, or `source.model` and `target.model`) and
+`manifest.json` (model config, decoding settings, special ids); running it needs only
+`ctranslate2` and `sentencepiece` (`trainers.translate --model DIR` does, without
+TensorFlow). Writing it needs the optional `ctranslate2` package
+(`pip install keras-transformer[ctranslate2]`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_transformer.files import atomic_directory
+from keras_transformer.text import EOS_ID
+
+MANIFEST = "manifest.json"
+FORMAT = "keras-transformer/ctranslate2"
+# Keras activation names -> CTranslate2's `Activation` members. Keras's "gelu" is the exact
+# (erf) form: CTranslate2's GELU, not its tanh approximation.
+ACTIVATIONS = {
+    "relu": "RELU",
+    "gelu": "GELU",
+    "silu": "SWISH",
+    "swish": "SWISH",
+    "tanh": "Tanh",
+    "sigmoid": "Sigmoid",
+}
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError as error:  # an optional extra
+        raise ImportError(
+            "the CTranslate2 export needs the ctranslate2 package: "
+            "pip install 'keras-transformer[ctranslate2]'"
+        ) from error
+    return ctranslate2
+
+
+def check_convertible(config) -> None:
+    """Raises `ValueError` naming what CTranslate2 cannot represent in a model of `config`."""
+    if config.activation not in ACTIVATIONS:
+        raise ValueError(
+            f"activation={config.activation!r}: CTranslate2 supports "
+            f"{', '.join(sorted(ACTIVATIONS))} only"
+        )
+
+
+def transformer_spec(model, vocabularies):
+    """The `ctranslate2.specs.TransformerSpec` of a trained model, its weights set."""
+    _ctranslate2()
+    from ctranslate2.specs import common_spec
+    from ctranslate2.specs import transformer_spec as specs
+
+    config = model.config
+    check_convertible(config)
+    spec = specs.TransformerSpec.from_config(
+        (config.num_encoder_layers, config.num_decoder_layers),
+        config.num_heads,
+        pre_norm=config.norm_first,
+        activation=common_spec.Activation[ACTIVATIONS[config.activation]],
+    )
+    spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
+    spec.config.add_source_eos = True  # our sources end with EOS; targets start with BOS
+
+    encoder, decoder = spec.encoder, spec.decoder
+    _set_embedding(encoder.embeddings[0], encoder.position_encodings, model.source_embedding)
+    _set_embedding(decoder.embeddings, decoder.position_encodings, model.target_embedding)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder.encoder_layers, strict=True):
+        _set_attention(layer_spec.self_attention, layer.self_attention, fused=True)
+        _set_norm(layer_spec.self_attention.layer_norm, layer.self_attention_residual.layer_norm)
+        _set_feed_forward(layer_spec.ffn, layer)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder.decoder_layers, strict=True):
+        _set_attention(layer_spec.self_attention, layer.self_attention, fused=True)
+        _set_norm(layer_spec.self_attention.layer_norm, layer.self_attention_residual.layer_norm)
+        _set_attention(layer_spec.attention, layer.cross_attention, fused=False)
+        _set_norm(layer_spec.attention.layer_norm, layer.cross_attention_residual.layer_norm)
+        _set_feed_forward(layer_spec.ffn, layer)
+    if config.norm_first:
+        _set_norm(spec.encoder.layer_norm, model.encoder.final_norm)
+        _set_norm(spec.decoder.layer_norm, model.decoder.final_norm)
+
+    token_embedding = model.target_embedding.token_embedding
+    if token_embedding.tie_weights:
+        spec.decoder.projection.weight = spec.decoder.embeddings.weight  # x E^T
+    else:
+        spec.decoder.projection.weight = _numpy(token_embedding.reverse_embeddings).T
+
+    spec.register_source_vocabulary(_pieces(vocabularies.source))
+    spec.register_target_vocabulary(_pieces(vocabularies.target))
+    return spec
+
+
+def export_ctranslate2(
+    model,
+    vocabularies,
+    directory,
+    *,
+    quantization: str | None = None,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    max_extra_length: int = 50,
+    manifest: dict | None = None,
+) -> Path:
+    """Writes `directory`, a CTranslate2 model of `model` (see the module doc).
+
+    Args:
+        model: a trained `keras_transformer.Transformer`.
+        vocabularies: its `keras_transformer.text.Vocabularies`.
+        directory: str or path; must not exist yet (written atomically).
+        quantization: str or None. CTranslate2's weight type ("int8", "int8_float32",
+            "int16", "float16"...); None keeps float32.
+        beam_size, length_penalty, max_extra_length: decoding settings recorded in the
+            manifest, for translators of the directory. Default to the paper's 4, 0.6, 50.
+        manifest: dict or None. Extra facts for `manifest.json`.
+
+    Returns:
+        The directory written.
+    """
+    directory = Path(directory)
+    if directory.exists():
+        raise FileExistsError(f"{directory} exists; choose a new directory")
+    spec = transformer_spec(model, vocabularies)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(directory) as temporary:
+        temporary.mkdir()
+        spec.save(str(temporary))
+        names = (
+            {"shared": vocabularies.source}
+            if vocabularies.shared
+            else {"source": vocabularies.source, "target": vocabularies.target}
+        )
+        for name, tokenizer in names.items():
+            (temporary / f"{name}.model").write_bytes(tokenizer.proto)
+        facts = {
+            "format": FORMAT,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "quantization": quantization or "float32",
+            "model_config": model.config.to_dict(),
+            "vocabulary": {
+                "source": "shared.model" if vocabularies.shared else "source.model",
+                "target": "shared.model" if vocabularies.shared else "target.model",
+                "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+            },
+            "decoding": {
+                "beam_size": beam_size,
+                "length_penalty": length_penalty,
+                "max_extra_length": max_extra_length,
+                "max_length": model.config.max_length,
+            },
+            **(manifest or {}),
+        }
+        (temporary / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+    return directory
+
+
+def _numpy(variable) -> np.ndarray:
+    return np.asarray(keras.ops.convert_to_numpy(variable), dtype="float32")
+
+
+def _pieces(tokenizer) -> list[str]:
+    """The SentencePiece model's pieces, by id (CTranslate2 speaks tokens, not ids)."""
+    return list(tokenizer.get_vocabulary())
+
+
+def _set_embedding(embedding_spec, positions_spec, layer) -> None:
+    embedding_spec.weight = _numpy(layer.token_embedding.embeddings)
+    rows = layer.max_length
+    if layer.positional == "learned":
+        table = _numpy(layer.position_embedding.embeddings)
+    else:  # our own layer computes the table: the same floats as in training
+        table = _numpy(layer.positions(keras.ops.zeros((1, rows, layer.d_model), "float32")))
+    positions_spec.encodings = table.reshape(rows, layer.d_model)
+
+
+def _linear(dense) -> tuple[np.ndarray, np.ndarray | None]:
+    """A projection as CTranslate2's `[out, in]` weight and bias (EinsumDense kernels of
+    `[in, heads, depth]` or `[heads, depth, out]` flatten heads-major, as its heads split)."""
+    kernel = _numpy(dense.kernel)
+    if kernel.ndim == 3 and dense.equation.startswith("abcd"):  # the output: [heads, depth, out]
+        kernel = kernel.reshape(-1, kernel.shape[-1])
+    else:  # [in, heads, depth] or [in, out]
+        kernel = kernel.reshape(kernel.shape[0], -1)
+    bias = None if dense.bias is None else _numpy(dense.bias).reshape(-1)
+    return kernel.T, bias
+
+
+def _set_linear(spec, parts) -> None:
+    weights, biases = zip(*parts, strict=True)
+    spec.weight = np.concatenate(weights)
+    if any(b is not None for b in biases):
+        spec.bias = np.concatenate(
+            [
+                np.zeros(w.shape[0], "float32") if b is None else b
+                for w, b in zip(weights, biases, strict=True)
+            ]
+        )
+
+
+def _set_attention(spec, attention, *, fused: bool) -> None:
+    query, key, value = (
+        _linear(attention.query_dense),
+        _linear(attention.key_dense),
+        _linear(attention.value_dense),
+    )
+    if fused:  # self-attention: one projection to queries, keys and values
+        _set_linear(spec.linear[0], [query, key, value])
+    else:  # encoder-decoder attention: queries from the decoder, keys and values from memory
+        _set_linear(spec.linear[0], [query])
+        _set_linear(spec.linear[1], [key, value])
+    _set_linear(spec.linear[-1], [_linear(attention.output_dense)])
+
+
+def _set_feed_forward(spec, layer) -> None:
+    _set_linear(spec.linear_0, [_linear(layer.feed_forward.inner_dense)])
+    _set_linear(spec.linear_1, [_linear(layer.feed_forward.output_dense)])
+    _set_norm(spec.layer_norm, layer.feed_forward_residual.layer_norm)
+
+
+def _set_norm(spec, norm) -> None:
+    spec.gamma = _numpy(norm.gamma)
+    spec.beta = _numpy(norm.beta)
