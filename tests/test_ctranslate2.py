@@ -23,8 +23,8 @@ ctranslate2 = pytest.importorskip("ctranslate2")  # installed by `make test` (re
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 MAX_LENGTH = 96
-STEPS = 400
-VERSES = 120  # test verses translated by each artifact
+STEPS = 300
+VERSES = 100  # test verses translated by each artifact
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,7 @@ def trained():
             kt.WarmupSchedule(config.d_model, warmup_steps=200), beta_2=0.98, epsilon=1e-9
         ),
         loss=kt.losses.LabelSmoothedCrossEntropy(),
+        jit_compile=False,  # XLA would compile once per length bucket of this short run
     )
     pairs = bible.pairs("train")
     dataset = kt.data.make_dataset(
@@ -78,17 +79,13 @@ def converted(trained, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def saved(trained, tmp_path_factory):
-    """SavedModels of the model: greedy and beam 4."""
+    """The greedy SavedModel of the model (for beam 4, the library's translations stand in
+    for the SavedModel's, which tests/test_export.py shows are the same)."""
     model, vocabularies = trained
     root = tmp_path_factory.mktemp("saved_models")
-    return {
-        beam: tf.saved_model.load(
-            str(
-                export.export_saved_model(model, vocabularies, root / f"beam{beam}", beam_size=beam)
-            )
-        )
-        for beam in (1, 4)
-    }
+    return tf.saved_model.load(
+        str(export.export_saved_model(model, vocabularies, root / "greedy", beam_size=1))
+    )
 
 
 def test_layout_and_manifest(converted, trained):
@@ -161,12 +158,12 @@ def test_greedy_ids_equal_the_saved_model(converted, saved, verses):
     sources, _ = verses
     translator = CTranslate2Translator(converted["float32"])
     ours = [h[0] for h in translator.translate(sources, beam_size=1)]
-    served = saved[1].signatures["serving_default"](text=tf.constant(sources))
+    served = saved.signatures["serving_default"](text=tf.constant(sources))
     assert [h.text for h in ours] == [t.decode() for t in served["translation"].numpy()]
     source_ids = kt.data.source_batches(sources, vocabularies.source, max_length=MAX_LENGTH)
     served_ids = []
     for batch in source_ids:
-        ids = saved[1].signatures["translate_ids"](source_ids=batch)["ids"].numpy()
+        ids = saved.signatures["translate_ids"](source_ids=batch)["ids"].numpy()
         served_ids += [row[: list(row).index(3)].tolist() for row in ids]
     assert [h.ids for h in ours] == served_ids
     # Scores agree where the model chose EOS itself (at its length limit ours forces EOS,
@@ -180,7 +177,7 @@ def test_greedy_ids_equal_the_saved_model(converted, saved, verses):
     )
 
 
-def test_beam_search_ranked_as_ours_agrees_with_the_saved_model(converted, saved, verses):
+def test_beam_search_ranked_as_ours_agrees_with_ours(converted, trained, verses):
     """CTranslate2's beam keeps the k best alive hypotheses by log-probability and finishes
     them by its own rule; ours (tensor2tensor's) finishes every EOS among the 2k best and
     stops by the length-penalised bound, so their finished sets differ on some sentences
@@ -190,8 +187,8 @@ def test_beam_search_ranked_as_ours_agrees_with_the_saved_model(converted, saved
     sources, _ = verses
     translator = CTranslate2Translator(converted["float32"])
     ours = [h[0].text for h in translator.translate(sources)]
-    served = saved[4].signatures["serving_default"](text=tf.constant(sources))
-    served = [t.decode() for t in served["translation"].numpy()]
+    model, _ = trained
+    served = evaluation.Translator(model, bible.vocabularies(), beam_size=4).translate(sources)
     agreement = np.mean([a == b for a, b in zip(ours, served, strict=True)])
     assert agreement >= 0.7, agreement
 

@@ -93,7 +93,7 @@ def make_export_archive(
     length_penalty: float = 0.6,
     max_extra_length: int = 50,
 ) -> keras.export.ExportArchive:
-    """The `keras.export.ExportArchive` of a translation model, with its two endpoints."""
+    """The `keras.export.ExportArchive` of a translation model, with its four endpoints."""
     max_length = model.config.max_length
 
     def search(source_ids):
