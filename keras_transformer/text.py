@@ -161,19 +161,21 @@ class Vocabularies:
             make_tokenizer(train_sentencepiece(targets, vocab_size, **options)),
         )
 
+    @property
+    def files(self) -> dict:
+        """File name -> tokenizer: `shared.model`, or `source.model` and `target.model`."""
+        if self.shared:
+            return {"shared.model": self.source}
+        return {"source.model": self.source, "target.model": self.target}
+
     def save(self, directory) -> None:
         """Writes the SentencePiece model(s) into `directory` (created if needed)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        files = (
-            {"shared": self.source}
-            if self.shared
-            else {"source": self.source, "target": self.target}
-        )
         manifest = {}
-        for name, tokenizer in files.items():
-            atomic_write(directory / f"{name}.model", tokenizer.proto)
-            manifest[f"{name}.model"] = hashlib.sha256(tokenizer.proto).hexdigest()
+        for name, tokenizer in self.files.items():
+            atomic_write(directory / name, tokenizer.proto)
+            manifest[name] = hashlib.sha256(tokenizer.proto).hexdigest()
         # Written last: a model trained with these files refuses any others.
         atomic_write(directory / MANIFEST, json.dumps(manifest, indent=2))
 

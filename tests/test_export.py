@@ -263,8 +263,10 @@ def test_the_signature_answers_any_batch_of_any_strings(serving, batch):
             assert translation == b""  # nothing to translate: nothing comes back
 
 
-def _cli(*args):
-    return subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+def _cli(*args, input=None):
+    return subprocess.run(
+        args, cwd=ROOT, env=ENV, input=input, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_saved_model_cli_show_and_run(exported):
@@ -334,42 +336,17 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
 
 def test_translate_cli_n_best(exported):
     directory, _ = exported
-    result = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--model", str(directory), "--n-best", "3"],
-        cwd=ROOT,
-        env=ENV,
-        input="Amen.\nGod said.\n",
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    translate = (sys.executable, "-m", "trainers.translate", "--model", str(directory))
+    result = _cli(*translate, "--n-best", "3", input="Amen.\nGod said.\n")
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line.split(" ||| ") for line in result.stdout.splitlines()]
     assert [line[0] for line in lines] == ["0", "0", "0", "1", "1", "1"]
     for first in (lines[:3], lines[3:]):
         scores = [float(line[2]) for line in first]
         assert scores == sorted(scores, reverse=True)
-    too_many = _cli(
-        sys.executable,
-        "-m",
-        "trainers.translate",
-        "--model",
-        str(directory),
-        "--n-best",
-        "5",
-        "--input",
-        os.devnull,
-    )
+    too_many = _cli(*translate, "--n-best", "5", "--input", os.devnull)
     assert too_many.returncode == 0  # no input line: nothing asked of the model
-    too_many = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--model", str(directory), "--n-best", "5"],
-        cwd=ROOT,
-        env=ENV,
-        input="Amen.\n",
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    too_many = _cli(*translate, "--n-best", "5", input="Amen.\n")
     assert too_many.returncode == 2
     assert "--n-best 5: the SavedModel keeps 4 hypotheses" in too_many.stderr
 
@@ -377,3 +354,19 @@ def test_translate_cli_n_best(exported):
 def test_translate_cli_reports_a_missing_export(tmp_path):
     result = _cli(sys.executable, "-m", "trainers.translate", "--saved-model", str(tmp_path))
     assert result.returncode == 2 and "no saved_model.pb, no version folder" in result.stderr
+
+
+def test_export_cli_refuses_quantization_of_a_saved_model(tmp_path):
+    result = _cli(
+        sys.executable,
+        "-m",
+        "trainers.export",
+        "--model-dir",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "out"),
+        "--quantization",
+        "int8",
+    )
+    assert result.returncode == 2
+    assert "--quantization applies to --format ctranslate2 only" in result.stderr

@@ -51,6 +51,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer import export
 
+    if args.quantization and args.format != "ctranslate2":
+        return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))
     run = RunDirectory(args.model_dir)
     try:
         experiment, vocabularies, model = run.load_trained(args.model)
@@ -76,8 +78,6 @@ def main(argv=None) -> int:
             return errors.fail(error)
         print(f"wrote {written} (CTranslate2 model, {args.quantization or 'float32'} weights)")
         return errors.EXIT_OK
-    if args.quantization:
-        return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))
     version = export.export_saved_model(
         model,
         vocabularies,

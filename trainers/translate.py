@@ -233,10 +233,6 @@ def main(argv=None) -> int:
     try:
         if is_ctranslate2(args.model):
             translator = CTranslate2Translator(args.model, threads=args.threads)
-            if args.n_best > translator.beam_size:
-                raise ValueError(
-                    f"--n-best {args.n_best}: more than the beam size {translator.beam_size}"
-                )
         else:
             translator = SavedModelTranslator(resolve_version(args.model))
     except (FileNotFoundError, ValueError) as error:

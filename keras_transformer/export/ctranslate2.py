@@ -150,13 +150,8 @@ def export_ctranslate2(
     with atomic_directory(directory) as temporary:
         temporary.mkdir()
         spec.save(str(temporary))
-        names = (
-            {"shared": vocabularies.source}
-            if vocabularies.shared
-            else {"source": vocabularies.source, "target": vocabularies.target}
-        )
-        for name, tokenizer in names.items():
-            (temporary / f"{name}.model").write_bytes(tokenizer.proto)
+        for name, tokenizer in vocabularies.files.items():
+            (temporary / name).write_bytes(tokenizer.proto)
         facts = {
             "format": FORMAT,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

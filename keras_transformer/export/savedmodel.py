@@ -234,20 +234,15 @@ def export_saved_model(
         )
         extra = temporary / "assets.extra"
         extra.mkdir()
-        names = (
-            {"shared": vocabularies.source}
-            if vocabularies.shared
-            else {"source": vocabularies.source, "target": vocabularies.target}
-        )
-        for name, tokenizer in names.items():
-            (extra / f"{name}.model").write_bytes(tokenizer.proto)
+        for name, tokenizer in vocabularies.files.items():
+            (extra / name).write_bytes(tokenizer.proto)
         facts = {
             "package": "keras-transformer",
             "package_version": _package_version(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "model_config": model.config.to_dict(),
             "vocabulary": {
-                "files": sorted(f"{name}.model" for name in names),
+                "files": sorted(vocabularies.files),
                 "source_size": vocabularies.source.vocabulary_size(),
                 "target_size": vocabularies.target.vocabulary_size(),
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
