@@ -8,13 +8,16 @@ it asks `is_enabled()` when it is traced, as Keras's attention asks
 `keras.config.is_flash_attention_enabled()`.
 
 The switch is off unless turned on: a user who reuses a layer or the loss gets the stock
-path. The trainer (`training.fast`, on by default) and the benchmarks (`--fast on`) turn it
-on. Graphs already traced keep the path they were traced with.
+path. The trainers (training, evaluation and export, as the experiment's `training.fast`
+says: on by default) and the benchmarks (`--fast on`) turn it on. Graphs already traced keep
+the path they were traced with; an exported SavedModel keeps the path it was exported with.
 
     import keras_transformer as kt
     kt.fast.enable()        # before building the train step or the decoder
     kt.fast.is_enabled()    # True
     kt.fast.disable()
+    with kt.fast.switched(True):  # on while this block traces, then as it was
+        ids, scores = kt.decoding.beam_search(model, source_ids)
 
 What it switches:
 - `smoothed_cross_entropy`: the label-smoothed loss with a hand-written gradient that holds
@@ -25,6 +28,8 @@ What it switches:
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import tensorflow as tf
 from keras import ops
@@ -45,6 +50,22 @@ def disable() -> None:
 def is_enabled() -> bool:
     """Whether the speed path is on."""
     return _switch["enabled"]
+
+
+@contextlib.contextmanager
+def switched(enabled: bool):
+    """The speed path on (or off) for the graphs traced inside the block, then as it was.
+
+    >>> with switched(True):
+    ...     is_enabled()
+    True
+    """
+    was_enabled = is_enabled()
+    enable() if enabled else disable()
+    try:
+        yield
+    finally:
+        enable() if was_enabled else disable()
 
 
 # With the switch on, an element's keep/drop decision compares 16 random bits with

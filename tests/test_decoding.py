@@ -25,7 +25,7 @@ from keras_transformer.decoding import (
     parallel_search,
     sample,
 )
-from tests.fast_switch import fast_path
+from keras_transformer.fast import switched as fast_path
 from tests.reversal import BOS, EOS, held_out_data
 from tests.test_keras_tools import quantize
 

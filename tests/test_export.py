@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import keras_transformer as kt
 from keras_transformer import decoding, evaluation, export
+from keras_transformer.export.savedmodel import pad_to_bucket
 from tests import bible
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,9 +37,12 @@ def model():
 @pytest.fixture(scope="module")
 def exported(model, tmp_path_factory):
     directory = tmp_path_factory.mktemp("saved_models") / "tiny"
-    version = export.export_saved_model(
-        model, bible.vocabularies(), directory, manifest={"note": "test"}
-    )
+    # With the speed switch, as trainers.export traces it by default: the tests below hold
+    # its translations to the library's, traced with the switch off.
+    with kt.fast.switched(True):
+        version = export.export_saved_model(
+            model, bible.vocabularies(), directory, manifest={"note": "test"}
+        )
     return directory, version
 
 
@@ -124,6 +128,22 @@ def test_xla_signature_translates_as_the_stock_one(exported):
         xla = loaded.signatures["serving_xla"](text=text)
         np.testing.assert_array_equal(xla["translation"], stock["translation"])
         np.testing.assert_allclose(xla["score"], stock["score"], atol=1e-4)
+
+
+def test_requests_are_padded_to_buckets_with_the_last_sentence():
+    """`serving_xla`'s shape buckets: padding rows repeat the last sentence (so they finish
+    with it), padding columns are zeros up to a multiple of 16 (at most max_length), beyond
+    the largest bucket the batch goes to its multiple, and an empty batch gets zero rows."""
+    ids = tf.constant([[5, 6, 3], [7, 3, 0], [8, 9, 3]])
+    padded = pad_to_bucket(ids, [1, 2, 4, 8], max_length=24)
+    np.testing.assert_array_equal(padded[:, :3], tf.gather(ids, [0, 1, 2, 2]))
+    np.testing.assert_array_equal(padded[:, 3:], tf.zeros([4, 13], tf.int32))
+    assert (
+        pad_to_bucket(ids[:1], [2, 4], max_length=24).numpy().tolist() == [[5, 6, 3] + [0] * 13] * 2
+    )  # greedy's buckets start at 2 rows
+    assert pad_to_bucket(ids, [1, 2], max_length=10).shape == (4, 10)
+    empty = pad_to_bucket(tf.zeros([0, 1], tf.int32), [1, 2], max_length=24)
+    np.testing.assert_array_equal(empty, tf.zeros([1, 16], tf.int32))
 
 
 def test_n_best_signature_returns_the_beam_best_first(exported):

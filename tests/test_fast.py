@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.fast import switched as fast_path
 from keras_transformer.fast import top_k_by_blocks
-from tests.fast_switch import fast_path
 
 
 @pytest.fixture
@@ -31,6 +31,16 @@ def test_the_switch_is_off_until_enabled():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.split() == ["False", "True", "False"]
+
+
+def test_switched_sets_the_switch_for_a_block_then_restores_it():
+    with fast_path(False):
+        with fast_path(True):
+            assert kt.fast.is_enabled()
+        assert not kt.fast.is_enabled()
+        with pytest.raises(ZeroDivisionError), fast_path(True):
+            1 / 0  # noqa: B018
+        assert not kt.fast.is_enabled()
 
 
 def _ties_below_a_few_late_maxima():

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from tests.fast_switch import fast_path
+from keras_transformer.fast import switched as fast_path
 
 RNG = np.random.default_rng(0)
 LOGITS = RNG.normal(size=(3, 5, 11)).astype("float32") * 3

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tests.fast_switch import fast_path
+from keras_transformer.fast import switched as fast_path
 from trainers.experiment import load_experiment
 from trainers.train import train
 

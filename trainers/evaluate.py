@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from keras_transformer import evaluation
+    from keras_transformer import evaluation, fast
     from keras_transformer.corpus import read_text_pair
     from keras_transformer.files import atomic_write
     from trainers.experiment import read_split
@@ -93,7 +93,8 @@ def main(argv=None) -> int:
         length_penalty=args.length_penalty,
         finish_rule=args.finish_rule,
     )
-    hypotheses = translator.translate(pairs.sources, progress=True)
+    with fast.switched(experiment.training.fast):  # the search as the trainer's dev BLEU runs it
+        hypotheses = translator.translate(pairs.sources, progress=True)
     result = {
         "model_dir": str(args.model_dir),
         "model": args.model,

@@ -6,7 +6,8 @@ unless --version is given), a SavedModel whose `serving_default` signature takes
 (`text`) and returns `translation` and `score`, with tokenization and beam search in the
 graph; and saved_models/NAME/keras/ (model.keras and the vocabulary) for fine-tuning with
 model.fit. Both carry a manifest.json: configuration, vocabulary, decoding settings, metrics,
-version.
+version. The SavedModel's search is traced with the speed switch as the experiment's
+`training.fast` says (`keras_transformer.fast`; the same translations, faster).
 
 `--format ctranslate2 [--quantization int8|int8_float32|int16|float16]` writes the directory
 --out (which must not exist) as a CTranslate2 model with its SentencePiece models and
@@ -49,7 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from keras_transformer import export
+    from keras_transformer import export, fast
 
     if args.quantization and args.format != "ctranslate2":
         return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))
@@ -78,15 +79,16 @@ def main(argv=None) -> int:
             return errors.fail(error)
         print(f"wrote {written} (CTranslate2 model, {args.quantization or 'float32'} weights)")
         return errors.EXIT_OK
-    version = export.export_saved_model(
-        model,
-        vocabularies,
-        args.out,
-        version=args.version,
-        manifest=manifest,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-    )
+    with fast.switched(experiment.training.fast):  # its beam search's top-k, as in training
+        version = export.export_saved_model(
+            model,
+            vocabularies,
+            args.out,
+            version=args.version,
+            manifest=manifest,
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+        )
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)
     save_model(model, keras_dir / MODEL)

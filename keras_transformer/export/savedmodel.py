@@ -5,8 +5,9 @@
 - `serving_default`: input `text` (string `[batch]`) -> outputs `translation` (string
   `[batch]`) and `score` (float32 `[batch]`, the beam's length-normalised log-probability).
 - `serving_xla`: `serving_default` with the search compiled by XLA (several times faster on
-  CPU; BENCHMARKS.md). Requests are padded to shape buckets (batch to a power of two, length
-  to a multiple of 16) and each bucket compiles once, on its first request. TF Serving runs it
+  CPU; BENCHMARKS.md). Requests are padded to shape buckets (batch to a power of two, at
+  least 2 for greedy search; length to a multiple of 16) and each bucket compiles once, on
+  its first request. TF Serving runs it
   only when started with `--xla_cpu_compilation_enabled=true` (off by default: without it a
   request to this signature fails and the others still work); `tf.saved_model.load` runs it
   as it is.
@@ -85,6 +86,29 @@ def _checked_ids(source_ids, max_length: int, vocab_size: int):
     return tf.concat([rows[:, : max_length - 1], last], axis=1).to_tensor()
 
 
+def pad_to_bucket(source_ids, batch_buckets, max_length: int):
+    """Source ids `[batch, width]` padded to a shape bucket: the batch to the first of
+    `batch_buckets` that holds it (or a multiple of the last), the width to a multiple of 16
+    (at most `max_length`).
+
+    XLA compiles one program per input shape: buckets bound the programs a server compiles.
+    Padding rows repeat the last sentence, so they finish with it (a row of padding would
+    decode to its length limit, 50 tokens, and hold up the batch); an empty batch is padded
+    with rows of zeros. Padding columns are zeros, which every attention masks.
+    """
+    batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+    batches, largest = tf.constant(batch_buckets), batch_buckets[-1]
+    beyond = (tf.maximum(batch, 1) + largest - 1) // largest * largest
+    batch_bucket = tf.reduce_min(
+        tf.concat([tf.boolean_mask(batches, batches >= batch), [beyond]], 0)
+    )
+    width_bucket = tf.minimum((width + 15) // 16 * 16, max_length)
+    rows = tf.minimum(tf.range(batch_bucket), tf.maximum(batch - 1, 0))
+    with_zeros = tf.concat([source_ids, tf.zeros([1, width], source_ids.dtype)], 0)
+    padded = tf.gather(with_zeros, rows)  # (batch_bucket, width)
+    return tf.pad(padded, [[0, 0], [0, width_bucket - width]])
+
+
 def make_export_archive(
     model,
     vocabularies,
@@ -107,19 +131,15 @@ def make_export_archive(
 
     compiled_search = tf.function(search, jit_compile=True)
 
+    # Greedy search decodes at least two rows: with one, XLA:CPU turns every matrix product of
+    # a step into a matrix-vector loop fused with the layer norm before it (its
+    # cpu_instruction_fusion), which made one-sentence requests about 1.4x slower
+    # (BENCHMARKS.md).
+    buckets = [b for b in BATCH_BUCKETS if b >= (2 if beam_size == 1 else 1)]
+
     def xla_search(source_ids):
-        # XLA compiles one program per input shape: padding to buckets (batch to a power of
-        # two, width to a multiple of 16) bounds the programs a server compiles. Padding rows
-        # and columns change no real sentence's translation (every attention masks them).
+        ids, score = compiled_search(pad_to_bucket(source_ids, buckets, max_length))
         batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-        batches, largest = tf.constant(BATCH_BUCKETS), BATCH_BUCKETS[-1]
-        beyond = (tf.maximum(batch, 1) + largest - 1) // largest * largest
-        batch_bucket = tf.reduce_min(
-            tf.concat([tf.boolean_mask(batches, batches >= batch), [beyond]], 0)
-        )
-        width_bucket = tf.minimum((width + 15) // 16 * 16, max_length)
-        padded = tf.pad(source_ids, [[0, batch_bucket - batch], [0, width_bucket - width]])
-        ids, score = compiled_search(padded)
         out_len = tf.minimum(width + max_extra_length, max_length)
         return ids[:batch, :out_len], score[:batch]
 
