@@ -4,8 +4,9 @@ one trained model, on the same sentences, tokenization included.
     python -m benchmarks.serve --model-dir runs/demo --model model.averaged.keras \
         --length-penalty 1.0
 
-Exports the model into a temporary folder (SavedModels with beam 1 and beam 4, CTranslate2
-float32 and int8 with the same decoding settings), then, for greedy and beam 4:
+Exports the model into a temporary folder (SavedModels with beam 1 and beam 4, traced with
+`keras_transformer.fast` as `trainers.export` does unless --fast off; CTranslate2 float32 and
+int8 with the same decoding settings), then, for greedy and beam 4:
 - batches of 32: the test split (1,020 verses) in batches of 32, milliseconds a sentence
   (total time over sentences; the median over --repeats passes), and the test BLEU of
   those translations (sacrebleu, as trainers.evaluate scores);
@@ -39,7 +40,7 @@ startup_logs.install()
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from keras_transformer import corpus, evaluation, export  # noqa: E402
+from keras_transformer import corpus, evaluation, export, fast  # noqa: E402
 from trainers.run_dir import MODEL, RunDirectory  # noqa: E402
 from trainers.translate import CTranslate2Translator  # noqa: E402
 
@@ -52,9 +53,10 @@ def engines(model, vocabularies, folder: Path, args) -> dict:
     settings = dict(length_penalty=args.length_penalty)
     found = {}
     for beam, decoding in ((1, "greedy"), (4, "beam 4")):
-        version = export.export_saved_model(
-            model, vocabularies, folder / f"saved_model_beam{beam}", beam_size=beam, **settings
-        )
+        with fast.switched(args.fast):  # as trainers.export does by default
+            version = export.export_saved_model(
+                model, vocabularies, folder / f"saved_model_beam{beam}", beam_size=beam, **settings
+            )
         loaded = tf.saved_model.load(str(version))
         for signature in ("serving_default", "serving_xla"):
             if signature not in loaded.signatures:
@@ -142,6 +144,7 @@ def run(args) -> dict:
         repeats=args.repeats,
         length_penalty=args.length_penalty,
         ct2_threads=args.ct2_threads,
+        fast=args.fast,
         rows=rows,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
@@ -170,9 +173,16 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ct2-threads", type=int, default=1)
     parser.add_argument(
+        "--fast",
+        choices=["on", "off"],
+        default="on",
+        help="trace the SavedModels with keras_transformer.fast (trainers.export's default)",
+    )
+    parser.add_argument(
         "--ct2-types", nargs="+", default=["float32", "int8"], help="CTranslate2 weight types"
     )
     args = parser.parse_args(argv)
+    args.fast = args.fast == "on"
     result = run(args)
     print(table(result))
     print(json.dumps(result))
