@@ -81,7 +81,7 @@ def train(args) -> dict:
             *[item for override in args.set for item in ("--set", override)],
         ]
         started = time.perf_counter()
-        marks, lines, step_seen, step_reported = {}, [], [], []
+        marks, lines, epochs = {}, [], []
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -92,10 +92,8 @@ def train(args) -> dict:
                 for name, pattern in PHASES.items():
                     if name not in marks and re.search(pattern, line):
                         marks[name] = seconds
-                if re.search(PHASES["first_step"], line):  # one step an epoch: each step
-                    step_seen.append(seconds)
-                    reported = re.search(r"^1/1 - (\d+)s", line)
-                    step_reported.append(int(reported.group(1)) if reported else None)
+                if re.search(PHASES["first_step"], line):  # an epoch's line (--verbose 2)
+                    epochs.append([seconds, line.strip()[:200]])
         if child.returncode:
             sys.stdout.write("".join(lines[-40:]))
             raise SystemExit(f"the trainer failed ({child.returncode})")
@@ -108,10 +106,9 @@ def train(args) -> dict:
         steps=summary["steps"],
         peak_rss_mb=round(usage.ru_maxrss / 1024),
         seconds_to=marks,
-        # Each step's end, in seconds from the start, and its seconds as Keras reports them
-        # (the step alone, before the checkpoint): later steps show the steady state.
-        step_ended_at=step_seen,
-        step_seconds_reported=step_reported,
+        # Each epoch's end (seconds from the start) and Keras's line for it (its time and
+        # time a step, before the checkpoint is written): later epochs show the steady state.
+        epochs=epochs,
         seconds_total=round(time.perf_counter() - started, 1),
     )
 
@@ -122,7 +119,7 @@ PHASES = {
     "vocabulary_start": r"^learning a ",
     "length_report_start": r"^counting ",
     "vocabulary": r"^over-long pairs",  # printed after the vocabulary and the length report
-    "first_step": r"^1/1 - ",  # the first epoch (one step) ended
+    "first_step": r"^\d+/\d+ - \d+s",  # the first epoch (one step, or one update) ended
 }
 
 
