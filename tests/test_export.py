@@ -3,6 +3,7 @@ library, and a fresh process with only tensorflow and tensorflow_text serving ba
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,9 +74,17 @@ def test_layout_and_manifest(exported, model):
 def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
     exported, model, monkeypatch
 ):
-    directory, _ = exported
+    directory, first = exported
+
+    class Rewrite:
+        """Writes the fixture's SavedModel again (tracing is the fixture's, tested above)."""
+
+        def write_out(self, path, **kwargs):
+            shutil.copytree(first, path, ignore=shutil.ignore_patterns("assets.extra"))
+
+    monkeypatch.setattr(export.savedmodel, "make_export_archive", lambda *a, **k: Rewrite())
     second = export.export_saved_model(model, bible.vocabularies(), directory)
-    assert second.name == "2"
+    assert second.name == "2" and (second / "assets.extra" / export.MANIFEST).exists()
     with pytest.raises(FileExistsError, match="versions are never overwritten"):
         export.export_saved_model(model, bible.vocabularies(), directory, version=1)
 

@@ -274,7 +274,7 @@ def test_a_full_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch
 
 @pytest.mark.slow
 def test_a_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path):
-    config = slice_config(tmp_path, steps=60, steps_per_epoch=20, bleu_max_sentences=1)
+    config = slice_config(tmp_path, steps=40, steps_per_epoch=20, bleu_max_sentences=1)
     model_dir = tmp_path / "model"
     process = start(config, model_dir)
     wait_for_backup(model_dir, 1, process)
@@ -300,4 +300,4 @@ def test_a_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path):
     vocab.write_bytes(original)
     result = train_cli(config, model_dir)
     assert "resuming after epoch 1" in result.stdout
-    assert json.loads((model_dir / "train_summary.json").read_text())["steps"] == 60
+    assert json.loads((model_dir / "train_summary.json").read_text())["steps"] == 40
