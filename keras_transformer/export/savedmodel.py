@@ -7,10 +7,9 @@
 - `serving_xla`: `serving_default` with the search compiled by XLA (several times faster on
   CPU; BENCHMARKS.md). Requests are padded to shape buckets (batch to a power of two, at
   least 2 for greedy search; length to a multiple of 16) and each bucket compiles once, on
-  its first request. TF Serving runs it
-  only when started with `--xla_cpu_compilation_enabled=true` (off by default: without it a
-  request to this signature fails and the others still work); `tf.saved_model.load` runs it
-  as it is.
+  its first request. TF Serving runs it only when started with
+  `--xla_cpu_compilation_enabled=true` (off by default: without it a request to this
+  signature fails and the others still work); `tf.saved_model.load` runs it as it is.
 - `n_best`: input `text` -> outputs `translations` (string `[batch, beam_size]`) and `scores`
   (float32 `[batch, beam_size]`): every finished hypothesis of the beam, best first (the
   search runs until none of them can be beaten, so it can take longer than
@@ -93,8 +92,8 @@ def pad_to_bucket(source_ids, batch_buckets, max_length: int):
 
     XLA compiles one program per input shape: buckets bound the programs a server compiles.
     Padding rows repeat the last sentence, so they finish with it (a row of padding would
-    decode to its length limit, 50 tokens, and hold up the batch); an empty batch is padded
-    with rows of zeros. Padding columns are zeros, which every attention masks.
+    decode up to its length limit and hold up the batch); an empty batch is padded with rows
+    of zeros. Padding columns are zeros, which every attention masks.
     """
     batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
     batches, largest = tf.constant(batch_buckets), batch_buckets[-1]
