@@ -29,7 +29,6 @@ from typing import NamedTuple
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 CTRANSLATE2_FORMAT = "keras-transformer/ctranslate2"  # keras_transformer.export.ctranslate2
-BOS_ID, EOS_ID = 2, 3
 
 
 def parse_args(argv=None) -> argparse.Namespace:

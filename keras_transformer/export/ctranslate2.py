@@ -146,6 +146,7 @@ def export_ctranslate2(
     spec = transformer_spec(model, vocabularies)
     spec.validate()
     spec.optimize(quantization=quantization)
+    names = list(vocabularies.files)  # ["shared.model"] or ["source.model", "target.model"]
     directory.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(directory) as temporary:
         temporary.mkdir()
@@ -158,8 +159,8 @@ def export_ctranslate2(
             "quantization": quantization or "float32",
             "model_config": model.config.to_dict(),
             "vocabulary": {
-                "source": "shared.model" if vocabularies.shared else "source.model",
-                "target": "shared.model" if vocabularies.shared else "target.model",
+                "source": names[0],
+                "target": names[-1],
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
             },
             "decoding": {
