@@ -25,6 +25,8 @@ What it switches:
 - `top_k`: beam search's top-2k over `beam * vocab` candidates by block maxima.
 - `dropout`: 16 random bits an element instead of 32, for `kt.layers.Dropout` (Keras's
   draws when the switch is off).
+- `output_projection`: the decoders' tied pre-softmax projection with its matrix transposed
+  once a decode instead of at every step, for steps of a few rows.
 """
 
 from __future__ import annotations
@@ -110,6 +112,56 @@ def top_k(x, k: int):
     if is_enabled():
         return top_k_by_blocks(x, k)
     return tf.math.top_k(x, k)
+
+
+# Decoding steps of at most this many rows take the output projection by the laid-out copy.
+FEW_ROWS = 8
+
+
+def output_projection(embedding, rows):
+    """The pre-softmax projection of a decoder that projects at every step, prepared once
+    before its loop: `project(x [rows, d_model]) -> float32 logits [rows, vocab]`.
+
+    `embedding` is a `kt.layers.TransformerEmbedding`. With the switch off, `project` is its
+    own tied projection, `embedding(x, reverse=True)`. Keras's `ReversibleEmbedding` takes
+    `x @ E^T` with `E` transposed inside the product, which XLA's CPU backend computes as a
+    product with a transposed operand: slow for the few rows of a decoding step. With the
+    switch on and at most `FEW_ROWS` rows (a beam-4 request of one sentence, say), `E^T` is
+    laid out once (a `[d_model, vocab]` copy, taken where this is called) and each step
+    multiplies by the copy: the same logits (LoRA's update included: the table's
+    `embeddings` carry it). With more rows the copy does not pay (BENCHMARKS.md). Whenever
+    the projection is more than that product, Keras's own call stays: untied, quantized,
+    with a reverse dtype or soft-capped logits.
+
+    Args:
+        embedding: the decoder's `TransformerEmbedding`.
+        rows: int or int32 scalar tensor. The rows of each step's `x`: from the static
+            shape where it is known, else `tf.shape(...)[0]`.
+
+    Returns:
+        A function of `x` (in the layer's compute dtype).
+    """
+    table = embedding.token_embedding
+    plain_tied = (
+        table.tie_weights
+        and table.quantization_mode is None
+        and table.reverse_dtype is None
+        and table.logit_soft_cap is None
+    )
+    if not (is_enabled() and plain_tied) or (isinstance(rows, int) and rows > FEW_ROWS):
+        return lambda x: embedding(x, reverse=True)
+    # In the table's own dtype, as Keras multiplies (the layer does not autocast it).
+    kernel = ops.transpose(table.embeddings)  # (d_model, vocab)
+    if isinstance(rows, int):
+        return lambda x: ops.cast(ops.matmul(x, kernel), "float32")
+    # Rows known only when the graph runs: under XLA the choice is a constant and the branch
+    # not taken (with the copy, when unused) is compiled away.
+    few = rows <= FEW_ROWS
+    return lambda x: tf.cond(
+        few,
+        lambda: ops.cast(ops.matmul(x, kernel), "float32"),
+        lambda: embedding(x, reverse=True),
+    )
 
 
 def smoothed_cross_entropy(labels, logits, label_smoothing):

@@ -381,14 +381,16 @@ def test_greedy_under_xla_decodes_as_eagerly(request, model):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "xla"])
-def test_beam_search_decodes_the_same_with_the_fast_path(large_vocab_model, compiled):
-    """Beam 4 over 4,000 pieces: its top 2k among beam * vocab = 16,000 scores a step is
-    where `kt.fast` changes the computation. The switch is read when the search is traced."""
-    model, source = large_vocab_model, tf.constant(LARGE_VOCAB_SOURCE, tf.int32)
+@pytest.mark.parametrize("name", ["greedy", "beam"])
+def test_searches_decode_the_same_with_the_fast_path(large_vocab_model, compiled, name):
+    """Over 4,000 pieces, where `kt.fast` changes the computation: the output projection (its
+    matrix transposed once a decode, for 2 and 8 rows here) and beam 4's top 2k among beam *
+    vocab = 16,000 scores a step. The switch is read when the search is traced."""
+    model, source = large_vocab_model, tf.constant(LARGE_VOCAB_SOURCE[:2], tf.int32)
 
     def decode():
         def search(source):
-            return beam_search(model, source, max_extra_length=4)
+            return SEARCHES[name](model, source, max_extra_length=4)
 
         return (tf.function(search, jit_compile=True) if compiled else search)(source)
 

@@ -89,3 +89,62 @@ def test_fast_top_k_equals_top_k_with_the_switch_on_or_off(request, shape, k, en
     for values, indices in (kt.fast.top_k(x, k), xla(x)):
         np.testing.assert_array_equal(values, expected_values)
         np.testing.assert_array_equal(indices, expected_indices)
+
+
+def _embedding(**kwargs):
+    layer = kt.layers.TransformerEmbedding(vocab_size=40, d_model=8, **kwargs)
+    layer(np.array([[5, 7, 0]]))
+    return layer
+
+
+HIDDEN = np.random.default_rng(5).standard_normal((3, 8)).astype("float32")
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["stock", "fast"])
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("rows", [3, 64, "tensor"], ids=["few", "many", "tensor"])
+def test_output_projection_is_the_tied_projection(request, enabled, dtype, rows):
+    """With the switch on and few rows, the product by `E^T` laid out once; otherwise the
+    layer's own call."""
+    if enabled:
+        request.getfixturevalue("fast_on")
+    layer = _embedding(dtype=dtype)
+    hidden = tf.cast(HIDDEN, layer.compute_dtype)
+    if rows == "tensor":  # as in a graph with an unknown batch
+        rows = tf.shape(hidden)[0]
+    project = kt.fast.output_projection(layer, rows)
+    xla = tf.function(lambda x: kt.fast.output_projection(layer, rows)(x), jit_compile=True)
+    expected = layer(hidden, reverse=True)
+    for logits in (project(hidden), xla(hidden)):
+        assert logits.dtype == tf.float32 and logits.shape == (3, 40)
+        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def _lora(layer):
+    layer.token_embedding.enable_lora(2)
+    layer.token_embedding.lora_embeddings_b.assign(np.ones((2, 8), "float32"))
+
+
+def _int8(layer):
+    layer.token_embedding.quantize("int8")
+
+
+@pytest.mark.parametrize(
+    "change, kwargs",
+    [(None, {"tie_weights": False}), (_lora, {}), (_int8, {})],
+    ids=["untied", "lora", "int8"],
+)
+def test_output_projection_computes_what_keras_does(fast_on, change, kwargs):
+    """Untied or quantized, Keras's own call; with LoRA, the product by the adapted table.
+    For LoRA and int8 those logits differ from the product by the table as trained."""
+    layer = _embedding(**kwargs)
+    trained = HIDDEN @ layer.token_embedding.embeddings.numpy().T
+    if change is not None:
+        change(layer)
+    expected = layer(HIDDEN, reverse=True)
+    if change is not None:
+        assert not np.allclose(expected, trained, atol=1e-3)
+    project = kt.fast.output_projection(layer, rows=3)
+    xla = tf.function(lambda x: kt.fast.output_projection(layer, rows=3)(x), jit_compile=True)
+    for logits in (project(HIDDEN), xla(HIDDEN)):
+        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)

@@ -331,6 +331,8 @@ def _decoder(model, source_ids, copies, max_len, use_cache):
     memory, source_mask = model.encode(source_ids)  # (batch, src_len, d_model)
     memory = tf.repeat(memory, copies, axis=0)  # (n, src_len, d_model)
     source_mask = tf.repeat(source_mask, copies, axis=0)  # (n, src_len)
+    # Prepared once, for every step of n rows.
+    project = fast.output_projection(model.target_embedding, rows=_batch_size(memory))
 
     def cached_step(ids, t, cache):
         token = tf.gather(ids, t[None], axis=1)  # (n, 1)
@@ -338,8 +340,7 @@ def _decoder(model, source_ids, copies, max_len, use_cache):
         x, cache, _ = model.decoder.forward(
             x, encoder_padding_mask=source_mask, cache=cache, cache_index=t, training=False
         )
-        logits = model.target_embedding(x[:, 0], reverse=True)  # (n, vocab), float32
-        return tf.nn.log_softmax(logits), cache
+        return tf.nn.log_softmax(project(x[:, 0])), cache  # (n, vocab), float32
 
     return cached_step, model.decoder.init_cache(memory, _phase_lengths(max_len)[0])
 
