@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import keras_transformer as kt
 from keras_transformer import decoding, evaluation, export
-from keras_transformer.export.savedmodel import pad_to_bucket
+from keras_transformer.export.savedmodel import decode_sorted_in_chunks, pad_to_bucket
 from tests import bible
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +130,8 @@ def test_xla_signature_translates_as_the_stock_one(exported):
         SENTENCES[:1],
         ["Amen.", "", "God " * 40, "Let there be light.", " ", "And the evening."],
         [],
+        # More sentences than a chunk (8 for beam 4), mixed lengths: decoded sorted, in chunks.
+        [" ".join(SENTENCES[i % 3].split()[: 1 + i % 7]) for i in range(19)],
     ]
     for request in requests:
         text = tf.constant(request, tf.string, shape=[len(request)])
@@ -153,6 +155,36 @@ def test_requests_are_padded_to_buckets_with_the_last_sentence():
     assert pad_to_bucket(ids, [1, 2], max_length=10).shape == (4, 10)
     empty = pad_to_bucket(tf.zeros([0, 1], tf.int32), [1, 2], max_length=24)
     np.testing.assert_array_equal(empty, tf.zeros([1, 16], tf.int32))
+
+
+def test_chunks_decode_sorted_by_length_and_answer_in_the_request_order():
+    """`serving_xla` decodes a request sorted by length, a chunk of sentences a call, each
+    chunk cut to its own width; answers come back in the request's order, padded."""
+    calls = []
+
+    def search(part):  # answers each row's ids times 10, then EOS; its length as the score
+        calls.append(part.numpy().tolist())
+        ids = tf.concat([part * 10, tf.fill([tf.shape(part)[0], 1], 3)], axis=1)
+        return ids, tf.cast(tf.math.count_nonzero(part, axis=1), tf.float32)
+
+    source = tf.constant([[5, 6, 7, 3], [4, 3, 0, 0], [8, 9, 3, 0], [7, 3, 0, 0], [3, 0, 0, 0]])
+    ids, score = decode_sorted_in_chunks(search, source, chunk=2, out_len=7)
+    assert calls == [[[3, 0], [4, 3]], [[7, 3, 0], [8, 9, 3]], [[5, 6, 7, 3]]]
+    np.testing.assert_array_equal(score, [4, 2, 3, 2, 1])
+    np.testing.assert_array_equal(
+        ids,
+        [
+            [50, 60, 70, 30, 3, 0, 0],
+            [40, 30, 3, 0, 0, 0, 0],
+            [80, 90, 30, 3, 0, 0, 0],
+            [70, 30, 0, 3, 0, 0, 0],  # its chunk's width was 3
+            [30, 0, 3, 0, 0, 0, 0],
+        ],
+    )
+    empty_ids, empty_score = decode_sorted_in_chunks(
+        search, tf.zeros([0, 4], tf.int32), chunk=2, out_len=7
+    )
+    assert empty_ids.shape == (0, 7) and empty_score.shape == (0,)
 
 
 def test_n_best_signature_returns_the_beam_best_first(exported):

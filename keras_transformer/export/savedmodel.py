@@ -5,9 +5,11 @@
 - `serving_default`: input `text` (string `[batch]`) -> outputs `translation` (string
   `[batch]`) and `score` (float32 `[batch]`, the beam's length-normalised log-probability).
 - `serving_xla`: `serving_default` with the search compiled by XLA (several times faster on
-  CPU; BENCHMARKS.md). Requests are padded to shape buckets (batch to a power of two, at
-  least 2 for greedy search; length to a multiple of 16) and each bucket compiles once, on
-  its first request. TF Serving runs it only when started with
+  CPU; BENCHMARKS.md). A request is sorted by length and decoded in chunks of
+  `CHUNK_ROWS` decoder rows (8 sentences with beam 4, 32 greedy), so that short sentences
+  do not wait for the longest; each chunk is padded to a shape bucket (batch to a power of
+  two, at least 2 for greedy search; length to a multiple of 16) and each bucket compiles
+  once, on its first request. TF Serving runs it only when started with
   `--xla_cpu_compilation_enabled=true` (off by default: without it a request to this
   signature fails and the others still work); `tf.saved_model.load` runs it as it is.
 - `n_best`: input `text` -> outputs `translations` (string `[batch, beam_size]`) and `scores`
@@ -50,6 +52,9 @@ from keras_transformer.text import EOS_ID
 MANIFEST = "manifest.json"
 # Batch sizes the XLA signature pads a request to (larger batches: to a multiple of the last).
 BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+# Decoder rows (sentences x beam) one compiled call decodes at most: the XLA signature sorts
+# a request by length and decodes it in chunks of this many rows (BENCHMARKS.md).
+CHUNK_ROWS = 32
 
 
 def _source_ids(tokenizer, text, max_length: int):
@@ -108,6 +113,45 @@ def pad_to_bucket(source_ids, batch_buckets, max_length: int):
     return tf.pad(padded, [[0, 0], [0, width_bucket - width]])
 
 
+def decode_sorted_in_chunks(search, source_ids, chunk: int, out_len):
+    """`search` run on a request's sentences sorted by length, `chunk` sentences a call.
+
+    A batch decodes until its longest sentence ends, so in a request of mixed lengths most
+    rows would wait, step after step, for the longest one. Sorted and cut into chunks (each
+    chunk cut to its own width), short sentences finish together and long ones together;
+    CTranslate2 sorts and splits a batch the same way (its `max_batch_size`).
+
+    Args:
+        search: `source_ids [n, width] -> (ids int32 [n, <= out_len], score float32 [n])`.
+        source_ids: int32 `[batch, width]`, 0-padded at the end.
+        chunk: int. Sentences a call.
+        out_len: int32 scalar. The width of the returned ids.
+
+    Returns:
+        `(ids int32 [batch, out_len], score float32 [batch])` in the request's order, ids
+        0-padded on the right.
+    """
+    batch = tf.shape(source_ids)[0]
+    lengths = tf.math.count_nonzero(source_ids, axis=1, dtype=tf.int32)  # (batch,)
+    order = tf.argsort(lengths, stable=True)
+
+    def body(start, ids, score):
+        rows = order[start : start + chunk]
+        part = tf.gather(source_ids, rows)[:, : tf.reduce_max(tf.gather(lengths, rows))]
+        part_ids, part_score = search(part)
+        part_ids = tf.pad(part_ids, [[0, 0], [0, out_len - tf.shape(part_ids)[1]]])
+        rows = rows[:, None]
+        return (
+            start + chunk,
+            tf.tensor_scatter_nd_update(ids, rows, part_ids),
+            tf.tensor_scatter_nd_update(score, rows, part_score),
+        )
+
+    empty = (tf.zeros([batch, out_len], tf.int32), tf.zeros([batch], tf.float32))
+    _, ids, score = tf.while_loop(lambda start, *_: start < batch, body, (0, *empty))
+    return ids, score
+
+
 def make_export_archive(
     model,
     vocabularies,
@@ -136,11 +180,19 @@ def make_export_archive(
     # (BENCHMARKS.md).
     buckets = [b for b in BATCH_BUCKETS if b >= (2 if beam_size == 1 else 1)]
 
-    def xla_search(source_ids):
+    def output_length(source_ids):
+        return tf.minimum(tf.shape(source_ids)[1] + max_extra_length, max_length)
+
+    def bucketed_search(source_ids):
         ids, score = compiled_search(pad_to_bucket(source_ids, buckets, max_length))
-        batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-        out_len = tf.minimum(width + max_extra_length, max_length)
-        return ids[:batch, :out_len], score[:batch]
+        batch = tf.shape(source_ids)[0]
+        return ids[:batch, : output_length(source_ids)], score[:batch]
+
+    def xla_search(source_ids):
+        chunk = max(CHUNK_ROWS // beam_size, 1)  # sentences a compiled call
+        return decode_sorted_in_chunks(
+            bucketed_search, source_ids, chunk, output_length(source_ids)
+        )
 
     def translate_text(text, search):
         source_ids = _source_ids(vocabularies.source, text, max_length)
