@@ -6,7 +6,8 @@ one trained model, on the same sentences, tokenization included.
 
 Exports the model into a temporary folder (SavedModels with beam 1 and beam 4, traced with
 `keras_transformer.fast` as `trainers.export` does unless --fast off; CTranslate2 float32 and
-int8 with the same decoding settings), then, for greedy and beam 4:
+int8 with the same decoding settings; the beam-4 SavedModels once a --stopping rule), then,
+for greedy and beam 4:
 - batches of 32: the test split (1,020 verses) in batches of 32, milliseconds a sentence
   (total time over sentences; the median over --repeats passes), and the test BLEU of
   those translations (sacrebleu, as trainers.evaluate scores);
@@ -52,10 +53,19 @@ def engines(model, vocabularies, folder: Path, args) -> dict:
     """name -> (decoding, translate(list[str]) -> list[str]) for every artifact."""
     settings = dict(length_penalty=args.length_penalty)
     found = {}
-    for beam, decoding in ((1, "greedy"), (4, "beam 4")):
+    searches = [(1, "exact", "greedy")] + [
+        (4, stopping, "beam 4" + (", early stopping" if stopping == "early" else ""))
+        for stopping in args.stopping
+    ]
+    for beam, stopping, decoding in searches:
         with fast.switched(args.fast):  # as trainers.export does by default
             version = export.export_saved_model(
-                model, vocabularies, folder / f"saved_model_beam{beam}", beam_size=beam, **settings
+                model,
+                vocabularies,
+                folder / f"saved_model_beam{beam}_{stopping}",
+                beam_size=beam,
+                stopping=stopping,
+                **settings,
             )
         loaded = tf.saved_model.load(str(version))
         for signature in ("serving_default", "serving_xla"):
@@ -145,6 +155,7 @@ def run(args) -> dict:
         length_penalty=args.length_penalty,
         ct2_threads=args.ct2_threads,
         fast=args.fast,
+        stopping=args.stopping,
         rows=rows,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
@@ -180,6 +191,13 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--ct2-types", nargs="+", default=["float32", "int8"], help="CTranslate2 weight types"
+    )
+    parser.add_argument(
+        "--stopping",
+        nargs="+",
+        choices=["exact", "early"],
+        default=["exact", "early"],
+        help="beam search's stopping rules for the SavedModels (trainers.export --stopping)",
     )
     args = parser.parse_args(argv)
     args.fast = args.fast == "on"

@@ -1,7 +1,7 @@
 """Greedy search, beam search and sampling: cached = uncached, beam 1 = greedy = top-k 1,
-scores, EOS and padding, length limits, batch independence, beam search's two finish rules,
-graph mode and XLA, the `kt.fast` path, mixed precision, and the trained reversal model
-decoding reversed sequences. The cache itself: tests/test_cache.py.
+scores, EOS and padding, length limits, batch independence, beam search's two finish rules
+and two stopping rules, graph mode and XLA, the `kt.fast` path, mixed precision, and the
+trained reversal model decoding reversed sequences. The cache itself: tests/test_cache.py.
 
 Most tests run on the session's `reversal_model` (tests/conftest.py), whose distributions are
 peaked as a trained model's are; some on a random tiny model, whose near-uniform ones rarely
@@ -20,6 +20,7 @@ import keras_transformer as kt
 from keras_transformer.decoding import (
     EOS_ID,
     FINISH_RULES,
+    STOPPING,
     beam_search,
     greedy_search,
     parallel_search,
@@ -288,6 +289,67 @@ def test_finish_rules_differ_on_an_eos_ranked_between_k_and_2k():
     assert t2t_scores[0] > fairseq_scores[0]
 
 
+def test_early_stopping_finds_what_exact_stopping_finds_up_to_where_it_stops(model_and_source):
+    """Both rules run the same steps until "early" stops, and the finished set only improves
+    after that, so early's best is a hypothesis scored logP / lp, never above exact's."""
+    model, source = model_and_source
+    best = {}
+    for stopping in STOPPING:
+        ids, scores = beam_search(model, source, length_penalty=1.0, stopping=stopping, **SHORT)
+        _assert_well_formed(ids, scores, len(source))
+        expected = _log_prob(model, source, ids) / _lp(_lengths(ids), 1.0)
+        np.testing.assert_allclose(scores, expected, atol=1e-4)
+        best[stopping] = np.asarray(scores)
+    assert (best["exact"] >= best["early"] - 1e-6).all()
+
+
+class _StepModel(_PositionModel):
+    """`_PositionModel` with one distribution a target position (the last one repeated)."""
+
+    def __init__(self, distributions):
+        super().__init__()
+        self.distributions = tf.math.log(tf.constant(distributions))  # (positions, vocab)
+
+    def __call__(self, inputs, training=False):
+        target = tf.convert_to_tensor(inputs["target_ids"])  # (n, T)
+        positions = tf.minimum(tf.range(tf.shape(target)[1]), len(self.distributions) - 1)
+        logits = tf.gather(self.distributions, positions)[None]  # (1, T, V)
+        return tf.broadcast_to(logits, [tf.shape(target)[0], *logits.shape[1:]])
+
+
+def test_early_stopping_stops_where_only_a_longer_hypothesis_would_win():
+    """Beam 2, alpha 3. [EOS] finishes first at log 0.5 = -0.69; the best alive, [A] at
+    log 0.3, could reach at most log 0.3 / lp(2) = -0.76 by ending at the next step, so
+    "early" stops there. "exact" goes on (lp(6) would lift [A] to -0.20) and finds
+    [A, A, EOS]: log(0.3 * 0.97 * 0.97) / lp(3) = -0.53."""
+    model = _StepModel(
+        [
+            [1e-6, 0.02, 0.03, 0.50, 0.30, 0.15],  # after BOS
+            [1e-6, 0.005, 0.005, 0.01, 0.97, 0.01],  # then A is almost certain
+            [1e-6, 0.005, 0.005, 0.97, 0.01, 0.01],  # then EOS
+        ]
+    )
+    source = np.array([[A, B, A]])
+    found = {
+        stopping: beam_search(
+            model,
+            source,
+            beam_size=2,
+            length_penalty=3.0,
+            max_extra_length=3,
+            use_cache=False,
+            stopping=stopping,
+        )
+        for stopping in STOPPING
+    }
+    np.testing.assert_array_equal(found["early"][0], [[EOS, 0, 0, 0, 0, 0]])
+    np.testing.assert_allclose(found["early"][1], [np.log(0.5)], rtol=1e-5)
+    np.testing.assert_array_equal(found["exact"][0], [[A, A, EOS, 0, 0, 0]])
+    np.testing.assert_allclose(
+        found["exact"][1], [np.log(0.3 * 0.97 * 0.97) / _lp(3, 3.0)], rtol=1e-5
+    )
+
+
 def test_decoding_stops_at_eos_and_pads_after_it(model_and_source):
     model, source = model_and_source
     for ids, scores in (
@@ -531,6 +593,11 @@ def test_bad_arguments_raise(random_model, kwargs):
 def test_an_unknown_finish_rule_raises(random_model):
     with pytest.raises(ValueError, match="finish_rule='marian' must be one of"):
         beam_search(random_model, RANDOM_SOURCE, finish_rule="marian")
+
+
+def test_an_unknown_stopping_rule_raises(random_model):
+    with pytest.raises(ValueError, match="stopping='never' must be one of"):
+        beam_search(random_model, RANDOM_SOURCE, stopping="never")
 
 
 @pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"top_k": -1}])

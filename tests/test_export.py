@@ -60,6 +60,7 @@ def test_layout_and_manifest(exported, model):
         "length_penalty": 0.6,
         "max_extra_length": 50,
         "max_input_tokens": MAX_LENGTH - 1,
+        "stopping": "exact",
     }
     assert set(manifest["signatures"]) == {
         "serving_default",
@@ -117,6 +118,38 @@ def test_serving_gives_the_library_translations(exported, model):
     by_ids = loaded.signatures["translate_ids"](source_ids=source_ids)
     np.testing.assert_array_equal(by_ids["ids"], ids)
     np.testing.assert_allclose(by_ids["score"], scores, rtol=1e-5)
+    np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
+
+
+def test_early_stopping_is_baked_into_every_signature(model, monkeypatch, tmp_path):
+    """`stopping="early"` reaches every beam search the export traces, and the signatures
+    decode as the library's early beam search. (On this random model, which does not end
+    its hypotheses before the length limit, early and exact agree: tests/test_decoding.py
+    shows where they differ.)"""
+    calls = []
+
+    def recorded(search):
+        def call(*args, **kwargs):
+            calls.append((search.__name__, kwargs.get("stopping")))
+            return search(*args, **kwargs)
+
+        return call
+
+    for name in ("beam_search", "translate_ids"):
+        monkeypatch.setattr(export.savedmodel.decoding, name, recorded(getattr(decoding, name)))
+    vocabularies = bible.vocabularies()
+    version = export.export_saved_model(model, vocabularies, tmp_path, stopping="early")
+    traced = [name for name, _ in calls]
+    assert traced.count("translate_ids") >= 3 and "beam_search" in traced  # every signature
+    assert {stopping for _, stopping in calls} == {"early"}
+    manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())
+    assert manifest["decoding"]["stopping"] == "early"
+    source_ids = next(
+        iter(kt.data.source_batches(SENTENCES, vocabularies.source, max_length=MAX_LENGTH))
+    )
+    served = tf.saved_model.load(str(version)).signatures["translate_ids"](source_ids=source_ids)
+    ids, scores = decoding.beam_search(model, source_ids, stopping="early")
+    np.testing.assert_array_equal(served["ids"], ids)
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
 
 
@@ -417,7 +450,17 @@ def test_translate_cli_reports_a_missing_export(tmp_path):
     assert result.returncode == 2 and "no saved_model.pb, no version folder" in result.stderr
 
 
-def test_export_cli_refuses_quantization_of_a_saved_model(tmp_path):
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--quantization", "int8"], "--quantization applies to --format ctranslate2 only"),
+        (
+            ["--format", "ctranslate2", "--stopping", "early"],
+            "--stopping applies to --format savedmodel only",
+        ),
+    ],
+)
+def test_export_cli_refuses_options_of_the_other_format(tmp_path, options, message):
     result = _cli(
         sys.executable,
         "-m",
@@ -426,8 +469,7 @@ def test_export_cli_refuses_quantization_of_a_saved_model(tmp_path):
         str(tmp_path),
         "--out",
         str(tmp_path / "out"),
-        "--quantization",
-        "int8",
+        *options,
     )
     assert result.returncode == 2
-    assert "--quantization applies to --format ctranslate2 only" in result.stderr
+    assert message in result.stderr

@@ -45,6 +45,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.6)
+    parser.add_argument(
+        "--stopping",
+        choices=["exact", "early"],
+        help="--format savedmodel: when beam search stops (default exact: tensor2tensor's "
+        "rule, the best hypothesis the beam can reach; early: as soon as no alive hypothesis "
+        "could beat the best finished one by ending at the next step, as CTranslate2 stops "
+        "about; faster, almost always the same translations: BENCHMARKS.md)",
+    )
     return parser.parse_args(argv)
 
 
@@ -54,6 +62,10 @@ def main(argv=None) -> int:
 
     if args.quantization and args.format != "ctranslate2":
         return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))
+    if args.stopping and args.format != "savedmodel":
+        return errors.fail(
+            ValueError("--stopping applies to --format savedmodel only (CTranslate2 has its own)")
+        )
     run = RunDirectory(args.model_dir)
     try:
         experiment, vocabularies, model = run.load_trained(args.model)
@@ -88,6 +100,7 @@ def main(argv=None) -> int:
             manifest=manifest,
             beam_size=args.beam_size,
             length_penalty=args.length_penalty,
+            stopping=args.stopping or "exact",
         )
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from keras_transformer.config import PAD_ID
 BOS_ID, EOS_ID = 2, 3
 NEG_INF = -1e9  # the log-probability of impossible choices; finite, so sums never give NaN
 FINISH_RULES = ("tensor2tensor", "fairseq")
+STOPPING = ("exact", "early")
 # The self-attention buffers start with room for the first quarter of the output and grow
 # at each of these phases, so a step's attention reads about the part written so far.
 PHASES = 4
@@ -143,6 +144,7 @@ def beam_search(
     eos_id: int = EOS_ID,
     use_cache: bool = True,
     num_hypotheses: int | None = None,
+    stopping: str = "exact",
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search with the length penalty of Wu et al. (2016), as in the paper (6.1).
 
@@ -153,10 +155,15 @@ def beam_search(
     follow them: `DecoderCache.reorder`), and those ending in EOS join the finished ones:
     all of them with `finish_rule="tensor2tensor"` (the paper's code, tensor2tensor, kept in
     TF Model Garden's `sequence_beam_search`), only those ranked among the first k with
-    `"fairseq"`. Finished hypotheses are never extended. A sentence stops when no alive
-    hypothesis can beat its best finished one any more (its log-probability only falls, and
-    lp is largest at the length limit), or at its length limit. With `length_penalty=0`,
-    `beam_size=1` is greedy search.
+    `"fairseq"`. Finished hypotheses are never extended. With `stopping="exact"` a sentence
+    stops when no alive hypothesis can beat its best finished one any more (its
+    log-probability only falls, and lp is largest at the length limit: tensor2tensor's
+    rule), or at its length limit; its result is then the best the beam can reach. With
+    `"early"` it stops as soon as the best alive hypothesis could not beat the best finished
+    one even by ending at the next step (Hugging Face's `early_stopping=False`; CTranslate2
+    and OpenNMT stop at about the same point, when a step's best candidate ends): far fewer
+    steps with a length penalty, and almost always the same result (BENCHMARKS.md). With
+    `length_penalty=0`, `beam_size=1` is greedy search.
 
     Args:
         beam_size: int. Hypotheses kept per sentence, k. Defaults to 4 (paper 6.1).
@@ -170,6 +177,9 @@ def beam_search(
         num_hypotheses: int or None. None returns each sentence's best hypothesis; n (1 to
             `beam_size`) returns its n best, and a sentence then stops only when no alive
             hypothesis can beat its n-th best finished one. Defaults to None.
+        stopping: str. When a sentence stops: "exact" (no alive hypothesis can beat its
+            finished ones at any length it may still reach) or "early" (none could by ending
+            at the next step). Defaults to "exact".
 
     Returns:
         `(ids int32 [batch, out_len], scores float32 [batch])`: the best finished hypothesis
@@ -190,6 +200,8 @@ def beam_search(
         raise ValueError(f"length_penalty={length_penalty} must be >= 0")
     if finish_rule not in FINISH_RULES:
         raise ValueError(f"finish_rule={finish_rule!r} must be one of {FINISH_RULES}")
+    if stopping not in STOPPING:
+        raise ValueError(f"stopping={stopping!r} must be one of {STOPPING}")
     n_best = 1 if num_hypotheses is None else num_hypotheses
     if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
         raise ValueError(
@@ -233,7 +245,9 @@ def beam_search(
         finished_scores, pick = tf.math.top_k(tf.concat([finished_scores, new_scores], 1), k)
         finished_ids = tf.gather(tf.concat([finished_ids, candidates], 1), pick, batch_dims=1)
 
-        best_alive_bound = alive_logp[:, 0] / lp(limits)  # (batch,)
+        # The best score an alive hypothesis may still reach (exact: at the length limit), or
+        # could reach by ending at the next step (early).
+        best_alive_bound = alive_logp[:, 0] / lp(limits if stopping == "exact" else t + 2)
         done = done | at_limit | (finished_scores[:, n_best - 1] >= best_alive_bound)
         return (alive_ids, alive_logp, finished_ids, finished_scores, done), cache
 
@@ -261,6 +275,7 @@ def translate_ids(
     length_penalty: float = 0.6,
     finish_rule: str = "tensor2tensor",
     max_extra_length: int = 50,
+    stopping: str = "exact",
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """`greedy_search` when `beam_size` is 1, else `beam_search`: what translators call."""
     if beam_size == 1:
@@ -272,6 +287,7 @@ def translate_ids(
         length_penalty=length_penalty,
         finish_rule=finish_rule,
         max_extra_length=max_extra_length,
+        stopping=stopping,
     )
 
 

@@ -159,6 +159,7 @@ def make_export_archive(
     beam_size: int = 4,
     length_penalty: float = 0.6,
     max_extra_length: int = 50,
+    stopping: str = "exact",
 ) -> keras.export.ExportArchive:
     """The `keras.export.ExportArchive` of a translation model, with its four endpoints."""
     max_length = model.config.max_length
@@ -170,6 +171,7 @@ def make_export_archive(
             beam_size=beam_size,
             length_penalty=length_penalty,
             max_extra_length=max_extra_length,
+            stopping=stopping,
         )
 
     compiled_search = tf.function(search, jit_compile=True)
@@ -225,6 +227,7 @@ def make_export_archive(
             length_penalty=length_penalty,
             max_extra_length=max_extra_length,
             num_hypotheses=beam_size,
+            stopping=stopping,
         )  # (batch, beam, out_len), (batch, beam)
         batch, out_len = tf.shape(ids)[0], tf.shape(ids)[2]  # (an empty batch has no -1)
         flat = vocabularies.target.detokenize(tf.reshape(ids, [batch * beam_size, out_len]))
@@ -275,6 +278,7 @@ def export_saved_model(
     beam_size: int = 4,
     length_penalty: float = 0.6,
     max_extra_length: int = 50,
+    stopping: str = "exact",
 ) -> Path:
     """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
 
@@ -284,8 +288,10 @@ def export_saved_model(
         directory: str or path. The model's folder under `saved_models/`.
         version: int or None. The version folder; None takes the next free number.
         manifest: dict or None. Extra facts (config, metrics...) for `assets.extra/manifest.json`.
-        beam_size, length_penalty, max_extra_length: decoding settings baked into the graph.
-            Default to the paper's 4, 0.6 and 50.
+        beam_size, length_penalty, max_extra_length, stopping: decoding settings baked into
+            the graph (`keras_transformer.decoding.beam_search`). Default to the paper's 4,
+            0.6 and 50, and "exact" (tensor2tensor's stopping rule; "early" stops beam search
+            sooner, as CTranslate2 does: BENCHMARKS.md).
 
     Returns:
         The path of the written version.
@@ -297,7 +303,10 @@ def export_saved_model(
         raise FileExistsError(f"{final} exists; versions are never overwritten")
     directory.mkdir(parents=True, exist_ok=True)
     settings = dict(
-        beam_size=beam_size, length_penalty=length_penalty, max_extra_length=max_extra_length
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_extra_length=max_extra_length,
+        stopping=stopping,
     )
     with atomic_directory(final) as temporary:
         make_export_archive(model, vocabularies, **settings).write_out(
