@@ -119,7 +119,10 @@ def decode_sorted_in_chunks(search, source_ids, chunk: int, out_len):
     A batch decodes until its longest sentence ends, so in a request of mixed lengths most
     rows would wait, step after step, for the longest one. Sorted and cut into chunks (each
     chunk cut to its own width), short sentences finish together and long ones together;
-    CTranslate2 sorts and splits a batch the same way (its `max_batch_size`).
+    CTranslate2 sorts and splits a batch the same way (its `max_batch_size`). The chunks are
+    iterations of a `tf.while_loop` that depend on each other only where their results are
+    written, so TensorFlow runs two or more at once (`parallel_iterations`): a small model's
+    search keeps one core busy, and the other decodes the next chunk (BENCHMARKS.md).
 
     Args:
         search: `source_ids [n, width] -> (ids int32 [n, <= out_len], score float32 [n])`.
