@@ -31,6 +31,8 @@ class Translator:
         finish_rule: str. Beam search's rule for finished hypotheses, "tensor2tensor" (the
             paper's code) or "fairseq" (see `decoding.beam_search`). Defaults to
             "tensor2tensor".
+        stopping: str. When beam search stops, "exact" (tensor2tensor's rule) or "early" (see
+            `decoding.beam_search`). Defaults to "exact".
         max_extra_length: int. Output may be this much longer than the input. Defaults to 50.
         batch_size: int. Sentences per batch. Defaults to 64.
 
@@ -48,6 +50,7 @@ class Translator:
         beam_size: int = 4,
         length_penalty: float = 0.6,
         finish_rule: str = "tensor2tensor",
+        stopping: str = "exact",
         max_extra_length: int = 50,
         batch_size: int = 64,
     ):
@@ -60,6 +63,7 @@ class Translator:
             length_penalty=length_penalty,
             finish_rule=finish_rule,
             max_extra_length=max_extra_length,
+            stopping=stopping,
         )
         self._search = tf.function(
             lambda source_ids: decoding.translate_ids(model, source_ids, **settings),

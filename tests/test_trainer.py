@@ -245,16 +245,20 @@ def test_evaluate_own_files(trained, tmp_path):
         tmp_path / "ref.txt",
         "--output",
         tmp_path / "out.hyp",
+        "--stopping",
+        "early",
     )
-    assert json.loads(result.stdout[result.stdout.index("{") :])["sentences"] == 2
+    summary = json.loads(result.stdout[result.stdout.index("{") :])
+    assert summary["sentences"] == 2 and summary["stopping"] == "early"
     assert len((tmp_path / "out.hyp").read_text().splitlines()) == 2
 
 
 def test_export_then_translate_through_the_saved_model(trained, tmp_path):
     model_dir, _, _ = trained
     out = tmp_path / "saved_models" / "slice"
-    run("-m", "trainers.export", "--model-dir", model_dir, "--out", out)
+    run("-m", "trainers.export", "--model-dir", model_dir, "--out", out, "--stopping", "early")
     manifest = json.loads((out / "1" / "assets.extra" / "manifest.json").read_text())
+    assert manifest["decoding"]["stopping"] == "early"
     assert manifest["experiment"]["model"]["preset"] == "tiny"
     assert manifest["metrics"]["train_summary.json"]["steps"] == 40
     assert (out / "keras" / "model.keras").exists() and (out / "keras" / "vocab").is_dir()

@@ -47,6 +47,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         "code, tensor2tensor)",
     )
     parser.add_argument(
+        "--stopping",
+        default="exact",
+        choices=("exact", "early"),
+        help="beam search: when a sentence stops (default: tensor2tensor's exact rule; early: "
+        "once no alive hypothesis could win by ending at the next step, as trainers.export "
+        "--stopping early)",
+    )
+    parser.add_argument(
         "--quantize",
         choices=("int8",),
         help="quantize the model's weights with Keras (model.quantize) before translating",
@@ -92,6 +100,7 @@ def main(argv=None) -> int:
         beam_size=args.beam_size,
         length_penalty=args.length_penalty,
         finish_rule=args.finish_rule,
+        stopping=args.stopping,
     )
     with fast.switched(experiment.training.fast):  # the search as the trainer's dev BLEU runs it
         hypotheses = translator.translate(pairs.sources, progress=True)
@@ -102,6 +111,7 @@ def main(argv=None) -> int:
         "beam_size": args.beam_size,
         "length_penalty": args.length_penalty,
         "finish_rule": args.finish_rule,
+        "stopping": args.stopping,
         "quantize": args.quantize,
         **evaluation.score(hypotheses, pairs.targets),
         "code": provenance(),
