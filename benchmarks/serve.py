@@ -42,6 +42,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import corpus, evaluation, export, fast  # noqa: E402
+from keras_transformer.decoding import STOPPING  # noqa: E402
 from trainers.run_dir import MODEL, RunDirectory  # noqa: E402
 from trainers.translate import CTranslate2Translator  # noqa: E402
 
@@ -195,8 +196,8 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--stopping",
         nargs="+",
-        choices=["exact", "early"],
-        default=["exact", "early"],
+        choices=STOPPING,
+        default=list(STOPPING),
         help="beam search's stopping rules for the SavedModels (trainers.export --stopping)",
     )
     args = parser.parse_args(argv)

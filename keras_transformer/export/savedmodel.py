@@ -123,8 +123,8 @@ def decode_sorted_in_chunks(search, source_ids, chunk: int, out_len):
     iterations of a `tf.while_loop` that depend on each other only where their results are
     written, so TensorFlow runs two or more at once (`parallel_iterations`): a small model's
     search keeps about one core busy, and the other decodes the next chunk. (On the demo
-    model that overlap is the whole gain, 1.15x for beam 4 in batches of 32: one chunk at a
-    time, the sorted chunks were as fast as the whole request; BENCHMARKS.md.)
+    model that overlap is the whole gain: one chunk at a time, the sorted chunks were as
+    fast as the whole request; BENCHMARKS.md.)
 
     Args:
         search: `source_ids [n, width] -> (ids int32 [n, <= out_len], score float32 [n])`.
