@@ -12,7 +12,10 @@ for greedy and beam 4:
   (total time over sentences; the median over --repeats passes), and the test BLEU of
   those translations (sacrebleu, as trainers.evaluate scores);
 - one sentence at a time: --single verses one request each, p50 and p95 milliseconds (over
-  all requests of all passes).
+  all requests of all passes), and a least-squares line through the requests, milliseconds
+  = fixed + per piece x output pieces (each verse's fastest pass; pieces: its translation
+  re-tokenized by the target SentencePiece model, EOS counted): what a request costs
+  whatever its length, and what each output token adds.
 Engines alternate within each pass, so a drifting machine is fair to all. TensorFlow uses its
 default threads (all cores); CTranslate2 runs --ct2-threads threads (1 by default, as
 CTranslate2's own benchmarks of single-core serving). XLA compiles one program per shape
@@ -104,6 +107,15 @@ def _ct2_translate(translator, beam):
     return translate
 
 
+def latency_fit(milliseconds, pieces) -> tuple[float, float]:
+    """`(fixed, per_piece)` of the least-squares line `milliseconds = fixed + per_piece *
+    pieces` over single requests (one latency and one output length each)."""
+    if len(set(pieces)) < 2:
+        raise ValueError("a latency fit needs requests of at least two output lengths")
+    per_piece, fixed = np.polyfit(np.asarray(pieces, float), np.asarray(milliseconds, float), 1)
+    return float(fixed), float(per_piece)
+
+
 def run(args) -> dict:
     run_dir = RunDirectory(args.model_dir)
     _, vocabularies, model = run_dir.load_trained(args.model)
@@ -114,7 +126,7 @@ def run(args) -> dict:
         found = engines(model, vocabularies, Path(tmp), args)
         batched = {key: [] for key in found}
         latencies = {key: [] for key in found}
-        hypotheses = {}
+        hypotheses, single_out = {}, {}
         for translate in found.values():  # warm-up: XLA compiles each shape bucket here
             for start in range(0, len(sources), 32):
                 translate(sources[start : start + 32])
@@ -127,13 +139,17 @@ def run(args) -> dict:
                     out += translate(sources[start : start + 32])
                 batched[key].append(1e3 * (time.perf_counter() - started) / len(sources))
                 hypotheses[key] = out
+                single_out[key] = []
                 for sentence in single:
                     started = time.perf_counter()
-                    translate([sentence])
+                    single_out[key] += translate([sentence])
                     latencies[key].append(1e3 * (time.perf_counter() - started))
     rows = []
     for key in found:
         name, decoding = key
+        pieces = [len(p) + 1 for p in vocabularies.target.tokenize(single_out[key])]
+        fastest = np.min(np.reshape(latencies[key], (args.repeats, len(single))), axis=0)
+        fixed, per_piece = latency_fit(fastest, pieces)
         rows.append(
             dict(
                 engine=name,
@@ -141,6 +157,8 @@ def run(args) -> dict:
                 batch32_ms_per_sentence=round(statistics.median(batched[key]), 2),
                 single_p50_ms=round(float(np.percentile(latencies[key], 50)), 2),
                 single_p95_ms=round(float(np.percentile(latencies[key], 95)), 2),
+                single_fixed_ms=round(fixed, 2),
+                single_ms_per_piece=round(per_piece, 3),
                 test_bleu=round(evaluation.score(hypotheses[key], references)["bleu"], 2),
             )
         )
@@ -165,13 +183,14 @@ def run(args) -> dict:
 def table(result: dict) -> str:
     lines = [
         "| engine | decoding | batches of 32, ms a sentence | one at a time, p50 / p95 ms "
-        "| test BLEU |",
-        "|---|---|---|---|---|",
+        "| one at a time, ms: fixed + a piece | test BLEU |",
+        "|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         lines.append(
             f"| {row['engine']} | {row['decoding']} | {row['batch32_ms_per_sentence']} | "
-            f"{row['single_p50_ms']} / {row['single_p95_ms']} | {row['test_bleu']} |"
+            f"{row['single_p50_ms']} / {row['single_p95_ms']} | "
+            f"{row['single_fixed_ms']} + {row['single_ms_per_piece']} | {row['test_bleu']} |"
         )
     return "\n".join(lines)
 

@@ -95,3 +95,13 @@ def test_the_corpus_benchmark_makes_a_corpus_and_times_its_pipeline(tmp_path, ca
     )
     timed = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert timed["tokens_per_s"] > 0 and timed["mode"] == "pipeline"
+
+
+def test_latency_fit_splits_a_request_into_fixed_cost_and_cost_per_piece():
+    from benchmarks import serve
+
+    pieces = [3, 10, 21, 40]
+    fixed, per_piece = serve.latency_fit([2.0 + 0.25 * n for n in pieces], pieces)
+    assert fixed == pytest.approx(2.0) and per_piece == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="at least two output lengths"):
+        serve.latency_fit([1.0, 1.2], [7, 7])
