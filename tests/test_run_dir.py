@@ -21,10 +21,10 @@ def test_the_layout_is_the_readmes(tmp_path):
     run = RunDirectory(tmp_path)
     assert run.experiment_file == tmp_path / "experiment.yaml"
     assert run.vocab == tmp_path / "vocab"
-    assert run.checkpoints.file(7) == tmp_path / "checkpoints" / "ckpt-00007.weights.h5"
-    assert run.backup.state(12) == tmp_path / "backup" / "state-00012.npz"
+    assert run.checkpoints.file(7) == tmp_path / "checkpoints" / "ckpt-00000007.weights.h5"
+    assert run.backup.state(12) == tmp_path / "backup" / "state-00000012.npz"
     assert run.backup.latest == tmp_path / "backup" / "latest.json"
-    assert run.backup.epoch(run.backup.state(12)) == 12
+    assert run.backup.updates(run.backup.state(12)) == 12
     assert run.logs == tmp_path / "logs" and run.bleu_logs == tmp_path / "logs" / "bleu"
     assert run.model() == tmp_path / "model.keras"
     assert run.model(run_dir.AVERAGED) == tmp_path / "model.averaged.keras"
@@ -35,14 +35,15 @@ def test_the_layout_is_the_readmes(tmp_path):
 
 def test_checkpoints_and_states_are_listed_oldest_first(tmp_path):
     run = RunDirectory(tmp_path)
-    for epoch in (10, 2, 9):
+    for updates in (100_000_000, 2, 9):  # past the names' 8 digits too
         run.checkpoints.path.mkdir(exist_ok=True)
-        run.checkpoints.file(epoch).write_bytes(b"")
+        run.checkpoints.file(updates).write_bytes(b"")
         run.backup.path.mkdir(exist_ok=True)
-        run.backup.state(epoch).write_bytes(b"")
+        run.backup.state(updates).write_bytes(b"")
     (run.checkpoints.path / "notes.txt").write_text("not a checkpoint")
-    assert run.checkpoints.files() == [run.checkpoints.file(e) for e in (2, 9, 10)]
-    assert run.backup.states() == [run.backup.state(e) for e in (2, 9, 10)]
+    (run.checkpoints.path / "ckpt-best.weights.h5").write_bytes(b"a user's own file")
+    assert run.checkpoints.files() == [run.checkpoints.file(n) for n in (2, 9, 100_000_000)]
+    assert run.backup.states() == [run.backup.state(n) for n in (2, 9, 100_000_000)]
 
 
 def test_the_experiment_round_trips_as_readable_yaml(tmp_path):

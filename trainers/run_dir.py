@@ -4,8 +4,9 @@ and how the programs read and write it.
     DIR/experiment.yaml        the resolved configuration (owns the directory)
     DIR/vocab/                 SentencePiece model(s): shared.model or source/target.model,
                                and manifest.json (their sha256: replaced files are refused)
-    DIR/checkpoints/           ckpt-NNNNN.weights.h5, one every training.steps_per_epoch steps
-    DIR/backup/                state-NNNNN.npz, the training state a restarted run resumes
+    DIR/checkpoints/           ckpt-NNNNNNNN.weights.h5, one every training.steps_per_epoch
+                               updates
+    DIR/backup/                state-NNNNNNNN.npz, the training state a restarted run resumes
                                from, and latest.json, the record that commits one (see
                                trainers/checkpointing.py); a finished run keeps its last one
     DIR/logs/                  TensorBoard (dev BLEU and chrF under logs/bleu/)
@@ -15,7 +16,8 @@ and how the programs read and write it.
     DIR/eval/                  hypotheses (SPLIT.hyp) and scores (SPLIT.json) from
                                trainers.evaluate
 
-NNNNN counts completed epochs. Every file is written with `keras_transformer.files`'s
+NNNNNNNN counts the optimizer updates done (not epochs, whose size a resumed run may
+change). Every file is written with `keras_transformer.files`'s
 `atomic_write` (a temporary name, then a rename), so a crash never leaves a half-written file
 under a real name.
 """
@@ -51,24 +53,35 @@ def save_model(model: keras.Model, path) -> None:
     atomic_write(path, model.save)
 
 
+def _numbered(folder: Path, prefix: str, suffix: str) -> list[Path]:
+    """The files `prefix` + number + `suffix` in `folder`, by increasing number."""
+    found = []
+    for path in folder.glob(f"{prefix}*{suffix}"):
+        number = path.name[len(prefix) : -len(suffix)]
+        if number.isdigit():
+            found.append((int(number), path))
+    return [path for _, path in sorted(found)]
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckpointFolder:
-    """DIR/checkpoints/: Keras weight files, `ckpt-NNNNN.weights.h5` after epoch NNNNN."""
+    """DIR/checkpoints/: Keras weight files, `ckpt-NNNNNNNN.weights.h5` after update
+    NNNNNNNN."""
 
     path: Path
 
-    def file(self, epoch: int) -> Path:
-        return self.path / f"ckpt-{epoch:05d}.weights.h5"
+    def file(self, updates: int) -> Path:
+        return self.path / f"ckpt-{updates:08d}.weights.h5"
 
     def files(self) -> list[Path]:
         """The checkpoints there, oldest first."""
-        return sorted(self.path.glob("ckpt-*.weights.h5"))
+        return _numbered(self.path, "ckpt-", ".weights.h5")
 
 
 @dataclasses.dataclass(frozen=True)
 class BackupFolder:
-    """DIR/backup/: `state-NNNNN.npz` (every variable after epoch NNNNN) and `latest.json`
-    (the committed state's name and sha256)."""
+    """DIR/backup/: `state-NNNNNNNN.npz` (every variable after update NNNNNNNN) and
+    `latest.json` (the committed state's name and sha256)."""
 
     path: Path
 
@@ -76,16 +89,16 @@ class BackupFolder:
     def latest(self) -> Path:
         return self.path / "latest.json"
 
-    def state(self, epoch: int) -> Path:
-        return self.path / f"state-{epoch:05d}.npz"
+    def state(self, updates: int) -> Path:
+        return self.path / f"state-{updates:08d}.npz"
 
     def states(self) -> list[Path]:
         """The state files there, oldest first."""
-        return sorted(self.path.glob("state-*.npz"))
+        return _numbered(self.path, "state-", ".npz")
 
     @staticmethod
-    def epoch(state: Path) -> int:
-        """The epoch of a state file's name."""
+    def updates(state: Path) -> int:
+        """The updates done, from a state file's name."""
         return int(Path(state).name[len("state-") : -len(".npz")])
 
 

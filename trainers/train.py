@@ -100,14 +100,12 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     placement = _place(strategy_kind, experiment.training)
     vocabularies = _vocabularies(run, experiment, scan.sample, resuming, placement.is_chief)
     experiment = _resolve_experiment(run, experiment, vocabularies, resuming, placement.is_chief)
+    model, progress = _model(run, experiment, placement)
     lengths = _length_report(experiment, train_corpus, vocabularies)
-    model, initial_epoch = _model(run, experiment, placement)
-    datasets = _datasets(
-        experiment, vocabularies, train_corpus, dev_pairs, placement, initial_epoch
-    )
+    datasets = _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, progress)
     monitors = _monitors(run, experiment.training, vocabularies, dev_pairs, placement.is_chief)
-    callbacks = _callbacks(run, experiment.training, placement.is_chief, monitors)
-    history, seconds = _fit(model, experiment.training, datasets, initial_epoch, callbacks, verbose)
+    callbacks = _callbacks(run, experiment.training, placement.is_chief, monitors, progress)
+    history, seconds = _fit(model, experiment.training, datasets, progress, callbacks, verbose)
     summary = _summary(
         run, experiment.training, placement, model, history, seconds, lengths, monitors
     )
@@ -228,19 +226,38 @@ def _length_report(experiment, train_corpus, vocabularies) -> dict:
 
 
 def _model(run: RunDirectory, experiment, placement: Placement):
-    """(compiled model, completed epochs): a new model, or the backup's state when there is
-    one. Every worker resumes from the chief's backup: all hold the same state."""
+    """(compiled model, `checkpointing.Progress`): a new model, or the backup's state when
+    there is one. Every worker resumes from the chief's backup: all hold the same state. A
+    backup that the planned steps cannot continue is refused here, before any training."""
     with placement.strategy.scope():
         model = _compiled_model(experiment, placement.jit_compile)
-        initial_epoch = checkpointing.restore_state(model, run.backup)
+        progress = checkpointing.restore_state(model, run.backup)
     print(runtime.describe(placement.strategy), f"jit_compile={placement.jit_compile}", flush=True)
-    if initial_epoch:
+    if progress.updates:
+        _check_plan(run, experiment.training, progress)
         print(
-            f"resuming after epoch {initial_epoch} (step "
-            f"{int(model.optimizer.iterations.numpy())}) from {run.backup.path}",
+            f"resuming after update {progress.updates} ({progress.batches} batches "
+            f"consumed) from {run.backup.path}",
             flush=True,
         )
-    return model, initial_epoch
+    return model, progress
+
+
+def _check_plan(run: RunDirectory, training, progress) -> None:
+    """The planned steps must go on from the updates done, in whole epochs."""
+    done = progress.updates
+    if done > training.steps:
+        raise errors.ConfigError(
+            f"--model-dir {run.root} has done {done} updates, more than "
+            f"training.steps={training.steps}; set training.steps to {done} or more"
+        )
+    if done % training.steps_per_epoch:
+        raise errors.ConfigError(
+            f"training.steps_per_epoch={training.steps_per_epoch} does not divide the {done} "
+            f"updates that the backup in {run.backup.path} holds: epochs are counted from the "
+            f"first update, so choose a steps_per_epoch that divides both {done} and "
+            f"training.steps={training.steps}, or start a new --model-dir"
+        )
 
 
 def _compiled_model(experiment, jit_compile: bool):
@@ -274,10 +291,14 @@ def _compiled_model(experiment, jit_compile: bool):
     return model
 
 
-def _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, initial_epoch):
-    """(training batches, dev batches or None). Each worker reads its shard of the corpus (by
-    file when there are enough files, else by pair); a resumed run skips the batches already
-    consumed."""
+def _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, progress):
+    """(training batches, dev batches or None).
+
+    Every worker reads the whole corpus into the same stream of global batches, whose order
+    the seed fixes, and tf.distribute gives each replica its piece of each batch (sharding
+    by data): the batches do not depend on the number of workers and replicas, and a resumed
+    run skips exactly the `progress.batches` batches already consumed. (Each worker
+    tokenizes every batch, a small cost next to a training step.)"""
     from keras_transformer import data
 
     batches = dict(
@@ -286,18 +307,18 @@ def _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, init
         batch_multiple=placement.strategy.num_replicas_in_sync,
         seed=experiment.training.seed,
     )
-    workers = placement.workers
-    shard = (workers, placement.worker_index) if workers > 1 else None
-    pairs = train_corpus.to_dataset(shard=shard, limit=experiment.data.train_limit)
+    pairs = train_corpus.to_dataset(limit=experiment.data.train_limit)
     train_dataset = data.make_dataset(
         pairs, vocabularies, shuffle_buffer=experiment.data.shuffle_buffer, **batches
     )
-    if shard is not None:  # this worker's share already: tf.distribute must not split again
+    train_dataset = train_dataset.skip(progress.batches)
+    workers = placement.workers
+    if workers > 1:
         options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA
+        )
         train_dataset = train_dataset.with_options(options)
-    # The input order is fixed by the seed: skipping what was consumed resumes it exactly.
-    train_dataset = train_dataset.skip(initial_epoch * _batches_per_epoch(experiment.training))
     # Validation inside fit is skipped across workers: uneven shards of a finite dev set can
     # leave one worker waiting in a collective. The chief's dev BLEU still runs.
     if dev_pairs is None or workers > 1:
@@ -314,10 +335,6 @@ def _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, init
     # pass over a dataset whose length it is not told: count the dev batches once.
     count = int(dev_dataset.reduce(0, lambda count, _: count + 1))
     return train_dataset, dev_dataset.apply(tf.data.experimental.assert_cardinality(count))
-
-
-def _batches_per_epoch(training) -> int:
-    return training.steps_per_epoch * training.gradient_accumulation_steps
 
 
 class Monitors(typing.NamedTuple):
@@ -343,31 +360,34 @@ def _monitors(run: RunDirectory, training, vocabularies, dev_pairs, is_chief: bo
     return Monitors(cb.Throughput(), bleu)
 
 
-def _callbacks(run: RunDirectory, training, is_chief: bool, monitors: Monitors) -> list:
-    """TerminateOnNaN everywhere; the chief also writes the backup, the checkpoints (keeping
-    the last ones), TensorBoard logs and the dev BLEU."""
+def _callbacks(run: RunDirectory, training, is_chief: bool, monitors: Monitors, progress) -> list:
+    """TerminateOnNaN everywhere; the chief also writes the backup (counting on from
+    `progress`), the checkpoints (keeping the last ones), TensorBoard logs and the dev
+    BLEU."""
     import keras
 
     callbacks = [keras.callbacks.TerminateOnNaN(), monitors.throughput]
     if not is_chief:
         return callbacks
     callbacks += [
-        checkpointing.Backup(run.backup),
+        checkpointing.Backup(run.backup, start=progress),
         checkpointing.Checkpoints(run.checkpoints, training.keep_checkpoints),
         keras.callbacks.TensorBoard(str(run.logs)),
     ]
     return callbacks + ([monitors.bleu] if monitors.bleu else [])
 
 
-def _fit(model, training, datasets, initial_epoch: int, callbacks, verbose: int):
-    """`model.fit` up to the planned step count; returns (history, seconds)."""
+def _fit(model, training, datasets, progress, callbacks, verbose: int):
+    """`model.fit` from the updates done (`progress`) up to the planned ones; returns
+    (history, seconds). An epoch is `steps_per_epoch` updates, each of
+    `gradient_accumulation_steps` batches (the steps Keras counts)."""
     train_dataset, dev_dataset = datasets
     started = time.perf_counter()
     history = model.fit(
         train_dataset,
-        initial_epoch=initial_epoch,
+        initial_epoch=progress.updates // training.steps_per_epoch,
         epochs=training.steps // training.steps_per_epoch,
-        steps_per_epoch=_batches_per_epoch(training),
+        steps_per_epoch=training.steps_per_epoch * training.gradient_accumulation_steps,
         validation_data=dev_dataset,
         shuffle=False,  # the pipeline shuffles
         callbacks=callbacks,
