@@ -15,6 +15,7 @@ PAD_ID = 0
 """Token id 0 is padding everywhere: in source and target ids, labels and vocabularies."""
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
+SINUSOID_LAYOUTS = ("interleaved", "concatenated")
 
 # Overrides of the defaults (the paper's base model) for each preset.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -74,6 +75,12 @@ class TransformerConfig:
             paper, "gelu" as BERT). Defaults to "relu".
         positional: str. "sinusoidal" (paper 3.5) or "learned" (as BERT). Defaults to
             "sinusoidal".
+        sinusoid_layout: str. Where the sinusoid's sines and cosines go: "interleaved" (the
+            paper's, PE(pos, 2i) = sin and PE(pos, 2i + 1) = cos) or "concatenated" (all sines
+            then all cosines, same frequencies, as Marian and tensor2tensor lay them out).
+            Defaults to "interleaved".
+        output_bias: bool. A bias added to the output logits (Marian's `final_logits_bias`);
+            the paper's projection has none. Defaults to False.
         layer_norm_epsilon: float. Epsilon of every LayerNorm. Defaults to 1e-6.
         dtype: str or None. Keras dtype policy of every layer, e.g. "mixed_float16" or
             "mixed_bfloat16"; None uses Keras's global policy. Defaults to None.
@@ -100,6 +107,8 @@ class TransformerConfig:
     norm_first: bool = False
     activation: str = "relu"
     positional: str = "sinusoidal"
+    sinusoid_layout: str = "interleaved"
+    output_bias: bool = False
     layer_norm_epsilon: float = 1e-6
     dtype: str | None = None
 
@@ -122,7 +131,7 @@ class TransformerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise ValueError(f"{name}={value!r} must be a number in [0, 1)")
-        for name in ("share_embeddings", "norm_first"):
+        for name in ("share_embeddings", "norm_first", "output_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be true or false")
         if self.d_model % self.num_heads:
@@ -131,6 +140,10 @@ class TransformerConfig:
             )
         if self.positional not in POSITIONAL_KINDS:
             raise ValueError(f"positional={self.positional!r} must be one of {POSITIONAL_KINDS}")
+        if self.sinusoid_layout not in SINUSOID_LAYOUTS:
+            raise ValueError(
+                f"sinusoid_layout={self.sinusoid_layout!r} must be one of {SINUSOID_LAYOUTS}"
+            )
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"d_model={self.d_model} must be even for sinusoidal positions")
         if not isinstance(self.activation, str):
@@ -191,7 +204,8 @@ class TransformerConfig:
         embeddings = 1 if self.share_embeddings else 2
         tables = self.target_vocab * d + (0 if self.share_embeddings else self.source_vocab * d)
         positions = embeddings * self.max_length * d if self.positional == "learned" else 0
-        return stacks + tables + positions
+        bias = self.target_vocab if self.output_bias else 0
+        return stacks + tables + positions + bias
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:

@@ -152,14 +152,18 @@ def output_projection(embedding, rows):
         return lambda x: embedding(x, reverse=True)
     # In the table's own dtype, as Keras multiplies (the layer does not autocast it).
     kernel = ops.transpose(table.embeddings)  # (d_model, vocab)
+
+    def laid_out(x):
+        return embedding.add_logits_bias(ops.matmul(x, kernel))
+
     if isinstance(rows, int):
-        return lambda x: ops.cast(ops.matmul(x, kernel), "float32")
+        return laid_out
     # Rows known only when the graph runs: under XLA the choice is a constant and the branch
     # not taken (with the copy, when unused) is compiled away.
     few = rows <= FEW_ROWS
     return lambda x: tf.cond(
         few,
-        lambda: ops.cast(ops.matmul(x, kernel), "float32"),
+        lambda: laid_out(x),
         lambda: embedding(x, reverse=True),
     )
 

@@ -52,22 +52,25 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
         kwargs.setdefault("name", "transformer")
         dtype = config.dtype
 
-        def embedding(vocab_size, name):
+        def embedding(vocab_size, name, output_bias=False):
             return TransformerEmbedding(
                 vocab_size,
                 config.d_model,
                 max_length=config.max_length,
                 positional=config.positional,
+                sinusoid_layout=config.sinusoid_layout,
+                output_bias=output_bias,
                 dropout=config.dropout,
                 dtype=dtype,
                 name=name,
             )
 
+        bias = config.output_bias  # on the logits: the target side's
         if config.share_embeddings:
-            source_embedding = target_embedding = embedding(config.target_vocab, "embedding")
+            source_embedding = target_embedding = embedding(config.target_vocab, "embedding", bias)
         else:
             source_embedding = embedding(config.source_vocab, "source_embedding")
-            target_embedding = embedding(config.target_vocab, "target_embedding")
+            target_embedding = embedding(config.target_vocab, "target_embedding", bias)
         block = dict(
             num_heads=config.num_heads,
             d_ff=config.d_ff,

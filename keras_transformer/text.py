@@ -43,6 +43,7 @@ MODEL_TYPES = ("unigram", "bpe")
 # Byte fallback needs 256 byte pieces, plus the 4 special ids and some room for real pieces.
 MIN_VOCAB_SIZE = 300
 MANIFEST = "manifest.json"  # sha256 of each SentencePiece model, written by Vocabularies.save
+PIECES = "pieces.json"  # the vocabulary lists of piece tokenizers (imported OPUS-MT models)
 
 
 def train_sentencepiece(
@@ -162,21 +163,47 @@ class Vocabularies:
         )
 
     @property
+    def pieces(self) -> bool:
+        """True for tokenizers that number SentencePiece's pieces by a vocabulary list (an
+        imported OPUS-MT model's `PieceVocabularyTokenizer`s)."""
+        return hasattr(self.source, "prefix_pattern")
+
+    @property
     def files(self) -> dict:
-        """File name -> tokenizer: `shared.model`, or `source.model` and `target.model`."""
+        """File name -> tokenizer whose SentencePiece model it holds: `shared.model`, or
+        `source.model` and `target.model`; `source.spm` and `target.spm` for piece
+        vocabularies, whose lists go into `pieces.json`."""
+        if self.pieces:
+            return {"source.spm": self.source, "target.spm": self.target}
         if self.shared:
             return {"shared.model": self.source}
         return {"source.model": self.source, "target.model": self.target}
 
-    def save(self, directory) -> None:
-        """Writes the SentencePiece model(s) into `directory` (created if needed)."""
+    def write(self, directory) -> None:
+        """Writes the SentencePiece model(s) (and `pieces.json`) into `directory`, which
+        exists: what an export ships beside the model."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        manifest = {}
         for name, tokenizer in self.files.items():
             atomic_write(directory / name, tokenizer.proto)
-            manifest[name] = hashlib.sha256(tokenizer.proto).hexdigest()
+        if self.pieces:
+            lists = {
+                "source": self.source.pieces,
+                "target": self.target.pieces,
+                "prefix_pattern": self.source.prefix_pattern,
+                "special_tokens": self.source.special_tokens,
+            }
+            atomic_write(directory / PIECES, json.dumps(lists, ensure_ascii=False, indent=1))
+
+    def save(self, directory) -> None:
+        """Writes the vocabulary into `directory` (created if needed) with its manifest."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.write(directory)
         # Written last: a model trained with these files refuses any others.
+        manifest = {
+            name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+            for name in [*self.files, *([PIECES] if self.pieces else [])]
+        }
         atomic_write(directory / MANIFEST, json.dumps(manifest, indent=2))
 
     @classmethod
@@ -200,6 +227,21 @@ class Vocabularies:
                         f"sha256 differs from the one in {directory / MANIFEST}); restore "
                         "the original file: ids from another vocabulary garble the model"
                     )
+        if (directory / PIECES).exists():
+            from keras_transformer.pretrained.tokenizer import PieceVocabularyTokenizer
+
+            lists = json.loads((directory / PIECES).read_text(encoding="utf-8"))
+            rules = dict(
+                prefix_pattern=lists["prefix_pattern"], special_tokens=lists["special_tokens"]
+            )
+            return cls(
+                PieceVocabularyTokenizer(
+                    (directory / "source.spm").read_bytes(), lists["source"], **rules
+                ),
+                PieceVocabularyTokenizer(
+                    (directory / "target.spm").read_bytes(), lists["target"], **rules
+                ),
+            )
         if (directory / "shared.model").exists():
             tokenizer = make_tokenizer(directory / "shared.model")
             return cls(tokenizer, tokenizer)
@@ -209,7 +251,8 @@ class Vocabularies:
                 make_tokenizer(directory / "target.model"),
             )
         raise FileNotFoundError(
-            f"{directory}: no vocabulary (shared.model, or source.model and target.model)"
+            f"{directory}: no vocabulary (shared.model, or source.model and target.model, "
+            "or source.spm, target.spm and pieces.json)"
         )
 
 

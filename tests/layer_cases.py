@@ -41,6 +41,17 @@ CASES = {
         {"vocab_size": 50, "d_model": D, "max_length": 16, "dropout": 0.1},
         {"inputs": _ids(BATCH, TGT, pad_from=3)},
     ),
+    "TransformerEmbedding-marian": (
+        layers.TransformerEmbedding,
+        {
+            "vocab_size": 50,
+            "d_model": D,
+            "max_length": 16,
+            "sinusoid_layout": "concatenated",
+            "output_bias": True,
+        },
+        {"inputs": _ids(BATCH, TGT, pad_from=3)},
+    ),
     "TransformerEmbedding-learned": (
         layers.TransformerEmbedding,
         {"vocab_size": 50, "d_model": D, "max_length": 16, "positional": "learned"},

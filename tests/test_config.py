@@ -58,6 +58,8 @@ def test_separate_vocabularies():
         (dict(attention_dropout=-0.1), "attention_dropout=-0.1"),
         (dict(norm_first="yes"), "norm_first='yes' must be true or false"),
         (dict(positional="rotary"), "positional='rotary' must be one of"),
+        (dict(sinusoid_layout="sines"), "sinusoid_layout='sines' must be one of"),
+        (dict(output_bias=1), "output_bias=1 must be true or false"),
         (dict(activation="swishy"), "activation='swishy' is not a Keras activation"),
         (dict(layer_norm_epsilon=0), "layer_norm_epsilon=0 must be > 0"),
         (dict(dtype="float12"), "dtype='float12' is not a Keras dtype policy"),

@@ -124,7 +124,9 @@ def test_greedy_takes_the_most_likely_token_at_each_step(large_vocab_model):
         ids = np.asarray(ids)
         target = np.concatenate([np.full((len(ids), 1), BOS), ids[:, :-1]], axis=1)
         logits = model({"source_ids": source, "target_ids": target}, training=False)
-        best = np.argmax(np.asarray(logits)[:, :, 1:], axis=-1) + 1  # never padding
+        logits = np.array(logits)
+        logits[:, :, [0, BOS]] = -np.inf  # never padding or the start token
+        best = np.argmax(logits, axis=-1)
         for row, expected, length in zip(ids, best, _lengths(ids), strict=True):
             # The last token is EOS, forced at the length limit.
             np.testing.assert_array_equal(row[: length - 1], expected[: length - 1])
@@ -141,8 +143,9 @@ def test_beam_size_one_is_greedy(model_and_source):
 
 
 def test_a_beam_holding_every_hypothesis_finds_the_best_one():
-    """Vocabulary {pad, 1, BOS, EOS, 4}, at most 4 output tokens: 40 hypotheses, of which a
-    beam of 36 drops none, so beam search must return the exact argmax of logP / lp."""
+    """Vocabulary {pad, 1, BOS, EOS, 4}, at most 4 output tokens: 15 hypotheses (padding and
+    the start token are never generated), of which a beam of 36 drops none, so beam search
+    must return the exact argmax of logP / lp."""
     keras.utils.set_random_seed(0)
     model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=5))
     source = np.array([[4, 1, 0], [4, 0, 0]])
@@ -154,7 +157,7 @@ def test_a_beam_holding_every_hypothesis_finds_the_best_one():
             hypotheses = [
                 [*prefix, EOS] + [0] * (limit - length)
                 for length in range(1, limit + 1)
-                for prefix in itertools.product([1, BOS, 4], repeat=length - 1)
+                for prefix in itertools.product([1, 4], repeat=length - 1)
             ]
             candidates = np.tile(sentence, [len(hypotheses), 1])
             all_scores = _log_prob(model, candidates, hypotheses)
@@ -165,7 +168,7 @@ def test_a_beam_holding_every_hypothesis_finds_the_best_one():
 
 
 def test_n_best_of_a_beam_holding_every_hypothesis_are_the_exact_n_best():
-    """The setting above, `num_hypotheses=6`: the six best hypotheses of all 40, in order."""
+    """The setting above, `num_hypotheses=6`: the six best hypotheses of all 15, in order."""
     keras.utils.set_random_seed(0)
     model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=5))
     source = np.array([[4, 1, 0], [4, 0, 0]])
@@ -175,7 +178,7 @@ def test_n_best_of_a_beam_holding_every_hypothesis_are_the_exact_n_best():
         hypotheses = [
             [*prefix, EOS] + [0] * (limit - length)
             for length in range(1, limit + 1)
-            for prefix in itertools.product([1, BOS, 4], repeat=length - 1)
+            for prefix in itertools.product([1, 4], repeat=length - 1)
         ]
         all_scores = _log_prob(model, np.tile(sentence, [len(hypotheses), 1]), hypotheses)
         all_scores /= _lp(_lengths(hypotheses))
@@ -543,7 +546,7 @@ def test_top_k_sampling_draws_among_the_k_most_likely(random_model):
     target = np.concatenate([np.full((len(ids), 1), BOS), ids[:, :-1]], axis=1)
     inputs = {"source_ids": source, "target_ids": target}
     logits = np.array(random_model(inputs, training=False))
-    logits[:, :, 0] = -np.inf  # padding is never drawn
+    logits[:, :, [0, BOS]] = -np.inf  # padding and the start token are never drawn
     chosen = np.take_along_axis(logits, ids[:, :, None], axis=2)
     rank = (logits > chosen).sum(axis=2)  # (batch, len): 0 for the most likely token
     limits = _source_lengths(source) + 50

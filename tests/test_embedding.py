@@ -57,6 +57,36 @@ def test_sinusoidal_values_follow_the_paper():
     )
 
 
+def test_concatenated_sinusoids_are_marians_layout():
+    """All sines, then all cosines, at the paper's frequencies: transformers'
+    MarianSinusoidalPositionalEmbedding, and the paper's columns reordered."""
+    length, d = 40, 16
+    angles = np.arange(length)[:, None] / np.power(10000, 2 * (np.arange(d) // 2) / d)[None]
+    marian = np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
+    layer = layers.SinusoidalPositionEncoding(layout="concatenated")
+    encodings = layer(np.zeros((1, length, d), "float32"))[0]
+    np.testing.assert_allclose(encodings, marian, atol=1e-5)
+    paper = paper_encodings(length, d)
+    np.testing.assert_allclose(
+        encodings, np.concatenate([paper[:, 0::2], paper[:, 1::2]], 1), atol=1e-5
+    )
+    with pytest.raises(ValueError, match="layout='sines' must be one of"):
+        layers.SinusoidalPositionEncoding(layout="sines")
+
+
+def test_the_output_bias_is_added_to_the_logits():
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, output_bias=True)
+    layer(IDS)
+    names = sorted(w.path.split("/")[-1] for w in layer.trainable_weights)
+    assert names == ["embeddings", "logits_bias"]
+    bias = np.arange(20, dtype="float32")
+    layer.logits_bias.assign(bias)
+    hidden = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
+    table = layer.token_embedding.embeddings.numpy()
+    np.testing.assert_allclose(layer(hidden, reverse=True), hidden @ table.T + bias, atol=1e-5)
+    assert layers.TransformerEmbedding(vocab_size=20, d_model=8).logits_bias is None
+
+
 def test_start_index_gives_the_later_positions():
     layer = layers.SinusoidalPositionEncoding()
     full = layer(np.zeros((2, 10, 16), "float32"))

@@ -60,7 +60,7 @@ def test_layout_and_manifest(exported, model):
         "length_penalty": 0.6,
         "max_extra_length": 50,
         "max_input_tokens": MAX_LENGTH - 1,
-        "stopping": "exact",
+        "stopping": "early",
     }
     assert set(manifest["signatures"]) == {
         "serving_default",

@@ -103,21 +103,27 @@ HIDDEN = np.random.default_rng(5).standard_normal((3, 8)).astype("float32")
 @pytest.mark.parametrize("enabled", [False, True], ids=["stock", "fast"])
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
 @pytest.mark.parametrize("rows", [3, 64, "tensor"], ids=["few", "many", "tensor"])
-def test_output_projection_is_the_tied_projection(request, enabled, dtype, rows):
-    """With the switch on and few rows, the product by `E^T` laid out once; otherwise the
-    layer's own call."""
+@pytest.mark.parametrize("bias", [False, True], ids=["", "bias"])
+def test_output_projection_is_the_tied_projection(request, enabled, dtype, rows, bias):
+    """With the switch on and few rows, the product by `E^T` laid out once (plus the output
+    bias); otherwise the layer's own call."""
     if enabled:
         request.getfixturevalue("fast_on")
-    layer = _embedding(dtype=dtype)
+    layer = _embedding(dtype=dtype, output_bias=bias)
+    if bias:
+        layer.logits_bias.assign(np.linspace(-1, 1, 40).astype("float32"))
     hidden = tf.cast(HIDDEN, layer.compute_dtype)
     if rows == "tensor":  # as in a graph with an unknown batch
         rows = tf.shape(hidden)[0]
     project = kt.fast.output_projection(layer, rows)
     xla = tf.function(lambda x: kt.fast.output_projection(layer, rows)(x), jit_compile=True)
     expected = layer(hidden, reverse=True)
+    # bfloat16 logits may be rounded once less where XLA fuses the product with the bias's
+    # float32 addition: within one bfloat16 ulp.
+    tolerance = 8e-3 if dtype == "mixed_bfloat16" and bias else 1e-5
     for logits in (project(hidden), xla(hidden)):
         assert logits.dtype == tf.float32 and logits.shape == (3, 40)
-        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(logits, expected, rtol=tolerance, atol=tolerance)
 
 
 def _lora(layer):

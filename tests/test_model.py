@@ -191,6 +191,7 @@ def test_float16_training_uses_loss_scaling(policy, scaled):
         dict(positional="learned"),
         dict(share_embeddings=False, source_vocab_size=40, target_vocab_size=70),
         dict(share_embeddings=False, positional="learned", norm_first=True, num_decoder_layers=3),
+        dict(share_embeddings=False, source_vocab_size=40, target_vocab_size=70, output_bias=True),
     ],
 )
 def test_parameter_count_without_building(overrides):

@@ -98,9 +98,9 @@ def run(*args, env=None, cwd=ROOT, check=True, timeout=600):
 
 
 def train_cli(config, model_dir, *args, check=True):
-    return run(
-        "-m", "trainers.train", "--config", config, "--model-dir", model_dir, *args, check=check
-    )
+    """`trainers.train`; without a config (None), the model directory's own experiment."""
+    configs = () if config is None else ("--config", config)
+    return run("-m", "trainers.train", *configs, "--model-dir", model_dir, *args, check=check)
 
 
 def start_training(config, model_dir, *args, env=ENV) -> subprocess.Popen:

@@ -3,10 +3,10 @@
     python -m trainers.evaluate --model-dir runs/demo --split test
     python -m trainers.evaluate --model-dir runs/demo --source new.en --reference new.es
 
-Translates with beam search (the paper's beam 4, length penalty 0.6 by default), detokenizes,
-and scores with sacrebleu against the untouched references: BLEU, chrF and their signatures,
-printed as JSON. Hypotheses go to DIR/eval/SPLIT.hyp (or --output), one a line, and the
-scores beside them (DIR/eval/SPLIT.json).
+Translates with beam search (the paper's beam 4, length penalty 0.6 by default, stopping
+as the export serves: --stopping early), detokenizes, and scores with sacrebleu against the
+untouched references: BLEU, chrF and their signatures, printed as JSON. Hypotheses go to
+DIR/eval/SPLIT.hyp (or --output), one a line, and the scores beside them (DIR/eval/SPLIT.json).
 """
 
 from __future__ import annotations
@@ -37,7 +37,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--source", type=Path, help="source sentences, one a line")
     parser.add_argument("--reference", type=Path, help="reference translations, one a line")
     parser.add_argument("--output", type=Path, help="hypotheses file (default DIR/eval/...)")
-    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument(
+        "--beam-size",
+        type=int,
+        help="default: an imported model's generation_config.json's, else 4",
+    )
     parser.add_argument("--length-penalty", type=float, default=0.6)
     parser.add_argument(
         "--finish-rule",
@@ -48,11 +52,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--stopping",
-        default="exact",
+        default="early",
         choices=("exact", "early"),
-        help="beam search: when a sentence stops (default: tensor2tensor's exact rule; early: "
-        "once no alive hypothesis could win by ending at the next step, as trainers.export "
-        "--stopping early)",
+        help="beam search: when a sentence stops (default early, the rule trainers.export "
+        "serves: once no alive hypothesis could win by ending at the next step; exact: "
+        "tensor2tensor's rule, the paper's code)",
     )
     parser.add_argument(
         "--quantize",
@@ -90,6 +94,8 @@ def main(argv=None) -> int:
         return errors.fail(error)
     if args.limit:
         pairs = pairs.take(args.limit)
+    if args.beam_size is None:
+        args.beam_size = run.decoding_defaults().get("beam_size", 4)
     if args.quantize:
         with warnings.catch_warnings():  # one warning a layer without weights (norms...)
             warnings.filterwarnings("ignore", message=".*does not have a `quantize` method")

@@ -194,7 +194,7 @@ def _build(sections: dict[str, dict], where: str, resolved: bool) -> Experiment:
         model_config = TransformerConfig.preset(preset, **model)
     except ValueError as error:
         raise ConfigError(f"{where}: model: {error}") from None
-    _check(model_config, data, training, where)
+    _check(model_config, data, training, where, resolved)
     return Experiment(preset, model_config, data, training)
 
 
@@ -234,10 +234,16 @@ def _at_least(where: str, minimum: int, **values) -> None:
             raise ConfigError(f"{where}: {name}={value} must be >= {minimum}")
 
 
-def _check(model: TransformerConfig, data: DataConfig, training: TrainingConfig, where: str):
+def _check(
+    model: TransformerConfig,
+    data: DataConfig,
+    training: TrainingConfig,
+    where: str,
+    resolved: bool = False,
+):
     if data.format not in DATA_FORMATS:
         raise ConfigError(f"{where}: data.format={data.format!r}; choose one of {DATA_FORMATS}")
-    if not data.train:
+    if not data.train and not resolved:  # an imported model's directory has none yet
         raise ConfigError(f"{where}: data.train is required")
     if data.format == "tfds" and not data.tfds_name:
         raise ConfigError(f"{where}: data.format=tfds needs data.tfds_name")

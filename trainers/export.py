@@ -43,15 +43,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=["int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16"],
         help="--format ctranslate2: the weights' type (default float32)",
     )
-    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument(
+        "--beam-size",
+        type=int,
+        help="default: an imported model's generation_config.json's, else 4",
+    )
     parser.add_argument("--length-penalty", type=float, default=0.6)
     parser.add_argument(
         "--stopping",
         choices=["exact", "early"],
-        help="--format savedmodel: when beam search stops (default exact: tensor2tensor's "
-        "rule, the best hypothesis the beam can reach; early: as soon as no alive hypothesis "
-        "could beat the best finished one by ending at the next step, as CTranslate2 stops "
-        "about; faster, almost always the same translations: BENCHMARKS.md)",
+        help="--format savedmodel: when beam search stops (default early: as soon as no alive "
+        "hypothesis could beat the best finished one by ending at the next step, as "
+        "CTranslate2, Marian and transformers stop; exact: tensor2tensor's rule, the best "
+        "hypothesis the beam can reach, about twice the steps for almost always the same "
+        "translations: BENCHMARKS.md)",
     )
     return parser.parse_args(argv)
 
@@ -71,6 +76,7 @@ def main(argv=None) -> int:
         experiment, vocabularies, model = run.load_trained(args.model)
     except errors.USER_ERRORS as error:
         return errors.fail(error)
+    beam_size = args.beam_size or run.decoding_defaults().get("beam_size", 4)
     manifest = {
         "experiment": experiment.to_dict(),
         "source_model": str(run.model(args.model)),
@@ -83,7 +89,7 @@ def main(argv=None) -> int:
                 vocabularies,
                 args.out,
                 quantization=args.quantization,
-                beam_size=args.beam_size,
+                beam_size=beam_size,
                 length_penalty=args.length_penalty,
                 manifest=manifest,
             )
@@ -98,9 +104,9 @@ def main(argv=None) -> int:
             args.out,
             version=args.version,
             manifest=manifest,
-            beam_size=args.beam_size,
+            beam_size=beam_size,
             length_penalty=args.length_penalty,
-            stopping=args.stopping or "exact",
+            stopping=args.stopping or "early",
         )
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,8 @@ and how the programs read and write it.
                                trainers/checkpointing.py); a finished run keeps its last one
     DIR/logs/                  TensorBoard (dev BLEU and chrF under logs/bleu/)
     DIR/model.keras            the trained model (fine-tune it with model.fit)
+    DIR/pretrained.json        an imported model's origin (trainers.import_marian): training
+                               in a directory with one starts from model.keras
     DIR/model.averaged.keras   written by trainers.average_checkpoints
     DIR/train_summary.json     strategy, replicas, steps, losses, tokens/s, dev BLEU
     DIR/eval/                  hypotheses (SPLIT.hyp) and scores (SPLIT.json) from
@@ -120,6 +122,7 @@ class RunDirectory:
         self.bleu_logs = self.logs / "bleu"
         self.summary = self.root / "train_summary.json"
         self.eval = self.root / "eval"
+        self.pretrained = self.root / "pretrained.json"
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.root)!r})"
@@ -153,6 +156,8 @@ class RunDirectory:
             return False
         saved = yaml.safe_load(self.experiment_file.read_text(encoding="utf-8"))
         ours = experiment.to_dict()
+        if not saved["data"].get("train"):  # an imported model: any data fine-tunes it
+            saved = {**saved, "data": ours["data"]}
         if _comparable(saved) != _comparable(ours):
             differences = [
                 f"{section}.{key}: {saved[section].get(key)!r} there, {value!r} here"
@@ -216,6 +221,15 @@ class RunDirectory:
         text = yaml.safe_dump(experiment.to_dict(), sort_keys=False)
         atomic_write(self.experiment_file, text)
 
+    def existing_experiment(self, overrides: list[str] = ()) -> Experiment:
+        """The directory's experiment.yaml with `section.key=value` overrides: what
+        `trainers.train` runs when it is given no --config."""
+        if not self.experiment_file.exists():
+            raise ConfigError(
+                f"--model-dir {self.root} has no experiment.yaml; give --config for a new run"
+            )
+        return load_experiment(self.experiment_file, overrides, resolved=True)
+
     def load_experiment(self) -> Experiment:
         """The experiment the directory was trained with (vocabulary sizes included)."""
         self._require(self.experiment_file.name)
@@ -249,6 +263,13 @@ class RunDirectory:
         summary = json.loads(self.summary.read_text())
         finished = summary.get("steps") == steps and not summary.get("stopped_early")
         return summary if finished else None
+
+    def decoding_defaults(self) -> dict:
+        """An imported model's decoding defaults (`pretrained.json`: generation_config.json's
+        beam size and length), {} for a model trained here."""
+        if not self.pretrained.exists():
+            return {}
+        return json.loads(self.pretrained.read_text()).get("decoding", {})
 
     def write_summary(self, summary: dict) -> None:
         write_json(self.summary, summary)

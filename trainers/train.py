@@ -3,6 +3,7 @@
     python -m trainers.train --config trainers/configs/demo.yaml --model-dir runs/demo
     python -m trainers.train --config trainers/configs/small.yaml --model-dir runs/small \\
         --strategy mirrored --set training.steps=20000
+    python -m trainers.train --model-dir runs/opus-en-es --set data.train=mine.tsv  # fine-tune
     TF_CONFIG='{"cluster": ...}' python -m trainers.train ... --strategy multi_worker
 
 Everything that can be checked is checked before any work starts: the configuration, the
@@ -35,7 +36,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m trainers.train", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--config", required=True, help="experiment YAML file")
+    parser.add_argument(
+        "--config",
+        help="experiment YAML file (default: the --model-dir's experiment.yaml, e.g. an "
+        "imported model's)",
+    )
     parser.add_argument("--model-dir", required=True, type=Path, help="where the run is written")
     parser.add_argument(
         "--set",
@@ -69,7 +74,10 @@ def main(argv=None) -> int:
     try:
         if args.cpu_devices:
             runtime.split_cpu(args.cpu_devices)  # before anything else touches TensorFlow
-        experiment = load_experiment(args.config, args.set)
+        if args.config is not None:
+            experiment = load_experiment(args.config, args.set)
+        else:
+            experiment = RunDirectory(args.model_dir).existing_experiment(args.set)
         summary = train(experiment, args.model_dir, args.strategy, args.verbose)
     except errors.USER_ERRORS as error:
         return errors.fail(error)
@@ -91,6 +99,10 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     owner, the corpora, the disk space and the directory's permissions.
     """
     run = RunDirectory(model_dir)
+    if not experiment.data.train:
+        raise errors.ConfigError(
+            "data.train is required (an imported model fine-tunes with --set data.train=FILE)"
+        )
     resuming = run.check_owner(experiment)
     if resuming and (finished := run.finished_run(experiment.training.steps)):
         print(f"{run.root} already holds this run, trained for {experiment.training.steps} steps")
@@ -204,8 +216,8 @@ def _resolve_experiment(run: RunDirectory, experiment, vocabularies, resuming, i
     experiment = experiment.with_vocab_sizes(
         vocabularies.source.vocabulary_size(), vocabularies.target.vocabulary_size()
     )
-    if is_chief and not resuming:
-        run.save_experiment(experiment)
+    if is_chief and (not resuming or not run.load_experiment().data.train):
+        run.save_experiment(experiment)  # a new run, or the first fine-tuning of an import
     return experiment
 
 
@@ -232,6 +244,9 @@ def _model(run: RunDirectory, experiment, placement: Placement):
     with placement.strategy.scope():
         model = _compiled_model(experiment, placement.jit_compile)
         progress = checkpointing.restore_state(model, run.backup)
+        if not progress.updates and run.pretrained.exists():
+            model.load_weights(run.model())  # fine-tuning starts from the imported weights
+            print(f"starting from the pretrained weights of {run.model()}", flush=True)
     print(runtime.describe(placement.strategy), f"jit_compile={placement.jit_compile}", flush=True)
     if progress.updates:
         _check_plan(run, experiment.training, progress)

@@ -92,6 +92,63 @@ class Hypothesis(NamedTuple):
     score: float
 
 
+WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+
+
+class PieceRules:
+    """Text -> pieces and pieces -> text for a CTranslate2 directory, in plain Python.
+
+    A plain SentencePiece vocabulary (a model trained here) is SentencePiece's own encoding
+    and decoding. An imported OPUS-MT model's (the manifest's `vocabulary.pieces`) is
+    `keras_transformer.pretrained.tokenizer.PieceVocabularyTokenizer`'s, which its SavedModel
+    runs in the graph: special tokens split out wherever they are, a leading prefix token
+    (`>>xx<<`) kept whole, SentencePiece on the rest; pieces back to text by joining them,
+    the special ones left out, word marks read as spaces.
+    """
+
+    def __init__(self, source, target, rules: dict | None, target_vocabulary=None):
+        import re
+
+        self.source, self.target, self.rules = source, target, rules
+        self.target_ids = {piece: i for i, piece in enumerate(target_vocabulary or [])}
+        if rules:
+            self.special = rules["special_tokens"]  # text -> piece
+            self.special_re = re.compile("|".join(re.escape(t) for t in self.special))
+            pattern = rules["prefix_pattern"]
+            self.prefix_re = re.compile(pattern, re.DOTALL) if pattern else None
+
+    def split(self, text: str) -> list[str]:
+        if not self.rules:
+            return self.source.encode(text, out_type=str)
+        pieces, start = [], 0
+        for match in [*self.special_re.finditer(text), None] if self.special else [None]:
+            end = len(text) if match is None else match.start()
+            pieces += self._split_segment(text[start:end])
+            if match is not None:
+                pieces.append(self.special[match.group()])
+                start = match.end()
+        return pieces
+
+    def _split_segment(self, segment: str) -> list[str]:
+        prefix = self.prefix_re.match(segment) if self.prefix_re and segment else None
+        if prefix is not None and prefix.end() > 0:
+            return [prefix.group()] + self.source.encode(segment[prefix.end() :], out_type=str)
+        return self.source.encode(segment, out_type=str) if segment else []
+
+    def ids(self, pieces: list[str]) -> list[int]:
+        """The model's ids of target pieces."""
+        if not self.rules:
+            return [self.target.piece_to_id(p) for p in pieces]
+        return [self.target_ids.get(p, SPECIAL_PIECES.index("<unk>")) for p in pieces]
+
+    def join(self, pieces: list[str]) -> str:
+        if not self.rules:
+            return self.target.decode([self.target.piece_to_id(p) for p in pieces])
+        kept = "".join(p for p in pieces if p not in SPECIAL_PIECES)
+        return kept.replace(WORD_BOUNDARY, " ").strip()
+
+
 class CTranslate2Translator:
     """Translates with a CTranslate2 directory as the SavedModel does, with CTranslate2 and
     SentencePiece alone.
@@ -100,9 +157,10 @@ class CTranslate2Translator:
     to `max_length - 1` pieces (then EOS, which CTranslate2 adds), an empty input answered
     with an empty translation, each sentence's output limited to its source length (EOS
     included) + `max_extra_length` tokens within `max_length`, EOS ending a hypothesis cut at
-    its limit, padding never generated. Beam search ranks as ours: CTranslate2 returns its
-    `beam_size` finished hypotheses with their summed log-probabilities (length penalty 0),
-    re-ranked here by logP / ((5 + |Y|) / 6) ** alpha, |Y| counting EOS (Wu et al., 2016).
+    its limit, padding and the start token never generated. Beam search ranks as ours:
+    CTranslate2 returns its `beam_size` finished hypotheses with their summed
+    log-probabilities (length penalty 0), re-ranked here by logP / ((5 + |Y|) / 6) ** alpha,
+    |Y| counting EOS (Wu et al., 2016).
     CTranslate2's own stopping rule decides which hypotheses finish, so the best may differ
     from our beam search's on rare sentences (BENCHMARKS.md measures how often).
 
@@ -125,6 +183,11 @@ class CTranslate2Translator:
         self.target = sentencepiece.SentencePieceProcessor(
             model_file=str(directory / vocabulary["target"])
         )
+        vocabularies = [directory / f"{n}_vocabulary.json" for n in ("target", "shared")]
+        target_vocabulary = next(json.loads(p.read_text()) for p in vocabularies if p.exists())
+        self.rules = PieceRules(
+            self.source, self.target, vocabulary.get("pieces"), target_vocabulary
+        )
         self.beam_size = decoding["beam_size"]
         self.length_penalty = decoding["length_penalty"]
         self.max_extra_length = decoding["max_extra_length"]
@@ -141,7 +204,7 @@ class CTranslate2Translator:
         beam_size = self.beam_size if beam_size is None else beam_size
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
-        pieces = [self.source.encode(s, out_type=str)[: self.max_length - 1] for s in sentences]
+        pieces = [self.rules.split(s)[: self.max_length - 1] for s in sentences]
         # Our limits count the source's EOS and the output's.
         limits = [min(len(p) + 1 + self.max_extra_length, self.max_length) for p in pieces]
         todo = [i for i, p in enumerate(pieces) if p]
@@ -155,19 +218,19 @@ class CTranslate2Translator:
             length_penalty=0.0,
             return_scores=True,
             max_decoding_length=max(limits[i] for i in todo),
-            suppress_sequences=[["<pad>"]],
+            suppress_sequences=[["<pad>"], ["<s>"]],
         )
         for i, result in zip(todo, found, strict=True):
             hypotheses = []
             for tokens, score in zip(result.hypotheses, result.scores, strict=True):
-                ids = [self.target.piece_to_id(t) for t in tokens][: limits[i] - 1]
+                tokens = tokens[: limits[i] - 1]
                 if beam_size > 1:  # greedy scores are summed log-probabilities, as ours
-                    score /= ((5.0 + len(ids) + 1) / 6.0) ** self.length_penalty
-                hypotheses.append((ids, score))
+                    score /= ((5.0 + len(tokens) + 1) / 6.0) ** self.length_penalty
+                hypotheses.append((tokens, score))
             hypotheses.sort(key=lambda h: -h[1])
             results[i] = [
-                Hypothesis(ids, self.target.decode(ids), score)
-                for ids, score in hypotheses[:n_best]
+                Hypothesis(self.rules.ids(tokens), self.rules.join(tokens), score)
+                for tokens, score in hypotheses[:n_best]
             ]
         return results
 

@@ -224,7 +224,7 @@ def beam_search(
         log_probs, cache = step(tf.reshape(alive_ids, [batch * k, -1]), t, cache)
         log_probs = tf.reshape(log_probs, [batch, k, vocab])
         at_limit = t + 1 >= limits  # (batch,)
-        allowed = _allowed_tokens(vocab, eos_id, at_limit[:, None, None])  # (batch, 1, vocab)
+        allowed = _allowed_tokens(vocab, bos_id, eos_id, at_limit[:, None, None])  # (b, 1, V)
         scores = tf.where(allowed, alive_logp[:, :, None] + log_probs, NEG_INF)
         top_logp, top_index = fast.top_k(tf.reshape(scores, [batch, k * vocab]), 2 * k)
         parents, tokens = top_index // vocab, top_index % vocab  # (batch, 2 * beam)
@@ -370,7 +370,7 @@ def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
         ids, scores, finished = state
         log_probs, cache = step(ids, t, cache)  # (batch, vocab)
         at_limit = t + 1 >= limits  # (batch,)
-        allowed = _allowed_tokens(log_probs.shape[-1], eos_id, at_limit[:, None])
+        allowed = _allowed_tokens(log_probs.shape[-1], bos_id, eos_id, at_limit[:, None])
         token = choose(tf.where(allowed, log_probs, NEG_INF), t)  # (batch,)
         token = tf.where(finished, PAD_ID, token)
         scores += tf.where(finished, 0.0, tf.gather(log_probs, token, batch_dims=1))
@@ -427,7 +427,9 @@ def _start_ids(batch, max_len, bos_id):
     return tf.concat([tf.fill([batch, 1], bos_id), tf.zeros([batch, max_len], tf.int32)], 1)
 
 
-def _allowed_tokens(vocab, eos_id, at_limit):
-    """Boolean `[..., vocab]`: never padding; only EOS where `at_limit` (broadcast)."""
+def _allowed_tokens(vocab, bos_id, eos_id, at_limit):
+    """Boolean `[..., vocab]`: never padding or the start token (an OPUS-MT model's start is
+    its padding, which transformers never generates either); only EOS where `at_limit`
+    (broadcast)."""
     token = tf.range(vocab)
-    return (token != PAD_ID) & (~at_limit | (token == eos_id))
+    return (token != PAD_ID) & (token != bos_id) & (~at_limit | (token == eos_id))

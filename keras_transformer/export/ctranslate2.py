@@ -12,7 +12,7 @@ Face models, but not Keras ones. This module maps a `keras_transformer.Transform
 - the feed-forward network, every layer norm (with `config.layer_norm_epsilon`), pre- or
   post-norm (`norm_first`, with the final norm of a pre-norm stack), the activation;
 - the output projection: the tied embedding matrix (stored once: CTranslate2 aliases equal
-  weights) or its own matrix.
+  weights) or its own matrix, and the output bias when the model has one.
 
 A model CTranslate2 cannot run (an activation it lacks) is refused with a `ValueError` that
 says why. The directory holds CTranslate2's `model.bin`, `config.json` and vocabularies, our
@@ -108,6 +108,8 @@ def transformer_spec(model, vocabularies):
         spec.decoder.projection.weight = spec.decoder.embeddings.weight  # x E^T
     else:
         spec.decoder.projection.weight = _numpy(token_embedding.reverse_embeddings).T
+    if model.target_embedding.logits_bias is not None:
+        spec.decoder.projection.bias = _numpy(model.target_embedding.logits_bias)
 
     spec.register_source_vocabulary(_pieces(vocabularies.source))
     spec.register_target_vocabulary(_pieces(vocabularies.target))
@@ -151,8 +153,7 @@ def export_ctranslate2(
     with atomic_directory(directory) as temporary:
         temporary.mkdir()
         spec.save(str(temporary))
-        for name, tokenizer in vocabularies.files.items():
-            (temporary / name).write_bytes(tokenizer.proto)
+        vocabularies.write(temporary)
         facts = {
             "format": FORMAT,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -162,6 +163,7 @@ def export_ctranslate2(
                 "source": names[0],
                 "target": names[-1],
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+                **_piece_rules(vocabularies.source),
             },
             "decoding": {
                 "beam_size": beam_size,
@@ -177,6 +179,22 @@ def export_ctranslate2(
 
 def _numpy(variable) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(variable), dtype="float32")
+
+
+def _piece_rules(tokenizer) -> dict:
+    """How a translator of the directory cuts text into the pieces CTranslate2 numbers: for a
+    `PieceVocabularyTokenizer` (an imported OPUS-MT model's), its prefix token and special
+    tokens, which `trainers.translate` applies around SentencePiece as the SavedModel does;
+    nothing for a plain SentencePiece vocabulary."""
+    if not hasattr(tokenizer, "prefix_pattern"):  # keras-hub's SentencePieceTokenizer
+        return {}
+    pieces = tokenizer.get_vocabulary()
+    return {
+        "pieces": {
+            "prefix_pattern": tokenizer.prefix_pattern,
+            "special_tokens": {t: pieces[i] for t, i in tokenizer.special_tokens.items()},
+        }
+    }
 
 
 def _pieces(tokenizer) -> list[str]:

@@ -7,7 +7,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.config import POSITIONAL_KINDS
+from keras_transformer.config import POSITIONAL_KINDS, SINUSOID_LAYOUTS
 from keras_transformer.layers.dropout import Dropout
 
 
@@ -18,11 +18,16 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     PE(pos, 2i) = sin(pos / max_wavelength^(2i / d_model)),
     PE(pos, 2i + 1) = cos(pos / max_wavelength^(2i / d_model)).
 
+    With `layout="concatenated"` the same sines fill the first d_model / 2 columns and the
+    cosines the rest (as Marian and tensor2tensor lay them out; a permutation of the columns).
+
     The angles are computed in float32 whatever the dtype policy, then cast to the compute
     dtype, so half-precision models get the same encodings.
 
     Args:
         max_wavelength: float. The longest wavelength, 10000 in the paper. Defaults to 10000.
+        layout: str. "interleaved" (the paper's) or "concatenated". Defaults to
+            "interleaved".
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
 
     Call arguments:
@@ -41,9 +46,12 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     TensorShape([2, 5, 16])
     """
 
-    def __init__(self, max_wavelength: float = 10000.0, **kwargs):
+    def __init__(self, max_wavelength: float = 10000.0, layout: str = "interleaved", **kwargs):
         super().__init__(**kwargs)
+        if layout not in SINUSOID_LAYOUTS:
+            raise ValueError(f"layout={layout!r} must be one of {SINUSOID_LAYOUTS}")
         self.max_wavelength = max_wavelength
+        self.layout = layout
 
     def call(self, inputs, start_index=0):
         shape = ops.shape(inputs)
@@ -53,18 +61,28 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
                 f"SinusoidalPositionEncoding needs an even, known d_model; got {depth}"
             )
         positions = ops.cast(ops.arange(length) + start_index, "float32")  # (len,)
-        even_dims = ops.cast(ops.arange(depth) // 2 * 2, "float32")  # 0, 0, 2, 2, 4, 4...
+        if self.layout == "interleaved":
+            even_dims = ops.cast(ops.arange(depth) // 2 * 2, "float32")  # 0, 0, 2, 2, 4, 4...
+        else:
+            even_dims = ops.cast(ops.arange(depth) % (depth // 2) * 2, "float32")  # 0, 2, .. 0, 2
         inverse_wavelengths = ops.power(self.max_wavelength, -even_dims / depth)  # (d_model,)
         angles = positions[:, None] * inverse_wavelengths[None, :]  # (len, d_model)
-        is_even = ops.arange(depth) % 2 == 0
-        encodings = ops.where(is_even, ops.sin(angles), ops.cos(angles))
+        if self.layout == "interleaved":
+            is_sine = ops.arange(depth) % 2 == 0
+        else:
+            is_sine = ops.arange(depth) < depth // 2
+        encodings = ops.where(is_sine, ops.sin(angles), ops.cos(angles))
         return ops.broadcast_to(ops.cast(encodings, self.compute_dtype), shape)
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "max_wavelength": self.max_wavelength}
+        return {
+            **super().get_config(),
+            "max_wavelength": self.max_wavelength,
+            "layout": self.layout,
+        }
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -73,7 +91,8 @@ class TransformerEmbedding(keras.layers.Layer):
 
     The same layer is the tied pre-softmax projection: called with `reverse=True` on decoder
     outputs, it returns logits `x E^T` with the embedding matrix `E` ("we share the same weight
-    matrix between the two embedding layers and the pre-softmax linear transformation", 3.4).
+    matrix between the two embedding layers and the pre-softmax linear transformation", 3.4),
+    plus a bias `b` (`logits_bias`, `[vocab_size]`) with `output_bias=True`.
     Sharing one instance between source and target ties all three. The token table is a
     `keras.layers.ReversibleEmbedding` (so `quantize` and `enable_lora` reach it), learned
     positions a `keras.layers.Embedding`.
@@ -84,9 +103,13 @@ class TransformerEmbedding(keras.layers.Layer):
         max_length: int. Longest sequence; the size of a learned position table. Defaults to 256.
         positional: str. "sinusoidal" (fixed, paper 3.5) or "learned" (a trained table).
             Defaults to "sinusoidal".
+        sinusoid_layout: str. "interleaved" (the paper's) or "concatenated" sines and cosines
+            (`SinusoidalPositionEncoding`). Defaults to "interleaved".
         dropout: float. Dropout on the sum of embeddings and positions. Defaults to 0.0.
         tie_weights: bool. Use `E^T` as the output projection; False gives the projection its
             own matrix. Defaults to True.
+        output_bias: bool. Add a learned bias (zeros at first) to the logits. Defaults to
+            False.
         embeddings_initializer: initializer for the token table. Defaults to
             `RandomNormal(stddev=d_model**-0.5)`, so that scaled embeddings have unit variance.
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
@@ -121,6 +144,8 @@ class TransformerEmbedding(keras.layers.Layer):
         dropout: float = 0.0,
         tie_weights: bool = True,
         embeddings_initializer=None,
+        sinusoid_layout: str = "interleaved",
+        output_bias: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -132,6 +157,9 @@ class TransformerEmbedding(keras.layers.Layer):
         self.positional = positional
         self.dropout = dropout
         self.tie_weights = tie_weights
+        self.sinusoid_layout = sinusoid_layout
+        self.output_bias = output_bias
+        self.logits_bias = None  # built with output_bias
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.RandomNormal(stddev=d_model**-0.5)
         )
@@ -153,7 +181,7 @@ class TransformerEmbedding(keras.layers.Layer):
             )
         else:
             self.position_embedding = SinusoidalPositionEncoding(
-                dtype=self.dtype_policy, name="position_encoding"
+                layout=sinusoid_layout, dtype=self.dtype_policy, name="position_encoding"
             )
         self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
@@ -163,11 +191,15 @@ class TransformerEmbedding(keras.layers.Layer):
             self.position_embedding.build((self.max_length,))
         else:
             self.position_embedding.build((None, self.max_length, self.d_model))
+        if self.output_bias:
+            self.logits_bias = self.add_weight(
+                shape=(self.vocab_size,), initializer="zeros", name="logits_bias"
+            )
         self.built = True
 
     def call(self, inputs, start_index=0, reverse=False, training=None):
         if reverse:
-            return ops.cast(self.token_embedding(inputs, reverse=True), "float32")
+            return self.add_logits_bias(self.token_embedding(inputs, reverse=True))
         length = inputs.shape[-1]
         if self.positional == "learned" and isinstance(length, int) and length > self.max_length:
             raise ValueError(
@@ -178,6 +210,13 @@ class TransformerEmbedding(keras.layers.Layer):
         x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
         x = x + self.positions(x, start_index)
         return self.dropout_layer(x, training=training)
+
+    def add_logits_bias(self, logits):
+        """`logits` (of `x E^T`, any float dtype) in float32, plus the output bias if any."""
+        logits = ops.cast(logits, "float32")
+        if self.logits_bias is None:
+            return logits
+        return logits + ops.cast(self.logits_bias, "float32")
 
     def positions(self, x, start_index=0):
         """The position encodings `[len, d_model]` or `[batch, len, d_model]` added to the
@@ -196,5 +235,7 @@ class TransformerEmbedding(keras.layers.Layer):
             "positional": self.positional,
             "dropout": self.dropout,
             "tie_weights": self.tie_weights,
+            "sinusoid_layout": self.sinusoid_layout,
+            "output_bias": self.output_bias,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
         }

@@ -1,0 +1,151 @@
+"""`trainers.import_marian` as users run it: a transformers-made OPUS-MT checkpoint
+(tests/fixtures/marian) becomes a model directory that the other programs take unchanged:
+export (SavedModel and CTranslate2, the same greedy translations as transformers), evaluate,
+and train, which fine-tunes it from its imported weights."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.test_trainer import DATA, run, slice_config, summary_line, train_cli
+
+pytestmark = pytest.mark.slow
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "marian"
+
+
+def reference(name="shared") -> dict:
+    return json.loads((FIXTURES / "reference.json").read_text())["checkpoints"][name]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("import") / "opus"
+    result = run(
+        "-m",
+        "trainers.import_marian",
+        FIXTURES / "shared",
+        "--model-dir",
+        model_dir,
+        "--peak-learning-rate",
+        "1e-3",
+        "--warmup-steps",
+        "10",
+    )
+    return model_dir, result
+
+
+def test_the_import_writes_a_model_directory_with_its_provenance(imported):
+    model_dir, result = imported
+    assert f"into {model_dir}" in result.stdout
+    names = sorted(p.name for p in model_dir.iterdir())
+    assert names == ["experiment.yaml", "model.keras", "pretrained.json", "vocab"]
+    assert sorted(p.name for p in (model_dir / "vocab").iterdir()) == [
+        "manifest.json",
+        "pieces.json",
+        "source.spm",
+        "target.spm",
+    ]
+    record = json.loads((model_dir / "pretrained.json").read_text())
+    assert record["name_or_path"] == "tiny-opus-mt-en-es-fixture"
+    assert set(record["files"]) >= {"config.json", "model.safetensors", "vocab.json"}
+    assert record["decoding"] == {"beam_size": 4, "max_length": 63}
+
+
+def test_a_second_import_or_a_bad_checkpoint_writes_nothing(imported, tmp_path):
+    model_dir, _ = imported
+    again = run(
+        "-m", "trainers.import_marian", FIXTURES / "shared", "--model-dir", model_dir, check=False
+    )
+    assert again.returncode == 2 and "exists and is not empty" in again.stderr
+    broken = tmp_path / "broken"
+    shutil.copytree(FIXTURES / "separate", broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "d_model": 48}))
+    result = run(
+        "-m", "trainers.import_marian", broken, "--model-dir", tmp_path / "new", check=False
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "model.safetensors: model.encoder.layers.0.self_attn.q_proj.weight has shape" in (
+        result.stderr
+    )
+    assert not (tmp_path / "new").exists()
+
+
+def natural_ends(items):
+    """The greedy items whose transformers translation ended with EOS within every length
+    limit (ours: source + 50 tokens, EOS included; transformers': 63 after the start)."""
+    kept = []
+    for item in items:
+        output = item["ids"][1:]  # after the decoder start; padded after EOS
+        length = output.index(0) + 1 if 0 in output else len(output)
+        # An input with nothing to translate is answered "" by the exports (transformers
+        # decodes from </s> alone): not compared.
+        if item["source"].strip() and length < min(63, sum(item["attention_mask"]) + 50):
+            kept.append(item)
+    return kept
+
+
+def test_both_exports_translate_as_transformers_generate(imported, tmp_path):
+    from trainers.translate import CTranslate2Translator, SavedModelTranslator
+
+    model_dir, _ = imported
+    items = natural_ends(reference()["greedy"]["items"])
+    assert len(items) >= 10
+    sources = [item["source"] for item in items]
+    expected = [item["text"] for item in items]
+    run(
+        "-m",
+        "trainers.export",
+        "--model-dir",
+        model_dir,
+        "--out",
+        tmp_path / "sm",
+        "--beam-size",
+        "1",
+    )
+    saved = SavedModelTranslator(tmp_path / "sm" / "1")
+    got = [h[0].text for h in saved.translate([s.encode() for s in sources])]
+    assert got == expected
+    run(
+        "-m",
+        "trainers.export",
+        "--model-dir",
+        model_dir,
+        "--out",
+        tmp_path / "ct2",
+        "--format",
+        "ctranslate2",
+    )
+    ct2 = CTranslate2Translator(tmp_path / "ct2")
+    assert [h[0].text for h in ct2.translate(sources, beam_size=1)] == expected
+
+
+def test_training_fine_tunes_the_imported_weights(imported, tmp_path):
+    model_dir, _ = imported
+    fine_tuned = tmp_path / "fine-tuned"
+    shutil.copytree(model_dir, fine_tuned)
+    train = slice_config(tmp_path).parent / "train.tsv"
+    result = train_cli(
+        None,
+        fine_tuned,
+        "--set",
+        f"data.train={train}",
+        "--set",
+        f"data.dev={DATA / 'dev.tsv.xz'}",
+        "--set",
+        "training.steps=20",
+        "--set",
+        "training.steps_per_epoch=10",
+        "--set",
+        "training.bleu_max_sentences=5",
+    )
+    assert f"starting from the pretrained weights of {fine_tuned / 'model.keras'}" in result.stdout
+    summary = summary_line(result.stdout)
+    assert summary["steps"] == 20
+    assert summary["final_loss"] < summary["initial_loss"]
+    # The directory now belongs to this fine-tuning: the same command resumes it.
+    again = train_cli(None, fine_tuned, "--set", "training.steps=20")
+    assert "already holds this run" in again.stdout

@@ -1,0 +1,200 @@
+"""OPUS-MT (Marian) import: parity with transformers on checkpoints that transformers made
+(tests/fixtures/marian, made once by its make_fixture.py; no torch or transformers here).
+
+Token ids against `MarianTokenizer`, decoded text against its `decode`, teacher-forced
+log-probabilities against `MarianMTModel` to 1e-4, greedy ids against `generate`; the same
+weights from tf_model.h5 and model.safetensors; bad checkpoints refused by name."""
+
+import functools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.pretrained import marian
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "marian"
+CHECKPOINTS = ("shared", "separate")
+
+
+@functools.cache
+def reference(name: str) -> dict:
+    return json.loads((FIXTURES / "reference.json").read_text())["checkpoints"][name]
+
+
+@functools.cache
+def imported(name: str):
+    """(model, vocabularies, source order, target order) of a fixture checkpoint."""
+    model, vocabularies = marian.load_marian(FIXTURES / name)
+    config = json.loads((FIXTURES / name / "config.json").read_text())
+    vocab = json.loads((FIXTURES / name / "vocab.json").read_text())
+    source = marian.vocabulary_order(vocab, config)
+    target = source
+    if (FIXTURES / name / "target_vocab.json").exists():
+        target_vocab = json.loads((FIXTURES / name / "target_vocab.json").read_text())
+        target = marian.vocabulary_order(target_vocab, config)
+    return model, vocabularies, source, target
+
+
+def ours(order: list[int]) -> dict[int, int]:
+    """Marian id -> our id (Marian's start row is our <s>, not our padding)."""
+    return {marian_id: i for i, marian_id in enumerate(order) if i != kt.PAD_ID}
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_source_and_target_ids_are_marian_tokenizers(name):
+    _, vocabularies, source, target = imported(name)
+    for side, tokenizer, order, key in (
+        ("source_encoding", vocabularies.source, source, "input_ids"),
+        ("target_encoding", vocabularies.target, target, "labels"),
+    ):
+        items = reference(name)[side]
+        ids = tokenizer.tokenize([item["text"] for item in items])
+        for item, row in zip(items, ids.to_list(), strict=True):
+            marian_ids = [order[i] for i in row + [kt.text.EOS_ID]]
+            assert marian_ids == item[key], item["text"]
+    assert len(reference(name)["source_encoding"]) >= 100
+
+
+def test_the_fixture_covers_the_hard_cases():
+    texts = [item["text"] for item in reference("shared")["source_encoding"]]
+    assert "" in texts and any(t.startswith(">>es<<") for t in texts)
+    assert any(">>xx<<" in t for t in texts) and any("\U0001f600" in t or "漢" in t for t in texts)
+    omitted = reference("shared")["omitted_pieces"]["source"]
+    pieces = vocabulary_pieces("shared")
+    assert omitted and not set(omitted) & set(pieces)  # pieces missing from vocab.json
+
+
+def vocabulary_pieces(name):
+    return set(json.loads((FIXTURES / name / "vocab.json").read_text()))
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_decoding_is_marian_tokenizers_decode(name):
+    _, vocabularies, _, target = imported(name)
+    mapping = ours(target)
+    items = reference(name)["decoding"]
+    width = max(len(item["ids"]) for item in items)
+    ids = np.zeros((len(items), width), "int32")
+    for row, item in enumerate(items):
+        # An id past the vocabulary decodes as <unk> there: so here.
+        ids[row, : len(item["ids"])] = [mapping.get(i, kt.text.UNK_ID) for i in item["ids"]]
+    texts = [t.decode("utf-8") for t in vocabularies.target.detokenize(ids).numpy()]
+    assert texts == [item["text"] for item in items]
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_teacher_forced_log_probabilities_equal_transformers(name):
+    model, _, source, target = imported(name)
+    to_source, to_target = ours(source), ours(target)
+    arrays = np.load(FIXTURES / "reference.npz")
+    worst = 0.0
+    for index, item in enumerate(reference(name)["teacher_forcing"]):
+        source_ids = np.array([[to_source[i] for i in item["input_ids"]]])
+        target_ids = np.array([[to_target[i] for i in item["decoder_input_ids"]]])
+        assert target_ids[0, 0] == kt.text.BOS_ID  # Marian's start, our <s>
+        logits = model({"source_ids": source_ids, "target_ids": target_ids}, training=False)
+        log_probs = tf.nn.log_softmax(logits)[0].numpy()  # (len, our vocab)
+        labels = [to_target[i] for i in item["labels"]]
+        got = log_probs[np.arange(len(labels)), labels]
+        worst = max(worst, float(np.abs(got - item["label_log_probs"]).max()))
+        full = f"{name}_tf{index}_log_probs"
+        if full in arrays.files:  # every entry of the distribution, in Marian's order
+            theirs = arrays[full]
+            mapped = np.empty_like(theirs)
+            mapped[:, target[1:]] = log_probs[:, 1:]  # our padding row is out of the softmax
+            worst = max(worst, float(np.abs(mapped - theirs).max()))
+    assert worst <= 1e-4
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_greedy_ids_equal_transformers_generate(name):
+    model, _, source, target = imported(name)
+    to_source = ours(source)
+    pad = json.loads((FIXTURES / name / "config.json").read_text())["pad_token_id"]
+    generation = reference(name)["greedy"]["generation_config"]
+    limit = marian.decoding_defaults(generation)["max_length"]
+    items = reference(name)["greedy"]["items"]
+    assert len(items) >= 25
+    for item in items:
+        pairs = zip(item["input_ids"], item["attention_mask"], strict=True)
+        source_ids = [to_source[i] for i, keep in pairs if keep]
+        ids, _ = kt.decoding.greedy_search(
+            model, np.array([source_ids]), max_extra_length=limit, max_length=limit
+        )
+        got = [target[i] for i in ids[0].numpy() if i != kt.PAD_ID]
+        assert got == [i for i in item["ids"][1:] if i != pad], item["source"]
+
+
+def test_tf_model_h5_holds_the_same_weights_as_safetensors(tmp_path):
+    only_h5 = tmp_path / "h5"
+    shutil.copytree(FIXTURES / "shared", only_h5, ignore=shutil.ignore_patterns("*.safetensors"))
+    from_h5, _ = marian.load_marian(only_h5)
+    from_safetensors = imported("shared")[0]
+    for a, b in zip(from_h5.weights, from_safetensors.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6, err_msg=a.path)
+
+
+def test_the_architecture_options_are_general(tmp_path):
+    config = imported("shared")[0].config
+    assert (config.activation, config.sinusoid_layout, config.output_bias) == (
+        "silu",
+        "concatenated",
+        True,
+    )
+    assert config.layer_norm_epsilon == 1e-5 and not config.norm_first
+    separate = imported("separate")[0]
+    assert not separate.config.share_embeddings
+    assert separate.source_embedding is not separate.target_embedding
+
+
+# -- Refusals ------------------------------------------------------------------------------
+
+
+def copy_of(tmp_path, name="shared") -> Path:
+    path = tmp_path / name
+    shutil.copytree(FIXTURES / name, path)
+    return path
+
+
+def test_a_directory_with_only_pytorch_weights_names_the_files_it_needs(tmp_path):
+    path = copy_of(tmp_path)
+    for weights in ("model.safetensors", "tf_model.h5"):
+        (path / weights).unlink()
+    (path / "pytorch_model.bin").write_bytes(b"torch pickle")
+    with pytest.raises(marian.MarianError, match="needs model.safetensors or tf_model.h5"):
+        marian.read_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model_type": "bart"}, "model_type='bart'; only Marian"),
+        ({"normalize_before": True}, "normalize_before=True is not supported"),
+        ({"activation_function": "gelu_new"}, "activation_function='gelu_new' is not supported"),
+        ({"decoder_ffn_dim": 256}, "encoder_ffn_dim=128 differs from decoder_ffn_dim=256"),
+        ({"d_model": 32}, "has shape"),
+    ],
+)
+def test_an_unsupported_config_is_refused_naming_the_key(tmp_path, change, message):
+    path = copy_of(tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(marian.MarianError, match=message):
+        marian.load_marian(path)
+
+
+def test_missing_files_and_non_checkpoints_are_refused(tmp_path):
+    with pytest.raises(marian.MarianError, match="not a directory"):
+        marian.read_checkpoint(tmp_path / "nothing")
+    with pytest.raises(marian.MarianError, match="config.json: missing"):
+        marian.read_checkpoint(tmp_path)
+    path = copy_of(tmp_path, "separate")
+    (path / "target_vocab.json").unlink()
+    (path / "source.spm").unlink()
+    with pytest.raises(marian.MarianError, match="missing source.spm, target_vocab.json"):
+        marian.read_checkpoint(path)
