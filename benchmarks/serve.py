@@ -72,7 +72,7 @@ def engines(model, vocabularies, folder: Path, args) -> dict:
                 **settings,
             )
         loaded = tf.saved_model.load(str(version))
-        for signature in ("serving_default", "serving_xla"):
+        for signature in args.signatures:
             if signature not in loaded.signatures:
                 continue
             serve = loaded.signatures[signature]
@@ -121,6 +121,8 @@ def run(args) -> dict:
     _, vocabularies, model = run_dir.load_trained(args.model)
     test = corpus.read_tsv(TEST, "en", "es")
     sources, references = list(test.sources), list(test.targets)
+    if args.sentences:  # the first N verses (a large model's passes take long)
+        sources, references = sources[: args.sentences], references[: args.sentences]
     single = sources[: args.single]
     with tempfile.TemporaryDirectory() as tmp:
         found = engines(model, vocabularies, Path(tmp), args)
@@ -201,6 +203,16 @@ def main(argv=None) -> None:
     parser.add_argument("--model", default=MODEL, help="e.g. model.averaged.keras")
     parser.add_argument("--length-penalty", type=float, default=0.6)
     parser.add_argument("--single", type=int, default=100, help="verses sent one at a time")
+    parser.add_argument(
+        "--sentences", type=int, help="translate only the first N test verses in batches"
+    )
+    parser.add_argument(
+        "--signatures",
+        nargs="+",
+        choices=["serving_default", "serving_xla"],
+        default=["serving_default", "serving_xla"],
+        help="the SavedModel signatures measured",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ct2-threads", type=int, default=1)
     parser.add_argument(

@@ -12,7 +12,9 @@ Public API:
                                         slices decoded at once under XLA (parallel_search)
     corpus, text, data                  corpus readers, SentencePiece vocabularies, tf.data
     evaluation                          Translator (text in, text out) and sacrebleu scores
-    export                              the TF Serving SavedModel
+    export                              the TF Serving SavedModel and the CTranslate2 writer
+    pretrained                          published checkpoints read into this library's model:
+                                        OPUS-MT (Marian), `pretrained.load_marian`
     fast                                the opt-in speed path, behind one switch
 """
 
@@ -39,10 +41,10 @@ from keras_transformer.schedule import WarmupSchedule  # noqa: E402
 
 # Imported on first use (PEP 562): they bring keras-hub, tensorflow-text, SentencePiece and
 # sacrebleu, which a user of the layers alone does not need.
-_LAZY_MODULES = ("corpus", "data", "evaluation", "export", "text")
+_LAZY_MODULES = ("corpus", "data", "evaluation", "export", "pretrained", "text")
 
 if TYPE_CHECKING:
-    from keras_transformer import corpus, data, evaluation, export, text  # noqa: F401
+    from keras_transformer import corpus, data, evaluation, export, pretrained, text  # noqa: F401
 
 
 def __getattr__(name: str):
@@ -73,6 +75,7 @@ __all__ = [
     "losses",
     "metrics",
     "ops",
+    "pretrained",
     "schedule",
     "text",
 ]

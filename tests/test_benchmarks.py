@@ -105,3 +105,18 @@ def test_latency_fit_splits_a_request_into_fixed_cost_and_cost_per_piece():
     assert fixed == pytest.approx(2.0) and per_piece == pytest.approx(0.25)
     with pytest.raises(ValueError, match="at least two output lengths"):
         serve.latency_fit([1.0, 1.2], [7, 7])
+
+
+def test_the_opus_shaped_checkpoint_imports_at_its_sizes(tmp_path):
+    """benchmarks.opus_shaped writes a Marian checkpoint that the importer reads (here at a
+    small size: OPUS-MT's own is written the same way)."""
+    from benchmarks import opus_shaped
+    from keras_transformer.pretrained import marian
+
+    sizes = dict(d_model=16, heads=2, ffn=32, layers=1, vocab=2000, positions=64)
+    opus_shaped.write(tmp_path / "opus", sizes)
+    model, vocabularies = marian.load_marian(tmp_path / "opus")
+    config = model.config
+    assert (config.d_model, config.num_heads, config.d_ff, config.max_length) == (16, 2, 32, 64)
+    assert config.target_vocab == vocabularies.target.vocabulary_size() == 2000 + 1
+    assert config.activation == "silu" and config.output_bias

@@ -45,7 +45,7 @@ print(json.dumps([name for name in {TEXT_STACK!r} if name in sys.modules]))
 
 
 def test_the_text_modules_are_attributes_loaded_on_first_use():
-    for name in ("corpus", "data", "evaluation", "export", "text"):
+    for name in ("corpus", "data", "evaluation", "export", "pretrained", "text"):
         assert getattr(kt, name).__name__ == f"keras_transformer.{name}"
         assert name in dir(kt)
     assert set(kt.__all__) <= set(dir(kt))

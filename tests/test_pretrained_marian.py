@@ -113,6 +113,8 @@ def test_teacher_forced_log_probabilities_equal_transformers(name):
 
 @pytest.mark.parametrize("name", CHECKPOINTS)
 def test_greedy_ids_equal_transformers_generate(name):
+    """All sentences in one padded batch (padding never changes a sentence's translation),
+    transformers' limit of 64 positions: 63 tokens after the start, the last forced EOS."""
     model, _, source, target = imported(name)
     to_source = ours(source)
     pad = json.loads((FIXTURES / name / "config.json").read_text())["pad_token_id"]
@@ -120,13 +122,19 @@ def test_greedy_ids_equal_transformers_generate(name):
     limit = marian.decoding_defaults(generation)["max_length"]
     items = reference(name)["greedy"]["items"]
     assert len(items) >= 25
+    rows = []
     for item in items:
         pairs = zip(item["input_ids"], item["attention_mask"], strict=True)
-        source_ids = [to_source[i] for i, keep in pairs if keep]
-        ids, _ = kt.decoding.greedy_search(
-            model, np.array([source_ids]), max_extra_length=limit, max_length=limit
-        )
-        got = [target[i] for i in ids[0].numpy() if i != kt.PAD_ID]
+        rows.append([to_source[i] for i, keep in pairs if keep])
+    source_ids = np.zeros((len(rows), max(map(len, rows))), "int32")
+    for row, ids in enumerate(rows):
+        source_ids[row, : len(ids)] = ids
+    search = tf.function(
+        lambda s: kt.decoding.greedy_search(model, s, max_extra_length=limit, max_length=limit)
+    )
+    ids, _ = search(source_ids)
+    for item, row in zip(items, ids.numpy(), strict=True):
+        got = [target[i] for i in row if i != kt.PAD_ID]
         assert got == [i for i in item["ids"][1:] if i != pad], item["source"]
 
 
@@ -198,3 +206,40 @@ def test_missing_files_and_non_checkpoints_are_refused(tmp_path):
     (path / "source.spm").unlink()
     with pytest.raises(marian.MarianError, match="missing source.spm, target_vocab.json"):
         marian.read_checkpoint(path)
+
+
+# -- Fine-tuning and export ----------------------------------------------------------------
+
+
+def test_twenty_steps_of_model_fit_lower_the_loss_and_the_model_exports_again(tmp_path):
+    """A user's fine-tuning: the imported model compiled and fitted on Bible verses it has
+    seen little of, then exported and loaded as TF Serving would."""
+    import keras
+
+    from tests import bible
+
+    model, vocabularies = marian.load_marian(FIXTURES / "shared")
+    pairs = bible.pairs("dev", 400)
+    batches = kt.data.make_dataset(
+        pairs.to_dataset(), vocabularies, max_length=64, tokens_per_batch=1024, seed=3
+    )
+    held = batches.take(4).cache()  # the same batches before and after
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-4),
+        loss=kt.losses.LabelSmoothedCrossEntropy(0.1),
+    )
+    before = model.evaluate(held, verbose=0)
+    model.fit(batches, steps_per_epoch=20, epochs=1, verbose=0)
+    assert model.evaluate(held, verbose=0) < before - 0.05
+    version = kt.export.export_saved_model(model, vocabularies, tmp_path, beam_size=2)
+    loaded = tf.saved_model.load(str(version))
+    texts = [pairs.sources[0], ">>es<< " + pairs.sources[1], ""]
+    served = loaded.signatures["serving_default"](text=tf.constant(texts))["translation"]
+    ids, _ = kt.decoding.beam_search(
+        model,
+        kt.data.source_batches(texts[:2], vocabularies.source, max_length=128).get_single_element(),
+        beam_size=2,
+        stopping="early",
+    )
+    expected = [t.decode() for t in vocabularies.target.detokenize(ids).numpy()]
+    assert [t.decode() for t in served.numpy()] == [*expected, ""]

@@ -15,7 +15,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.files import temporary_path
 from tests import bible
-from tests.test_trainer import ENV, free_ports, slice_config, summary_line, train_cli
+from tests.test_trainer import slice_config, summary_line, train_cli
 from tests.test_trainer import start_training as start
 from trainers import checkpointing, run_dir
 from trainers.checkpointing import Progress
@@ -186,7 +186,12 @@ def wait_for_backup(path: Path, process, timeout=300):
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
     config = slice_config(
-        tmp_path, steps=60, steps_per_epoch=20, deterministic="true", bleu_max_sentences=1
+        tmp_path,
+        dev=False,
+        steps=60,
+        steps_per_epoch=20,
+        deterministic="true",
+        jit_compile="false",  # XLA would compile every length bucket again in each process
     )
     uninterrupted = summary_line(train_cli(config, tmp_path / "once").stdout)
     process = start(config, tmp_path / "killed")
@@ -199,185 +204,10 @@ def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
     resumed = summary_line(result.stdout)
     assert resumed["steps"] == 60
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]  # bit-identical
-    # A finished run keeps its last state: the same command with more steps continues it.
+    # A finished run keeps its last state, from which the same command with more steps
+    # continues it (tests/test_resume.py runs that).
     backup = BackupFolder(tmp_path / "killed" / "backup")
     assert backup.states() == [backup.state(60)]
-    longer = train_cli(config, tmp_path / "killed", "--set", "training.steps=80")
-    assert "resuming after update 60 (60 batches consumed)" in longer.stdout
-    assert summary_line(longer.stdout)["steps"] == 80
-
-
-def cluster(config, model_dir: Path, *args):
-    """A function starting worker `index` of a two-worker MultiWorkerMirroredStrategy run."""
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-
-    def launch(index):
-        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = {**ENV, "TF_CONFIG": json.dumps(tf_config)}
-        return start(config, model_dir, "--strategy", "multi_worker", *args, env=env)
-
-    return launch
-
-
-def finish(processes) -> list[str]:
-    """Waits for the workers; each must succeed. Their standard outputs."""
-    outputs = [process.communicate(timeout=600) for process in processes]
-    for process, (_, stderr) in zip(processes, outputs, strict=True):
-        assert process.returncode == 0, stderr[-3000:]
-    return [stdout for stdout, _ in outputs]
-
-
-@pytest.mark.slow
-def test_a_killed_worker_and_its_cluster_resume_to_the_weights_of_an_uninterrupted_cluster(
-    tmp_path,
-):
-    config = slice_config(
-        tmp_path, steps=60, steps_per_epoch=20, deterministic="true", bleu_max_sentences=1
-    )
-    # Uninterrupted: both workers train, agree, and only the chief writes.
-    launch = cluster(config, tmp_path / "once")
-    chief, other = (summary_line(out) for out in finish([launch(0), launch(1)]))
-    for summary in (chief, other):
-        assert summary["strategy"] == "multi_worker"
-        assert summary["workers"] == 2 and summary["replicas"] == 2 and summary["steps"] == 60
-    assert chief["weights_sha256"] == other["weights_sha256"]
-    assert chief["final_loss"] < chief["initial_loss"]
-    once = tmp_path / "once"
-    assert json.loads((once / "train_summary.json").read_text()) == chief
-    assert len(list((once / "checkpoints").glob("*.weights.h5"))) == 2
-    assert len(list((once / "backup").glob("state-*"))) == 1
-    # Killed: a worker dies after the first backup; the chief reports it and exits 3.
-    launch = cluster(config, tmp_path / "killed")
-    chief, other = launch(0), launch(1)
-    wait_for_backup(tmp_path / "killed", chief)
-    other.send_signal(signal.SIGKILL)
-    other.wait()
-    _, stderr = chief.communicate(timeout=300)
-    assert chief.returncode == 3, stderr[-2000:]
-    assert "lost contact with another worker" in stderr
-    assert "start the same command again on every worker" in stderr
-    # Resumed: every worker skips the batches the cluster consumed, no more, and the cluster
-    # ends with the uninterrupted one's weights, bit for bit.
-    launch = cluster(config, tmp_path / "killed")
-    outputs = finish([launch(0), launch(1)])
-    resumed = [summary_line(stdout) for stdout in outputs]
-    assert resumed[0]["steps"] == resumed[1]["steps"] == 60
-    assert resumed[0]["weights_sha256"] == resumed[1]["weights_sha256"] == chief_sha(once)
-    assert all("resuming after update 20 " in stdout for stdout in outputs)
-
-
-def chief_sha(model_dir: Path) -> str:
-    return json.loads((model_dir / "train_summary.json").read_text())["weights_sha256"]
-
-
-# -- Resumes with changed training settings ----------------------------------------------------
-
-
-@pytest.mark.slow
-def test_a_resume_with_another_epoch_size_trains_the_planned_updates(tmp_path):
-    """Progress is counted in updates: 20 updates in epochs of 10, then epochs of 20 up to 40,
-    is the uninterrupted run of 40 updates, bit for bit (the epoch size only says when
-    checkpoints, backups and log lines happen)."""
-    config = slice_config(
-        tmp_path, steps=40, steps_per_epoch=20, deterministic="true", bleu_max_sentences=1
-    )
-    uninterrupted = summary_line(train_cli(config, tmp_path / "once").stdout)
-    model_dir = tmp_path / "changed"
-    first = ("--set", "training.steps=20", "--set", "training.steps_per_epoch=10")
-    train_cli(config, model_dir, *first)
-    result = train_cli(config, model_dir)
-    resumed = summary_line(result.stdout)
-    assert resumed["steps"] == 40
-    assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
-    assert "resuming after update 20 " in result.stdout
-    # An epoch size that does not divide the updates done is refused before any work.
-    result = train_cli(
-        config,
-        model_dir,
-        "--set",
-        "training.steps=90",
-        "--set",
-        "training.steps_per_epoch=30",
-        check=False,
-    )
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert (
-        "training.steps_per_epoch=30 does not divide the 40 updates that the backup in"
-    ) in result.stderr
-    assert json.loads((model_dir / "train_summary.json").read_text()) == resumed
-    # Fewer steps than were done is refused too, and nothing is lost.
-    result = train_cli(config, model_dir, "--set", "training.steps=20", check=False)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "has done 40 updates, more than training.steps=20" in result.stderr
-    assert json.loads((model_dir / "train_summary.json").read_text()) == resumed
-
-
-@pytest.mark.slow
-def test_a_resume_with_another_accumulation_continues_the_run(tmp_path):
-    """20 updates of one batch, then updates of two batches up to 40: the run resumes from
-    its backup (never silently from scratch), the input goes on after the 20 batches
-    consumed, and the checkpoints are named by update, so none of the new ones is taken for
-    an old one."""
-    config = slice_config(tmp_path, steps=20, steps_per_epoch=10, bleu_max_sentences=1)
-    model_dir = tmp_path / "model"
-    train_cli(config, model_dir)
-    result = train_cli(
-        config,
-        model_dir,
-        "--set",
-        "training.steps=40",
-        "--set",
-        "training.gradient_accumulation_steps=2",
-    )
-    assert "starting from scratch" not in result.stdout
-    assert "resuming after update 20 " in result.stdout
-    assert summary_line(result.stdout)["steps"] == 40
-    record = json.loads((model_dir / "backup" / "latest.json").read_text())
-    assert (record["updates"], record["batches"]) == (40, 20 + 2 * 20)
-    names = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
-    assert names == [CheckpointFolder(model_dir).file(n).name for n in (30, 40)]
-
-
-def test_a_backup_resumes_under_another_accumulation(tmp_path):
-    """The weights and Adam's moments come back; the optimizer's batch counter becomes the
-    updates done times the new accumulation, so Adam's step and the schedule's update number
-    go on; the gradient accumulators start empty."""
-    config = kt.TransformerConfig.preset(
-        "tiny", vocab_size=30, num_encoder_layers=1, num_decoder_layers=1
-    )
-
-    def compiled(accumulation):
-        model = kt.build_transformer(config)
-        schedule = kt.WarmupSchedule(128, warmup_steps=10, accumulation_steps=accumulation)
-        optimizer = keras.optimizers.Adam(
-            schedule, gradient_accumulation_steps=accumulation if accumulation > 1 else None
-        )
-        model.compile(optimizer=optimizer, loss=kt.losses.LabelSmoothedCrossEntropy())
-        return model, schedule
-
-    (model, _), backup = compiled(1), BackupFolder(tmp_path)
-    ids = np.random.default_rng(1).integers(1, 30, (4, 6)).astype("int32")
-    model.fit({"source_ids": ids, "target_ids": ids}, ids, epochs=3, verbose=0)  # 3 updates
-    checkpointing.save_state(model, backup, Progress(updates=3, batches=3))
-    saved = snapshot(model)
-
-    other, schedule = compiled(4)
-    other.optimizer.build(other.trainable_variables)
-    for variable in other.optimizer.variables:  # as if a batch were half accumulated
-        variable.assign(variable + keras.ops.cast(1, variable.dtype))
-    assert checkpointing.restore_state(other, backup) == Progress(updates=3, batches=3)
-    assert int(other.optimizer.iterations.numpy()) == 3
-    assert int(checkpointing.batch_counter(other).numpy()) == 12
-    accumulators = [v for v in other.optimizer.variables if "accumulator" in v.path]
-    assert len(accumulators) == len(other.trainable_variables)
-    assert not any(np.any(v.numpy()) for v in accumulators)
-    skipped = {id(v) for v in accumulators}
-    restored = [v for v in other.variables + other.optimizer.variables if id(v) not in skipped]
-    counter = checkpointing.batch_counter(other)
-    for before, variable in zip(saved, restored, strict=True):
-        if variable is not counter:
-            np.testing.assert_array_equal(before, variable.numpy(), err_msg=variable.path)
-    assert float(other.optimizer.learning_rate) == pytest.approx(float(schedule(12)))
 
 
 # -- NaN --------------------------------------------------------------------------------------
@@ -439,7 +269,7 @@ def test_a_full_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch
 
 @pytest.mark.slow
 def test_a_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path):
-    config = slice_config(tmp_path, steps=40, steps_per_epoch=20, bleu_max_sentences=1)
+    config = slice_config(tmp_path, dev=False, steps=40, steps_per_epoch=20, jit_compile="false")
     model_dir = tmp_path / "model"
     process = start(config, model_dir)
     wait_for_backup(model_dir, process)
