@@ -17,12 +17,22 @@ process is removed by `remove_temporaries`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TEMPORARY_PREFIX = ".tmp-"
+
+
+def sha256(path) -> str:
+    """The sha256 of a file's bytes, read in blocks (a checkpoint may not fit in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def temporary_path(path) -> Path:

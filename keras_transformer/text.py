@@ -262,4 +262,7 @@ def detokenize(tokenizer, ids) -> list[str]:
     Eagerly this runs the `sentencepiece` library, the same code as the in-graph op.
     """
     ids = np.asarray(ids, "int32")
-    return [str(text) for text in tokenizer.detokenize(ids.reshape(len(ids), -1))]
+    texts = tokenizer.detokenize(ids.reshape(len(ids), -1))
+    if hasattr(texts, "numpy"):  # a tensor of bytes (keras-hub's tokenizers give str)
+        return [text.decode("utf-8") for text in texts.numpy()]
+    return [str(text) for text in texts]

@@ -138,6 +138,22 @@ def test_greedy_ids_equal_transformers_generate(name):
         assert got == [i for i in item["ids"][1:] if i != pad], item["source"]
 
 
+def test_the_library_translator_gives_text():
+    """kt.evaluation.Translator (what trainers.evaluate and the dev BLEU run) returns plain
+    strings for an imported model too: the greedy translations of transformers."""
+    model, vocabularies, _, _ = imported("shared")
+    items = []
+    for item in reference("shared")["greedy"]["items"]:
+        output = item["ids"][1:]  # ended within both engines' length limits
+        length = output.index(0) + 1 if 0 in output else len(output)
+        if item["source"] and length < min(63, sum(item["attention_mask"]) + 50):
+            items.append(item)
+    assert len(items) >= 10
+    translator = kt.evaluation.Translator(model, vocabularies, beam_size=1)
+    got = translator.translate([item["source"] for item in items])
+    assert got == [item["text"] for item in items]
+
+
 def test_tf_model_h5_holds_the_same_weights_as_safetensors(tmp_path):
     only_h5 = tmp_path / "h5"
     shutil.copytree(FIXTURES / "shared", only_h5, ignore=shutil.ignore_patterns("*.safetensors"))

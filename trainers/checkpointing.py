@@ -23,7 +23,6 @@ Temporaries that a killed run left there are removed when training starts.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import zipfile
@@ -32,7 +31,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_transformer.files import atomic_write, remove_temporaries
+from keras_transformer.files import atomic_write, remove_temporaries, sha256
 from trainers.errors import ConfigError
 from trainers.run_dir import BackupFolder, CheckpointFolder
 
@@ -55,14 +54,6 @@ class Progress:
 
     updates: int = 0
     batches: int = 0
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _variables(model: keras.Model) -> list:
@@ -95,7 +86,7 @@ def save_state(model: keras.Model, backup: BackupFolder, progress: Progress, kee
         "updates": progress.updates,
         "batches": progress.batches,
         "file": state.name,
-        "sha256": _sha256(state),
+        "sha256": sha256(state),
         "variables": [v.path for v in variables],
     }
     atomic_write(backup.latest, json.dumps(record))  # the commit
@@ -149,7 +140,7 @@ def restore_state(model: keras.Model, backup: BackupFolder) -> Progress:
 
 def _check(path: Path, record: dict | None, variables: list) -> str | None:
     """Why the state file at `path` cannot be loaded, or None if it can."""
-    if record is not None and record["file"] == path.name and _sha256(path) != record["sha256"]:
+    if record is not None and record["file"] == path.name and sha256(path) != record["sha256"]:
         return "does not match its recorded sha256 (truncated or corrupt)"
     try:
         with np.load(path) as arrays:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import math
 import sys
 import time
@@ -86,7 +85,7 @@ def import_marian(
     path, model_dir, *, peak_learning_rate: float = 5e-5, warmup_steps: int = 500
 ) -> Path:
     """Writes the model directory `model_dir` from the Marian checkpoint at `path`."""
-    from keras_transformer.files import atomic_directory
+    from keras_transformer.files import atomic_directory, sha256
     from keras_transformer.pretrained import marian
     from trainers.run_dir import RunDirectory, save_model, write_json
 
@@ -108,7 +107,7 @@ def import_marian(
         "source": str(Path(path).resolve()),
         "name_or_path": checkpoint.config.get("_name_or_path"),
         "transformers_version": checkpoint.config.get("transformers_version"),
-        "files": {p.name: _sha256(p) for p in checkpoint.files},
+        "files": {p.name: sha256(p) for p in checkpoint.files},
         "decoding": marian.decoding_defaults(checkpoint.generation),
         "imported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -158,14 +157,6 @@ def _read_optional_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 if __name__ == "__main__":
