@@ -26,10 +26,17 @@ def reference(name: str) -> dict:
     return json.loads((FIXTURES / "reference.json").read_text())["checkpoints"][name]
 
 
-@functools.cache
 def imported(name: str):
-    """(model, vocabularies, source order, target order) of a fixture checkpoint."""
-    model, vocabularies = marian.load_marian(FIXTURES / name)
+    """(model, vocabularies, source order, target order) of a fixture checkpoint. The model
+    is loaded once; the tokenizers anew for each test (conftest's seeding between tests
+    destroys TensorFlow's SentencePiece resources of tokenizers made before it)."""
+    model, source, target = _imported(name)
+    return model, marian.load_vocabularies(FIXTURES / name), source, target
+
+
+@functools.cache
+def _imported(name: str):
+    model, _ = marian.load_marian(FIXTURES / name)
     config = json.loads((FIXTURES / name / "config.json").read_text())
     vocab = json.loads((FIXTURES / name / "vocab.json").read_text())
     source = marian.vocabulary_order(vocab, config)
@@ -37,7 +44,7 @@ def imported(name: str):
     if (FIXTURES / name / "target_vocab.json").exists():
         target_vocab = json.loads((FIXTURES / name / "target_vocab.json").read_text())
         target = marian.vocabulary_order(target_vocab, config)
-    return model, vocabularies, source, target
+    return model, source, target
 
 
 def ours(order: list[int]) -> dict[int, int]:
