@@ -32,8 +32,8 @@ demo: $(STAMP)
 		--out saved_models/demo --length-penalty $(DEMO_ALPHA)
 	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --model saved_models/demo
 
-# Two pytest workers, each taking whole test files (module fixtures train once): 7 to 13
-# minutes on the 2-core machines this was developed on (8 against 11.5 serially on one).
+# Two pytest workers, each taking whole test files (module fixtures train once): about 15
+# minutes on the 2-core machines this was developed on (15 min 19 s on 9981573's parent).
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
