@@ -179,6 +179,11 @@ class Vocabularies:
             return {"shared.model": self.source}
         return {"source.model": self.source, "target.model": self.target}
 
+    @property
+    def file_names(self) -> list[str]:
+        """Every file `write` writes: `files`, and `pieces.json` for piece vocabularies."""
+        return [*self.files, *([PIECES] if self.pieces else [])]
+
     def write(self, directory) -> None:
         """Writes the SentencePiece model(s) (and `pieces.json`) into `directory`, which
         exists: what an export ships beside the model."""
@@ -202,7 +207,7 @@ class Vocabularies:
         # Written last: a model trained with these files refuses any others.
         manifest = {
             name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
-            for name in [*self.files, *([PIECES] if self.pieces else [])]
+            for name in self.file_names
         }
         atomic_write(directory / MANIFEST, json.dumps(manifest, indent=2))
 

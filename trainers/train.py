@@ -211,12 +211,13 @@ def _vocabularies(run: RunDirectory, experiment, sample, resuming: bool, is_chie
 def _resolve_experiment(run: RunDirectory, experiment, vocabularies, resuming, is_chief):
     """The experiment with the vocabulary's sizes; a loaded vocabulary must be the one the run
     was made with. The chief of a new run writes experiment.yaml, which claims the directory."""
-    if resuming or not is_chief:
-        run.check_vocabulary(run.load_experiment().model, vocabularies)
+    saved = run.load_experiment() if resuming or not is_chief else None
+    if saved is not None:
+        run.check_vocabulary(saved.model, vocabularies)
     experiment = experiment.with_vocab_sizes(
         vocabularies.source.vocabulary_size(), vocabularies.target.vocabulary_size()
     )
-    if is_chief and (not resuming or not run.load_experiment().data.train):
+    if is_chief and (saved is None or not saved.data.train):
         run.save_experiment(experiment)  # a new run, or the first fine-tuning of an import
     return experiment
 

@@ -107,27 +107,25 @@ class PieceRules:
     the special ones left out, word marks read as spaces.
     """
 
-    def __init__(self, source, target, rules: dict | None, target_vocabulary=None):
+    def __init__(self, source, target, rules: dict | None, target_vocabulary=()):
         import re
 
         self.source, self.target, self.rules = source, target, rules
-        self.target_ids = {piece: i for i, piece in enumerate(target_vocabulary or [])}
+        self.target_ids = {piece: i for i, piece in enumerate(target_vocabulary)}
         if rules:
             self.special = rules["special_tokens"]  # text -> piece
-            self.special_re = re.compile("|".join(re.escape(t) for t in self.special))
+            # One group: re.split keeps each special token, at the odd places.
+            self.special_re = re.compile("(" + "|".join(map(re.escape, self.special)) + ")")
             pattern = rules["prefix_pattern"]
             self.prefix_re = re.compile(pattern, re.DOTALL) if pattern else None
 
     def split(self, text: str) -> list[str]:
         if not self.rules:
             return self.source.encode(text, out_type=str)
-        pieces, start = [], 0
-        for match in [*self.special_re.finditer(text), None] if self.special else [None]:
-            end = len(text) if match is None else match.start()
-            pieces += self._split_segment(text[start:end])
-            if match is not None:
-                pieces.append(self.special[match.group()])
-                start = match.end()
+        parts = self.special_re.split(text) if self.special else [text]
+        pieces = []
+        for index, part in enumerate(parts):
+            pieces += [self.special[part]] if index % 2 else self._split_segment(part)
         return pieces
 
     def _split_segment(self, segment: str) -> list[str]:
@@ -183,11 +181,11 @@ class CTranslate2Translator:
         self.target = sentencepiece.SentencePieceProcessor(
             model_file=str(directory / vocabulary["target"])
         )
-        vocabularies = [directory / f"{n}_vocabulary.json" for n in ("target", "shared")]
-        target_vocabulary = next(json.loads(p.read_text()) for p in vocabularies if p.exists())
-        self.rules = PieceRules(
-            self.source, self.target, vocabulary.get("pieces"), target_vocabulary
-        )
+        rules, target_vocabulary = vocabulary.get("pieces"), []
+        if rules:  # CTranslate2's own list of the target pieces, for their ids
+            files = [directory / f"{n}_vocabulary.json" for n in ("target", "shared")]
+            target_vocabulary = next(json.loads(p.read_text()) for p in files if p.exists())
+        self.rules = PieceRules(self.source, self.target, rules, target_vocabulary)
         self.beam_size = decoding["beam_size"]
         self.length_penalty = decoding["length_penalty"]
         self.max_extra_length = decoding["max_extra_length"]

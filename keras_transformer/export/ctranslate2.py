@@ -163,7 +163,7 @@ def export_ctranslate2(
                 "source": names[0],
                 "target": names[-1],
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
-                **_piece_rules(vocabularies.source),
+                **_piece_rules(vocabularies),
             },
             "decoding": {
                 "beam_size": beam_size,
@@ -181,18 +181,19 @@ def _numpy(variable) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(variable), dtype="float32")
 
 
-def _piece_rules(tokenizer) -> dict:
-    """How a translator of the directory cuts text into the pieces CTranslate2 numbers: for a
-    `PieceVocabularyTokenizer` (an imported OPUS-MT model's), its prefix token and special
-    tokens, which `trainers.translate` applies around SentencePiece as the SavedModel does;
-    nothing for a plain SentencePiece vocabulary."""
-    if not hasattr(tokenizer, "prefix_pattern"):  # keras-hub's SentencePieceTokenizer
+def _piece_rules(vocabularies) -> dict:
+    """How a translator of the directory cuts text into the pieces CTranslate2 numbers: for
+    piece vocabularies (an imported OPUS-MT model's `PieceVocabularyTokenizer`s), their
+    prefix token and special tokens, which `trainers.translate` applies around SentencePiece
+    as the SavedModel does; nothing for a plain SentencePiece vocabulary."""
+    if not vocabularies.pieces:
         return {}
-    pieces = tokenizer.get_vocabulary()
+    source = vocabularies.source
+    pieces = source.get_vocabulary()
     return {
         "pieces": {
-            "prefix_pattern": tokenizer.prefix_pattern,
-            "special_tokens": {t: pieces[i] for t, i in tokenizer.special_tokens.items()},
+            "prefix_pattern": source.prefix_pattern,
+            "special_tokens": {t: pieces[i] for t, i in source.special_tokens.items()},
         }
     }
 

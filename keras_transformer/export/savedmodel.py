@@ -328,9 +328,7 @@ def export_saved_model(
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "model_config": model.config.to_dict(),
             "vocabulary": {
-                "files": sorted(
-                    [*vocabularies.files, *(["pieces.json"] if vocabularies.pieces else [])]
-                ),
+                "files": sorted(vocabularies.file_names),
                 "source_size": vocabularies.source.vocabulary_size(),
                 "target_size": vocabularies.target.vocabulary_size(),
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},

@@ -279,28 +279,33 @@ def load_vocabularies(directory):
     """The source and target tokenizers of a checkpoint directory, in our ids:
     `keras_transformer.text.Vocabularies` (which an imported model's vocab/ saves as
     source.spm, target.spm and pieces.json)."""
+    return _vocabularies(Path(directory))[0]
+
+
+def _vocabularies(directory: Path):
+    """(Vocabularies, source order, target order): each vocabulary file read once. The target
+    side has its own `target_vocab.json` when the checkpoint has one (separate
+    vocabularies), else shares `vocab.json`."""
     from keras_transformer.text import Vocabularies
 
-    directory = Path(directory)
     config = _read_json(directory / "config.json") if (directory / "config.json").exists() else {}
-    source_vocab = _read_json(directory / "vocab.json")
     target_file = directory / "target_vocab.json"
-    target_vocab = _read_json(target_file) if target_file.exists() else source_vocab
-    tokenizers = []
-    for spm, vocab, name in (
-        ("source.spm", source_vocab, "vocab.json"),
-        ("target.spm", target_vocab, target_file.name if target_file.exists() else "vocab.json"),
+    sides = []
+    for spm, file in (
+        ("source.spm", directory / "vocab.json"),
+        ("target.spm", target_file if target_file.exists() else directory / "vocab.json"),
     ):
-        order = vocabulary_order(vocab, config, str(directory / name))
-        tokenizers.append(
-            PieceVocabularyTokenizer(
-                (directory / spm).read_bytes(),
-                pieces(vocab, order),
-                prefix_pattern=LANGUAGE_TOKEN,
-                special_tokens=SPECIAL_TOKENS,
-            )
+        vocab = _read_json(file)
+        order = vocabulary_order(vocab, config, str(file))
+        tokenizer = PieceVocabularyTokenizer(
+            (directory / spm).read_bytes(),
+            pieces(vocab, order),
+            prefix_pattern=LANGUAGE_TOKEN,
+            special_tokens=SPECIAL_TOKENS,
         )
-    return Vocabularies(*tokenizers)
+        sides.append((tokenizer, order))
+    (source, source_order), (target, target_order) = sides
+    return Vocabularies(source, target), source_order, target_order
 
 
 def decoding_defaults(generation: dict) -> dict:
@@ -328,13 +333,7 @@ def load_marian(path):
     checkpoint = read_checkpoint(path)
     where = str(checkpoint.path / "config.json")
     config = transformer_config(checkpoint.config, where)
-    vocabularies = load_vocabularies(checkpoint.path)
-    source_order = vocabulary_order(_read_json(checkpoint.path / "vocab.json"), checkpoint.config)
-    target_order = source_order
-    if not config.share_embeddings:
-        target_order = vocabulary_order(
-            _read_json(checkpoint.path / "target_vocab.json"), checkpoint.config
-        )
+    vocabularies, source_order, target_order = _vocabularies(checkpoint.path)
     sizes = (len(source_order), len(target_order))
     if sizes != (config.source_vocab, config.target_vocab):
         raise MarianError(
