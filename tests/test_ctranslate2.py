@@ -166,15 +166,10 @@ def test_greedy_ids_equal_the_saved_model(converted, saved, verses):
         ids = saved.signatures["translate_ids"](source_ids=batch)["ids"].numpy()
         served_ids += [row[: list(row).index(3)].tolist() for row in ids]
     assert [h.ids for h in ours] == served_ids
-    # Scores agree where the model chose EOS itself (at its length limit ours forces EOS,
-    # and the cut CTranslate2 hypothesis keeps its own score), to 0.1%: CTranslate2 removes
-    # the suppressed padding before its softmax, ours after (padding keeps a sliver of mass).
-    limits = [min(len(vocabularies.source.tokenize(s)) + 51, MAX_LENGTH) for s in sources]
-    chosen = [len(h.ids) + 1 < limit for h, limit in zip(ours, limits, strict=True)]
-    assert sum(chosen) >= len(sources) // 2
-    np.testing.assert_allclose(
-        np.array([h.score for h in ours])[chosen], served["score"].numpy()[chosen], rtol=1e-3
-    )
+    # Scores agree, those of hypotheses ended at their length limit too, to 0.1%: CTranslate2
+    # removes the suppressed padding before its softmax, ours after (padding keeps a sliver
+    # of mass).
+    np.testing.assert_allclose([h.score for h in ours], served["score"].numpy(), rtol=1e-3)
 
 
 def test_beam_search_ranked_as_ours_agrees_with_ours(converted, trained, verses):
@@ -213,6 +208,37 @@ def test_n_best_ranks_and_empty_input(converted):
     assert [(h.text, h.score) for h in empty] == [("", 0.0)] * 4
     with pytest.raises(ValueError, match="n_best=5 must be between 1 and the beam size 4"):
         translator.translate(["Amen."], n_best=5)
+
+
+def test_n_best_of_a_short_sentence_batched_with_a_long_one_as_the_saved_model(trained, tmp_path):
+    """A batch decodes to its longest sentence's limit; the short sentence's hypotheses that
+    run past their own limit (its length, no extra tokens here) are cut there, ended by EOS and
+    scored as the SavedModel's `n_best` signature scores them."""
+    model, vocabularies = trained
+    settings = dict(beam_size=4, length_penalty=1.0, max_extra_length=0)
+    directory = export.ctranslate2.export_ctranslate2(
+        model, vocabularies, tmp_path / "ctranslate2", **settings
+    )
+    version = export.export_saved_model(model, vocabularies, tmp_path / "saved", **settings)
+    sentences = ["Amen.", "And God said, Let there be light: and there was light."]
+    translator = CTranslate2Translator(directory)
+    ours = translator.translate(sentences, n_best=4)
+    served = tf.saved_model.load(str(version)).signatures["n_best"](text=tf.constant(sentences))
+    limit = len(translator.rules.split(sentences[0])) + 1  # its source with EOS
+    assert all(len(h.ids) <= limit - 1 for h in ours[0])
+    assert sum(len(h.ids) == limit - 1 for h in ours[0]) >= 2  # cut at the limit
+    for hypotheses, texts, scores in zip(
+        ours, served["translations"].numpy(), served["scores"].numpy(), strict=True
+    ):
+        assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
+        assert hypotheses[0].text == texts[0].decode()
+        theirs = dict(zip((t.decode() for t in texts), scores, strict=True))
+        shared = [h for h in hypotheses if h.text in theirs]
+        assert len(shared) >= 2
+        # To 0.1%: CTranslate2 removes the suppressed padding before its softmax.
+        np.testing.assert_allclose(
+            [h.score for h in shared], [theirs[h.text] for h in shared], rtol=1e-3
+        )
 
 
 def test_refuses_what_ctranslate2_cannot_run_and_existing_directories(converted, trained):

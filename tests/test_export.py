@@ -400,8 +400,10 @@ def test_saved_model_cli_show_and_run(exported):
 
 
 def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
+    """One output line an input line: lines end at "\\n" only (a lone "\\r" stays inside its
+    line, a CRLF's "\\r" is dropped), from a file as from stdin."""
     directory, _ = exported
-    lines = b"Amen.\n\xff\xfe not UTF-8\n\nGod said.\nA fifth line.\n"
+    lines = b"Amen.\n\xff\xfe not UTF-8\n\nGod said.\r\nA fifth\rline.\nGod said.\n"
     (tmp_path / "in.txt").write_bytes(lines)
     result = _cli(
         sys.executable,
@@ -415,8 +417,10 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
         "2",
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert len(result.stdout.splitlines()) == 5
-    assert "translated 5 sentences in" in result.stderr  # and how fast, on stderr
+    translations = result.stdout.split("\n")[:-1]
+    assert len(translations) == 6
+    assert translations[3] == translations[5]  # "God said." with and without "\\r"
+    assert "translated 6 sentences in" in result.stderr  # and how fast, on stderr
     piped = subprocess.run(
         [sys.executable, "-m", "trainers.translate", "--saved-model", str(directory / "1")],
         cwd=ROOT,
@@ -425,7 +429,8 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
         capture_output=True,
         timeout=300,
     )
-    assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 5
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    assert piped.stdout.decode().split("\n")[:-1] == translations
 
 
 def test_translate_cli_n_best(exported):

@@ -154,8 +154,9 @@ class CTranslate2Translator:
     What the SavedModel's graph does is done here around `ctranslate2.Translator`: inputs cut
     to `max_length - 1` pieces (then EOS, which CTranslate2 adds), an empty input answered
     with an empty translation, each sentence's output limited to its source length (EOS
-    included) + `max_extra_length` tokens within `max_length`, EOS ending a hypothesis cut at
-    its limit, padding and the start token never generated. Beam search ranks as ours:
+    included) + `max_extra_length` tokens within `max_length`, a hypothesis that runs past its
+    limit cut there and ended by EOS, scored as ours (`score_batch`), padding and the start
+    token never generated. Beam search ranks as ours:
     CTranslate2 returns its `beam_size` finished hypotheses with their summed
     log-probabilities (length penalty 0), re-ranked here by logP / ((5 + |Y|) / 6) ** alpha,
     |Y| counting EOS (Wu et al., 2016).
@@ -198,7 +199,8 @@ class CTranslate2Translator:
         self, sentences: list[str], *, beam_size: int | None = None, n_best: int = 1
     ) -> list[list[Hypothesis]]:
         """The `n_best` best hypotheses of each sentence, best first (greedy search with
-        `beam_size` 1; default: the beam size of the export)."""
+        `beam_size` 1; default: the beam size of the export). Fewer when hypotheses cut at
+        the sentence's length limit become the same."""
         beam_size = self.beam_size if beam_size is None else beam_size
         if not 1 <= n_best <= beam_size:
             raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
@@ -218,19 +220,40 @@ class CTranslate2Translator:
             max_decoding_length=max(limits[i] for i in todo),
             suppress_sequences=[["<pad>"], ["<s>"]],
         )
-        for i, result in zip(todo, found, strict=True):
-            hypotheses = []
-            for tokens, score in zip(result.hypotheses, result.scores, strict=True):
-                tokens = tokens[: limits[i] - 1]
+        found = [list(zip(result.hypotheses, result.scores, strict=True)) for result in found]
+        self._cut_at_limits(found, [pieces[i] for i in todo], [limits[i] for i in todo])
+        for i, hypotheses in zip(todo, found, strict=True):
+            ranked = {}  # tokens -> score; cut hypotheses may coincide
+            for tokens, score in hypotheses:
                 if beam_size > 1:  # greedy scores are summed log-probabilities, as ours
                     score /= ((5.0 + len(tokens) + 1) / 6.0) ** self.length_penalty
-                hypotheses.append((tokens, score))
-            hypotheses.sort(key=lambda h: -h[1])
+                ranked[tuple(tokens)] = score
+            best = sorted(ranked.items(), key=lambda h: -h[1])[:n_best]
             results[i] = [
-                Hypothesis(self.rules.ids(tokens), self.rules.join(tokens), score)
-                for tokens, score in hypotheses[:n_best]
+                Hypothesis(self.rules.ids(list(tokens)), self.rules.join(list(tokens)), score)
+                for tokens, score in best
             ]
         return results
+
+    def _cut_at_limits(self, found, pieces, limits) -> None:
+        """Ends each hypothesis that ran past its sentence's limit as our search does: cut to
+        `limit - 1` tokens, then EOS, scored by the model (`score_batch`: the cut tokens'
+        log-probabilities and EOS's). A batch decodes to its longest sentence's limit, so a
+        shorter sentence's hypotheses may run past their own; one that reached the limit
+        without EOS is cut there too. In place: `found[j]` lists `(tokens, score)`."""
+        cut = [
+            (j, h, tokens[: limits[j] - 1])
+            for j, hypotheses in enumerate(found)
+            for h, (tokens, _) in enumerate(hypotheses)
+            if len(tokens) >= limits[j]
+        ]
+        if not cut:
+            return
+        scored = self.translator.score_batch(
+            [pieces[j] for j, _, _ in cut], [tokens for _, _, tokens in cut]
+        )
+        for (j, h, tokens), result in zip(cut, scored, strict=True):
+            found[j][h] = (tokens, sum(result.log_probs))
 
 
 class SavedModelTranslator:
@@ -273,9 +296,12 @@ class SavedModelTranslator:
 
 
 def batches(lines, size: int):
+    """Lists of `size` lines (the last one shorter), each without its line end: lines end at
+    "\\n" only (as the corpus readers'), a CRLF's "\\r" is dropped, a lone "\\r" stays in its
+    line."""
     batch = []
     for line in lines:
-        batch.append(line.rstrip("\n"))
+        batch.append(line.removesuffix("\n").removesuffix("\r"))
         if len(batch) == size:
             yield batch
             batch = []
@@ -303,11 +329,11 @@ def main(argv=None) -> int:
         with contextlib.ExitStack() as files:  # closes the files it opened, not stdin/stdout
             if args.input:
                 source = files.enter_context(
-                    open(args.input, encoding="utf-8", errors="surrogateescape")
+                    open(args.input, encoding="utf-8", errors="surrogateescape", newline="\n")
                 )
             else:
                 source = sys.stdin
-                source.reconfigure(encoding="utf-8", errors="surrogateescape")
+                source.reconfigure(encoding="utf-8", errors="surrogateescape", newline="\n")
             sink = (
                 files.enter_context(open(args.output, "w", encoding="utf-8"))
                 if args.output
