@@ -32,6 +32,7 @@ Two ways to read, with the same rules:
 from __future__ import annotations
 
 import bz2
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -288,6 +289,7 @@ class _Streamed:
     `raw_pairs()`; `where` names the corpus in errors, `count_label` what it counts."""
 
     count_label = "pairs"
+    checks_past_limit = True  # what tf.data reads past a limit must pass the checks too
 
     def read(self) -> ParallelCorpus:
         """The whole corpus in memory, stripped, empty pairs dropped and counted."""
@@ -300,7 +302,9 @@ class _Streamed:
         Args:
             sample_size: int. Pairs to keep in `CorpusScan.sample` (at most). Defaults to 0.
             seed: int. Seed of the sampling. Defaults to 0.
-            limit: int or None. Only the first `limit` non-empty pairs count. Defaults to None.
+            limit: int or None. Only the first `limit` non-empty pairs count. Files are still
+                checked to their end (`to_dataset` reads them in blocks, past the limit), so a
+                bad line anywhere fails here, as without a limit. Defaults to None.
 
         Returns:
             A `CorpusScan`. Raises `CorpusError` as `read()` does.
@@ -313,6 +317,7 @@ class _Streamed:
                 sample_size=sample_size,
                 seed=seed,
                 limit=limit,
+                check_rest=self.checks_past_limit,
                 count_label=self.count_label,
             )
 
@@ -328,6 +333,7 @@ class TfdsSplit(_Streamed):
     target_language: str
     data_dir: str | None = None
     count_label = "examples"
+    checks_past_limit = False  # TFDS's reader takes the first examples alone
 
     @property
     def where(self) -> str:
@@ -438,14 +444,18 @@ def _scan(
     sample_size: int,
     seed: int,
     limit: int | None,
+    check_rest: bool = False,
     count_label: str = "pairs",
 ) -> CorpusScan:
-    """One pass: strip, drop empty pairs, stop at `limit`, keep a reservoir sample."""
+    """One pass: strip, drop empty pairs, stop counting at `limit` (and reading too, unless
+    `check_rest`: reading validates), keep a reservoir sample."""
     counts, sample, kept = _Counts(), [], 0
     rng = random.Random(seed)
     for pair in _non_empty(pairs, counts):
         if limit is not None and kept >= limit:
             counts.total -= 1  # read one past the limit: not part of the corpus
+            if check_rest:
+                collections.deque(pairs, maxlen=0)
             break
         if kept < sample_size:
             sample.append(pair)

@@ -123,6 +123,17 @@ def test_limit_counts_the_first_pairs(tmp_path):
     assert streamed(files.to_dataset(limit=30)) == [(f"s{i}", f"t{i}") for i in range(30)]
 
 
+def test_a_bad_line_past_the_limit_fails_the_scan_as_without_a_limit(tmp_path):
+    """tf.data reads the files in blocks, past the limit: what it reads, the scan checks
+    (a blank last line failed in to_dataset with an opaque InvalidArgumentError)."""
+    path = _numbered(tmp_path, "n.tsv", 0, 100)
+    path.write_bytes(path.read_bytes() + b"\n")
+    files = corpus.tsv_files(path, "en", "es")
+    for limit in (None, 30):
+        with pytest.raises(corpus.CorpusError, match=r"n\.tsv:102: an empty line, but the header"):
+            files.scan(sample_size=10, limit=limit)
+
+
 def test_a_glob_reads_files_in_order_and_workers_share_them_by_file(tmp_path):
     for part in range(4):
         _numbered(tmp_path, f"part-{part}.tsv.gz", 10 * part, 10)

@@ -34,7 +34,8 @@ class DataConfig:
         source_language, target_language: TSV column names, file suffixes, or TFDS keys.
         tfds_name: TFDS dataset (format "tfds"), e.g. "wmt14_translate/de-en".
         tfds_data_dir: TFDS data directory; None means TFDS's default.
-        train_limit: use only the first N training pairs (quick runs); None = all.
+        train_limit: use only the first N training pairs (quick runs; the files are still
+            checked to their end); None = all.
         vocab_size: SentencePiece pieces per vocabulary (a soft limit).
         shared_vocab: one vocabulary for both languages (needed by model.share_embeddings).
         vocab_model_type: "unigram" or "bpe".
