@@ -3,6 +3,8 @@
 import subprocess
 from importlib import metadata
 
+import pytest
+
 from trainers import provenance
 
 
@@ -29,3 +31,35 @@ def test_outside_a_git_checkout_the_commit_is_unknown(tmp_path, monkeypatch):
 def test_a_missing_package_is_none(monkeypatch):
     monkeypatch.setattr(provenance, "PACKAGES", ("no-such-package-anywhere",))
     assert provenance.provenance()["packages"] == {"no-such-package-anywhere": None}
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A git checkout with one committed module, as SOURCE."""
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "trainers").mkdir()
+    (tmp_path / "trainers" / "train.py").write_text("STEPS = 1\n")
+    (tmp_path / ".gitignore").write_text("runs/\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    monkeypatch.setattr(provenance, "SOURCE", tmp_path)
+    return tmp_path
+
+
+def test_a_changed_or_new_module_is_dirty_notes_and_runs_are_not(checkout):
+    assert provenance.provenance()["git"]["dirty"] is False
+    (checkout / "runs").mkdir()
+    (checkout / "runs" / "log.txt").write_text("ignored\n")
+    (checkout / "notes.txt").write_text("not code\n")
+    assert provenance.provenance()["git"]["dirty"] is False
+    module = checkout / "trainers" / "train.py"
+    module.write_text("STEPS = 2\n")
+    assert provenance.provenance()["git"]["dirty"] is True
+    module.write_text("STEPS = 1\n")
+    assert provenance.provenance()["git"]["dirty"] is False
+    (checkout / "trainers" / "new.py").write_text("print('not added yet')\n")
+    assert provenance.provenance()["git"]["dirty"] is True

@@ -21,13 +21,16 @@ PACKAGES = (
     "numpy",
 )
 SOURCE = Path(__file__).resolve().parent.parent
+CODE = ("keras_transformer", "trainers")  # folders of SOURCE whose new files make it dirty
 
 
 def provenance() -> dict:
     """`{"git": {"commit", "dirty"} or None, "packages": {name: version or None}}`.
 
     `git` is None when the code does not run from a git checkout (an installed wheel);
-    `dirty` says whether tracked files differ from the commit.
+    `dirty` says whether the code differs from the commit: a tracked file changed, or a file
+    not yet added to git in the packages that run (`CODE`: a new module). Other untracked
+    files (notes, corpora) and ignored ones (runs, virtualenvs) do not count.
     """
     return {"git": _git(), "packages": {name: _version(name) for name in PACKAGES}}
 
@@ -51,7 +54,8 @@ def _git() -> dict | None:
 
     try:
         commit = git("rev-parse", "HEAD")
-        changes = git("status", "--porcelain", "--untracked-files=no")
+        changed = git("status", "--porcelain", "--untracked-files=no")
+        new = git("ls-files", "--others", "--exclude-standard", "--", *CODE)
     except (OSError, subprocess.SubprocessError):
         return None
-    return {"commit": commit, "dirty": bool(changes)}
+    return {"commit": commit, "dirty": bool(changed or new)}
