@@ -20,6 +20,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer import workarounds
+from keras_transformer.config import PAD_ID
+from keras_transformer.losses import TOKEN_NORMALIZER
 from keras_transformer.text import BOS_ID, EOS_ID
 
 # Padded lengths of the buckets; the ones above max_length are dropped and max_length added.
@@ -187,3 +189,48 @@ def length_report(pairs: tf.data.Dataset, vocabularies, *, max_length: int) -> d
         report["target_tokens"] += int(target_lengths[fits].sum())
     report["too_long"] = report["pairs"] - report["kept"]
     return report
+
+
+def accumulation_groups(batches: tf.data.Dataset, steps: int) -> tf.data.Dataset:
+    """Batches marked so that an update under gradient accumulation is the mean over all the
+    target tokens of its `steps` batches.
+
+    Keras's optimizer with `gradient_accumulation_steps=N` averages the gradients of N
+    batches. With a loss that is a mean over each batch's tokens, an update is then a mean of
+    N batch means, which gives a token of a batch with few real tokens (much padding) more
+    weight than one of a full batch. Here each batch's inputs get, under
+    `losses.TOKEN_NORMALIZER`, one share an example that sums over the batch to the mean
+    target tokens a batch of its group of N: `Transformer` (compiled with
+    `LabelSmoothedCrossEntropy`) divides the batch's token loss sum by it, so that the N
+    averaged gradients make the token-weighted mean, as one batch of all the group's tokens
+    would. The reported loss stays the mean over tokens.
+
+    Args:
+        batches: `(x, labels)` batches as `make_dataset` gives them (labels 0-padded).
+        steps: int. N, the optimizer's `gradient_accumulation_steps`; 1 returns `batches`
+            unchanged. Groups start at the first batch: skip batches before grouping, and
+            an incomplete last group of a finite dataset is dropped.
+
+    Returns:
+        A `tf.data.Dataset` of the same batches, with `x[TOKEN_NORMALIZER]` float32 `[batch]`.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps={steps!r} must be an integer >= 1")
+    if steps == 1:
+        return batches
+
+    def tokens(labels):
+        return tf.reduce_sum(tf.cast(labels != PAD_ID, tf.float32))
+
+    def mark(inputs, labels):
+        group_tokens = labels.reduce(0.0, lambda total, batch: total + tokens(batch))
+
+        def with_shares(x, y):
+            examples = tf.shape(y)[0]
+            share = group_tokens / steps / tf.cast(examples, tf.float32)
+            return {**x, TOKEN_NORMALIZER: tf.fill([examples], share)}, y
+
+        return tf.data.Dataset.zip(inputs, labels).map(with_shares)
+
+    grouped = batches.window(steps, drop_remainder=True).flat_map(mark)
+    return grouped.prefetch(tf.data.AUTOTUNE)

@@ -9,6 +9,10 @@ from keras import ops
 from keras_transformer import fast
 from keras_transformer.config import PAD_ID
 
+# The key of `x` under which `kt.data.accumulation_groups` hands the Transformer's training
+# step the token count that normalises a batch's loss under gradient accumulation.
+TOKEN_NORMALIZER = "token_normalizer"
+
 
 def global_sum(value):
     """Sums a per-replica value over all replicas in sync (identity with one replica).

@@ -31,7 +31,10 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
     Compiled with `kt.losses.LabelSmoothedCrossEntropy`, the `loss` (and `val_loss`) that
     `fit` and `evaluate` report (progress bar, History, TensorBoard) is the mean over every
     target token seen, not Keras's mean of batch means weighted by sentences per batch, which
-    token-sized batches of short and long sentences would skew.
+    token-sized batches of short and long sentences would skew. Under gradient accumulation
+    (the optimizer's `gradient_accumulation_steps`), batches from
+    `kt.data.accumulation_groups` make each update the mean over all the tokens of its
+    batches; others make it Keras's mean of the batches' token means.
 
     Args:
         config: `TransformerConfig` or its dict. The sizes and switches.
@@ -113,6 +116,7 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
         self.encoder = encoder
         self.decoder = decoder
         self.token_loss = keras.metrics.Mean(name="loss")
+        self._token_normalizer = None  # the training step's, from kt.data.accumulation_groups
 
     def encode(self, source_ids, training=False):
         """Runs the encoder alone: `(memory [batch, src_len, d_model], source padding mask)`."""
@@ -130,8 +134,13 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
             # This replica's `loss` is its tokens' summed loss over the global batch's token
             # count: the running mean gets that sum, over this replica's own tokens.
             tokens = ops.sum(ops.cast(ops.not_equal(y, PAD_ID), "float32"))
-            token_sum = loss * ops.maximum(losses.global_sum(tokens), 1.0)
+            global_tokens = ops.maximum(losses.global_sum(tokens), 1.0)
+            token_sum = loss * global_tokens
             self.token_loss.update_state(ops.divide_no_nan(token_sum, tokens), tokens)
+            if self._token_normalizer is not None:
+                # The batch's token sum over its accumulation group's mean tokens a batch.
+                normalizer = losses.global_sum(ops.sum(self._token_normalizer))
+                loss = loss * global_tokens / ops.maximum(normalizer, 1.0)
         return loss
 
     def _reports_token_loss(self) -> bool:
@@ -146,7 +155,16 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
         return [self.token_loss] + [m for m in keras_metrics if m.name != "loss"]
 
     def train_step(self, data):
-        return workarounds.reducible_logs(self.distribute_strategy, super().train_step(data))
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if isinstance(x, dict) and losses.TOKEN_NORMALIZER in x:
+            x = dict(x)
+            self._token_normalizer = x.pop(losses.TOKEN_NORMALIZER)  # read by compute_loss
+            data = keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+        try:
+            logs = super().train_step(data)
+        finally:
+            self._token_normalizer = None
+        return workarounds.reducible_logs(self.distribute_strategy, logs)
 
     def test_step(self, data):
         return workarounds.reducible_logs(self.distribute_strategy, super().test_step(data))

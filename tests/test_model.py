@@ -252,3 +252,31 @@ def test_other_losses_keep_keras_loss():
     model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
     assert [m.name for m in model.metrics].count("loss") == 1
     assert model.token_loss not in model.metrics
+
+
+def test_an_accumulated_update_is_the_mean_over_all_its_tokens():
+    """Two batches (8 tokens in 4 sentences, 16 in 1) accumulated into one SGD update, through
+    `kt.data.accumulation_groups`, make the update of one batch of both; Keras's accumulation
+    alone (the mean of the two batch means) does not. (One replica: Keras cannot accumulate
+    under tf.distribute with several, tests/test_resume.py.)"""
+    x, y = _uneven_batches()
+
+    def batch(part):
+        return tf.data.Dataset.from_tensors(({k: v[part] for k, v in x.items()}, y[part]))
+
+    def updated(batches, accumulation):
+        keras.utils.set_random_seed(3)
+        model = kt.build_transformer(tiny(dropout=0.0))
+        optimizer = keras.optimizers.SGD(1.0, gradient_accumulation_steps=accumulation)
+        model.compile(optimizer=optimizer, loss=kt.losses.LabelSmoothedCrossEntropy(0.1))
+        history = model.fit(batches, epochs=1, verbose=0)
+        return model.get_weights(), history.history["loss"][0]
+
+    one, one_loss = updated(batch(slice(0, 5)), None)
+    two = batch(slice(0, 4)).concatenate(batch(slice(4, 5)))
+    grouped, grouped_loss = updated(kt.data.accumulation_groups(two, 2), 2)
+    for a, b in zip(one, grouped, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+    assert grouped_loss == pytest.approx(one_loss, rel=1e-5)  # still the mean over tokens
+    means, _ = updated(two, 2)
+    assert max(np.abs(a - b).max() for a, b in zip(one, means, strict=True)) > 1e-3

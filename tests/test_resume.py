@@ -72,6 +72,24 @@ def test_resumes_with_another_epoch_size_or_accumulation_train_the_planned_updat
     assert names == [CheckpointFolder(model_dir).file(n).name for n in (40, 60)]
 
 
+def test_accumulation_over_several_replicas_is_refused_before_any_work(tmp_path, capsys):
+    """Keras cannot accumulate gradients under tf.distribute with several replicas (its
+    update runs in a cond that cannot all-reduce): a clear refusal, not a crash at step 1."""
+    from trainers import train
+
+    config = slice_config(tmp_path, dev=False, steps=4, steps_per_epoch=2)
+    model_dir = tmp_path / "run"
+    code = train.main(
+        ["--config", str(config), "--model-dir", str(model_dir), "--strategy", "mirrored"]
+        + ["--set", "training.gradient_accumulation_steps=2"]
+    )
+    assert code == 2
+    assert "training.gradient_accumulation_steps=2 needs one replica, and this run has 2" in (
+        capsys.readouterr().err
+    )
+    assert not model_dir.exists() or not any(model_dir.iterdir())
+
+
 def test_a_backup_resumes_under_another_accumulation(tmp_path):
     """The weights and Adam's moments come back; the optimizer's batch counter becomes the
     updates done times the new accumulation, so Adam's step and the schedule's update number

@@ -74,7 +74,8 @@ class TrainingConfig:
         label_smoothing: eps_ls (paper 5.4).
         adam_beta_1, adam_beta_2, adam_epsilon: Adam (paper 5.3: 0.9, 0.98, 1e-9).
         jit_compile: "auto" (XLA with one replica, not across CPU devices), true or false.
-        gradient_accumulation_steps: batches summed into one update (1 = off).
+        gradient_accumulation_steps: batches whose gradients make one update, the mean over
+            all their target tokens (1 = off).
         bleu_every_steps: decode the dev set and log BLEU/chrF every K steps (0 = at the end
             only).
         bleu_max_sentences: decode at most this many dev sentences; None = all.

@@ -173,6 +173,15 @@ def _place(strategy_kind: str, training) -> Placement:
     import keras_transformer as kt
 
     strategy = runtime.make_strategy(strategy_kind)
+    if training.gradient_accumulation_steps > 1 and strategy.num_replicas_in_sync > 1:
+        # Keras's accumulation applies the update inside a cond, where tf.distribute cannot
+        # all-reduce: "`merge_call` called while defining a new graph" after the first step.
+        raise errors.ConfigError(
+            f"training.gradient_accumulation_steps={training.gradient_accumulation_steps} "
+            f"needs one replica, and this run has {strategy.num_replicas_in_sync} (Keras "
+            f"{keras.__version__} cannot accumulate gradients under tf.distribute): raise "
+            "data.tokens_per_batch instead, since the replicas' batches already add up"
+        )
     workers, worker_index, is_chief = runtime.worker_info(strategy)
     jit_compile = runtime.resolve_jit_compile(training.jit_compile, strategy)
     keras.utils.set_random_seed(training.seed)
@@ -328,6 +337,10 @@ def _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, prog
         pairs, vocabularies, shuffle_buffer=experiment.data.shuffle_buffer, **batches
     )
     train_dataset = train_dataset.skip(progress.batches)
+    # Each update the mean over its batches' tokens (after the skip: groups start there).
+    train_dataset = data.accumulation_groups(
+        train_dataset, experiment.training.gradient_accumulation_steps
+    )
     workers = placement.workers
     if workers > 1:
         options = tf.data.Options()
