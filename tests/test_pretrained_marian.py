@@ -95,6 +95,41 @@ def test_decoding_is_marian_tokenizers_decode(name):
 
 
 @pytest.mark.parametrize("name", CHECKPOINTS)
+def test_the_ctranslate2_client_cuts_and_joins_pieces_as_marian_tokenizer(name):
+    """`trainers.translate.PieceRules` (CTranslate2's client, plain Python) with the rules the
+    CTranslate2 export writes, pieces numbered as CTranslate2 numbers them (our vocabulary
+    lists): transformers' ids for every encoding item (empty strings, `>>xx<<` prefixes,
+    special tokens inside text, pieces missing from vocab.json) and its text for every
+    decoding item."""
+    import sentencepiece
+
+    from keras_transformer.export.ctranslate2 import _piece_rules
+    from trainers.translate import PieceRules
+
+    _, vocabularies, source_order, target_order = imported(name)
+    rules = _piece_rules(vocabularies)["pieces"]
+
+    def spm(file):
+        return sentencepiece.SentencePieceProcessor(model_file=str(FIXTURES / name / file))
+
+    for side, file, tokenizer, order, key in (
+        ("source_encoding", "source.spm", vocabularies.source, source_order, "input_ids"),
+        ("target_encoding", "target.spm", vocabularies.target, target_order, "labels"),
+    ):
+        client = PieceRules(spm(file), None, rules)
+        index = {piece: i for i, piece in enumerate(tokenizer.get_vocabulary())}
+        for item in reference(name)[side]:
+            ours_ids = [index.get(p, kt.text.UNK_ID) for p in client.split(item["text"])]
+            assert [order[i] for i in ours_ids + [kt.text.EOS_ID]] == item[key], item["text"]
+    target_pieces = vocabularies.target.get_vocabulary()
+    client = PieceRules(spm("source.spm"), spm("target.spm"), rules, target_pieces)
+    mapping = ours(target_order)
+    for item in reference(name)["decoding"]:
+        pieces = [target_pieces[mapping.get(i, kt.text.UNK_ID)] for i in item["ids"]]
+        assert client.join(pieces) == item["text"], item["ids"]
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
 def test_teacher_forced_log_probabilities_equal_transformers(name):
     model, _, source, target = imported(name)
     to_source, to_target = ours(source), ours(target)
