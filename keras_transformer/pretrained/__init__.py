@@ -1,6 +1,7 @@
 """Readers of published checkpoints, into this library's `Transformer` and tokenizers.
 
 marian       OPUS-MT (Marian) models in Hugging Face transformers' format: `load_marian`
+checkpoint   their directories read and checked (weights without torch)
 tokenizer    `PieceVocabularyTokenizer`, SentencePiece pieces numbered by a vocabulary list
 """
 

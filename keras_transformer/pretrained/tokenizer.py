@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from keras_transformer import workarounds
 from keras_transformer.config import PAD_ID
 from keras_transformer.text import BOS_ID, EOS_ID, UNK_ID
 
@@ -84,6 +85,7 @@ class PieceVocabularyTokenizer(keras.layers.Layer):
         self.prefix_pattern = prefix_pattern
         self.special_tokens = {str(k): int(v) for k, v in (special_tokens or {}).items()}
         self._segmenter = tensorflow_text.SentencepieceTokenizer(self.proto, out_type=tf.string)
+        workarounds.keep_sentencepiece_model(self._segmenter, self.proto)  # survives reseeding
         keys = list(pieces) + list(self.special_tokens)
         values = list(range(len(pieces))) + list(self.special_tokens.values())
         # A special token's own id wins over its place in the list.

@@ -1,0 +1,141 @@
+"""A Marian checkpoint directory in Hugging Face transformers' format, read and checked: its
+config, generation config and weights (`model.safetensors`, else `tf_model.h5`, both read
+without torch, in transformers' PyTorch names and layouts). `marian` turns it into this
+library's model and tokenizers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+WEIGHT_FILES = ("model.safetensors", "tf_model.h5")  # in order of preference
+TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+
+
+class MarianError(ValueError):
+    """A directory that is not an importable Marian checkpoint; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A Marian checkpoint directory, read and checked.
+
+    Attributes:
+        path: the directory.
+        config: config.json.
+        generation: generation_config.json ({} when absent).
+        weights: name -> array, in transformers' PyTorch names and layouts.
+        weights_file: the file they came from.
+    """
+
+    path: Path
+    config: dict
+    generation: dict
+    weights: dict
+    weights_file: Path
+
+    @property
+    def files(self) -> list[Path]:
+        """Every file the import reads."""
+        names = [*TOKENIZER_FILES, "config.json", self.weights_file.name]
+        for optional in ("target_vocab.json", "generation_config.json"):
+            if (self.path / optional).exists():
+                names.append(optional)
+        return sorted(self.path / name for name in names)
+
+
+def read_checkpoint(path) -> Checkpoint:
+    """Reads and checks a checkpoint directory; `MarianError` names what is missing or wrong."""
+    path = Path(path)
+    if not path.is_dir():
+        raise MarianError(f"{path}: not a directory (expected a Marian checkpoint directory)")
+    config = read_json(path / "config.json")
+    if config.get("model_type") != "marian":
+        raise MarianError(
+            f"{path / 'config.json'}: model_type={config.get('model_type')!r}; only Marian "
+            "(OPUS-MT) checkpoints are imported"
+        )
+    missing = [name for name in TOKENIZER_FILES if not (path / name).exists()]
+    if not config.get("share_encoder_decoder_embeddings", True):
+        missing += [] if (path / "target_vocab.json").exists() else ["target_vocab.json"]
+    if missing:
+        raise MarianError(f"{path}: missing {', '.join(missing)}")
+    weights_file = next((path / n for n in WEIGHT_FILES if (path / n).exists()), None)
+    if weights_file is None:
+        found = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".msgpack"))
+        raise MarianError(
+            f"{path}: no weights this importer reads; it needs model.safetensors or "
+            f"tf_model.h5 (found {', '.join(found) or 'no weight file'}; PyTorch's "
+            "pytorch_model.bin is not read, to keep torch out: download model.safetensors "
+            "or tf_model.h5 too)"
+        )
+    generation = {}
+    if (path / "generation_config.json").exists():
+        generation = read_json(path / "generation_config.json")
+    weights = (
+        _read_safetensors(weights_file)
+        if weights_file.suffix == ".safetensors"
+        else (_read_h5(weights_file))
+    )
+    return Checkpoint(path, config, generation, weights, weights_file)
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from `path`; `MarianError` when it is missing or not one."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MarianError(f"{path}: missing") from None
+    except ValueError as error:
+        raise MarianError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise MarianError(f"{path}: expected a JSON object")
+    return value
+
+
+def _read_safetensors(path: Path) -> dict:
+    from safetensors.numpy import load_file
+
+    try:
+        return dict(load_file(str(path)))
+    except Exception as error:  # the library raises its own SafetensorError
+        raise MarianError(f"{path}: cannot be read as safetensors ({error})") from None
+
+
+def _read_h5(path: Path) -> dict:
+    """tf_model.h5 (transformers' TF classes) -> the PyTorch names and layouts: Dense
+    kernels `[in, out]` transposed to `[out, in]`, gamma/beta to weight/bias."""
+    import h5py
+
+    weights = {}
+    try:
+        with h5py.File(path, "r") as file:
+            file.visititems(lambda name, item: _h5_weight(weights, name, item))
+    except OSError as error:
+        raise MarianError(f"{path}: cannot be read as HDF5 ({error})") from None
+    return weights
+
+
+def _h5_weight(weights: dict, name: str, item) -> None:
+    import h5py
+
+    if not isinstance(item, h5py.Dataset):
+        return
+    parts = name.removesuffix(":0").split("/")
+    value = np.asarray(item)
+    if parts[-1] == "final_logits_bias":
+        weights["final_logits_bias"] = value
+        return
+    if "shared" in parts[-2] or "shared" in parts[-3 if len(parts) > 2 else -2]:
+        weights["model.shared.weight"] = value
+        return
+    stack = next((i for i, p in enumerate(parts) if p in ("encoder", "decoder")), None)
+    if stack is None:
+        return
+    leaf = {"kernel": "weight", "gamma": "weight", "beta": "bias", "embeddings": "weight"}
+    key = ".".join(["model", *parts[stack:-1], leaf.get(parts[-1], parts[-1])])
+    weights[key] = value.T if parts[-1] == "kernel" else value
