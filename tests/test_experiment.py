@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from trainers import runtime
 from trainers.errors import ConfigError
-from trainers.experiment import load_experiment
+from trainers.experiment import DecodingConfig, load_experiment
 
 DEMO = "trainers/configs/demo.yaml"
 
@@ -58,6 +58,11 @@ def test_demo_config_and_overrides():
     assert experiment.preset == "tiny" and experiment.model.d_model == 128
     assert experiment.training.steps == 400 and experiment.model.dropout == 0.2
     assert experiment.data.train_limit == 100 and experiment.training.jit_compile is False
+    # The demo's decoding settings, recorded once for evaluate and export; overridable.
+    assert experiment.decoding == DecodingConfig(beam_size=4, length_penalty=1.0)
+    assert experiment.to_dict()["decoding"]["stopping"] == "early"
+    greedy = load_experiment(DEMO, ["decoding.beam_size=1"]).decoding
+    assert (greedy.beam_size, greedy.length_penalty) == (1, 1.0)
 
 
 @pytest.mark.parametrize(
@@ -103,6 +108,14 @@ def test_demo_config_and_overrides():
         (
             "model: {preset: tiny}\ndata: {train: x, vocab_size: 100}\n",
             "data.vocab_size=100 must be >= 300",
+        ),
+        (
+            "model: {preset: tiny}\ndata: {train: x}\ndecoding: {stopping: late}\n",
+            "decoding.stopping='late'; use early or exact",
+        ),
+        (
+            "model: {preset: tiny}\ndata: {train: x}\ndecoding: {beam_size: 0}\n",
+            "decoding.beam_size=0 must be >= 1",
         ),
         ("model: [1, 2]\n", "'model' must be a mapping"),
         ("model: {preset: tiny\n", "not valid YAML"),

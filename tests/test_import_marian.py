@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_trainer import run, slice_config, summary_line, train_cli
+from trainers.experiment import DecodingConfig, load_experiment
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +53,9 @@ def test_the_import_writes_a_model_directory_with_its_provenance(imported):
     assert record["name_or_path"] == "tiny-opus-mt-en-es-fixture"
     assert set(record["files"]) >= {"config.json", "model.safetensors", "vocab.json"}
     assert record["decoding"] == {"beam_size": 4, "max_length": 63}
+    # evaluate's and export's defaults: the generation config's beam, transformers' exponent
+    experiment = load_experiment(model_dir / "experiment.yaml", resolved=True)
+    assert experiment.decoding == DecodingConfig(beam_size=4, length_penalty=1.0)
 
 
 def test_a_second_import_or_a_bad_checkpoint_writes_nothing(imported, tmp_path):

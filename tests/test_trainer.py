@@ -130,10 +130,13 @@ def summary_line(output: str) -> dict:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A model directory trained on the slice with the default strategy (XLA on)."""
+    """A model directory trained on the slice with the default strategy (XLA on), whose
+    experiment records a length penalty for evaluate and export."""
     tmp = tmp_path_factory.mktemp("run")
     config = slice_config(tmp)
-    result = train_cli(config, tmp / "model", "--verbose", "2")
+    result = train_cli(
+        config, tmp / "model", "--verbose", "2", "--set", "decoding.length_penalty=0.8"
+    )
     return tmp / "model", config, result
 
 
@@ -217,7 +220,8 @@ def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
         "2",
     )
     scores = json.loads(result.stdout[result.stdout.index("{") :])
-    assert scores["sentences"] == 12 and scores["beam_size"] == 2
+    assert scores["sentences"] == 12 and scores["beam_size"] == 2  # the flag
+    assert scores["length_penalty"] == 0.8 and scores["stopping"] == "early"  # the directory's
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     hypotheses = (model_dir / "eval" / "test.hyp").read_text(encoding="utf-8").split("\n")
     assert len(hypotheses) == 13 and hypotheses[-1] == ""  # one a line
@@ -260,6 +264,8 @@ def test_export_then_translate_through_the_saved_model(trained, tmp_path):
     run("-m", "trainers.export", "--model-dir", model_dir, "--out", out, "--stopping", "early")
     manifest = json.loads((out / "1" / "assets.extra" / "manifest.json").read_text())
     assert manifest["decoding"]["stopping"] == "early"
+    assert manifest["decoding"]["length_penalty"] == 0.8  # the directory's decoding section
+    assert manifest["decoding"]["beam_size"] == 4
     assert manifest["experiment"]["model"]["preset"] == "tiny"
     assert manifest["metrics"]["train_summary.json"]["steps"] == 40
     assert (out / "keras" / "model.keras").exists() and (out / "keras" / "vocab").is_dir()

@@ -3,15 +3,18 @@
     python -m trainers.evaluate --model-dir runs/demo --split test
     python -m trainers.evaluate --model-dir runs/demo --source new.en --reference new.es
 
-Translates with beam search (the paper's beam 4, length penalty 0.6 by default, stopping
-as the export serves: --stopping early), detokenizes, and scores with sacrebleu against the
-untouched references: BLEU, chrF and their signatures, printed as JSON. Hypotheses go to
+Translates with beam search as the model directory's experiment.yaml says (its `decoding`
+section: beam size, length penalty and stopping rule, the ones `trainers.export` serves;
+the paper's beam 4 and length penalty 0.6, and early stopping, where it says nothing; the
+flags override them), detokenizes, and scores with sacrebleu against the untouched
+references: BLEU, chrF and their signatures, printed as JSON. Hypotheses go to
 DIR/eval/SPLIT.hyp (or --output), one a line, and the scores beside them (DIR/eval/SPLIT.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import warnings
@@ -25,9 +28,13 @@ from trainers.run_dir import MODEL, RunDirectory, write_json
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.evaluate", description=__doc__.split("\n")[0]
+        prog="python -m trainers.evaluate",
+        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model-dir", required=True, type=Path)
+    parser.add_argument(
+        "--model-dir", required=True, type=Path, help="a model directory (trainers.train's)"
+    )
     parser.add_argument(
         "--model",
         default=MODEL,
@@ -40,9 +47,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--beam-size",
         type=int,
-        help="default: an imported model's generation_config.json's, else 4",
+        help="hypotheses kept per sentence, 1 for greedy search (default: the directory's "
+        "decoding.beam_size, else 4)",
     )
-    parser.add_argument("--length-penalty", type=float, default=0.6)
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        help="alpha of ((5 + length) / 6) ** alpha (default: the directory's "
+        "decoding.length_penalty, else 0.6)",
+    )
     parser.add_argument(
         "--finish-rule",
         default="tensor2tensor",
@@ -52,11 +65,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--stopping",
-        default="early",
         choices=("exact", "early"),
-        help="beam search: when a sentence stops (default early, the rule trainers.export "
-        "serves: once no alive hypothesis could win by ending at the next step; exact: "
-        "tensor2tensor's rule, the paper's code)",
+        help="beam search: when a sentence stops (default: the directory's decoding.stopping, "
+        "else early, the rule trainers.export serves: once no alive hypothesis could win by "
+        "ending at the next step; exact: tensor2tensor's rule, the paper's code)",
     )
     parser.add_argument(
         "--quantize",
@@ -94,8 +106,9 @@ def main(argv=None) -> int:
         return errors.fail(error)
     if args.limit:
         pairs = pairs.take(args.limit)
-    if args.beam_size is None:
-        args.beam_size = run.decoding_defaults().get("beam_size", 4)
+    for setting, value in dataclasses.asdict(experiment.decoding).items():
+        if getattr(args, setting) is None:  # the flags override the directory's settings
+            setattr(args, setting, value)
     if args.quantize:
         with warnings.catch_warnings():  # one warning a layer without weights (norms...)
             warnings.filterwarnings("ignore", message=".*does not have a `quantize` method")

@@ -1,5 +1,6 @@
-"""Experiment configuration: a YAML file with `model`, `data` and `training` sections mapped
-onto dataclasses, overridden from the command line with `--set section.key=value`.
+"""Experiment configuration: a YAML file with `model`, `data`, `training` and `decoding`
+sections mapped onto dataclasses, overridden from the command line with
+`--set section.key=value`.
 
 Unknown sections and keys are errors that name the file (or the --set argument) and the key.
 The model section is a `TransformerConfig`: `preset: NAME` plus any field override; the
@@ -20,6 +21,7 @@ from keras_transformer.text import MIN_VOCAB_SIZE
 from trainers.errors import ConfigError
 
 DATA_FORMATS = ("tsv", "text", "tfds")
+SECTIONS = ("model", "data", "training", "decoding")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +110,25 @@ class TrainingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DecodingConfig:
+    """How the model translates once trained: the defaults of `trainers.evaluate` and
+    `trainers.export` (whose flags override them), recorded once in the model directory so
+    that a bare `evaluate` scores as the export serves. Beam search as
+    `keras_transformer.decoding.beam_search` (paper 6.1).
+
+    Args:
+        beam_size: hypotheses kept per sentence (1 = greedy).
+        length_penalty: alpha of lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016).
+        stopping: "early" (as CTranslate2, Marian and transformers stop; the export's) or
+            "exact" (tensor2tensor's rule, about twice the steps).
+    """
+
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    stopping: str = "early"
+
+
+@dataclasses.dataclass(frozen=True)
 class Experiment:
     """The whole configuration of a run. `model` has its vocabulary sizes filled once the
     vocabulary is known (`with_vocab_sizes`)."""
@@ -116,6 +137,7 @@ class Experiment:
     model: TransformerConfig
     data: DataConfig
     training: TrainingConfig
+    decoding: DecodingConfig = DecodingConfig()
 
     def with_vocab_sizes(self, source: int, target: int) -> Experiment:
         if self.model.share_embeddings:
@@ -130,6 +152,7 @@ class Experiment:
             "model": {"preset": self.preset, **model},
             "data": dataclasses.asdict(self.data),
             "training": dataclasses.asdict(self.training),
+            "decoding": dataclasses.asdict(self.decoding),
         }
 
 
@@ -151,14 +174,14 @@ def load_experiment(path, overrides: list[str] = (), *, resolved: bool = False) 
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with model, data and training sections")
     sections = {}
-    for name in ("model", "data", "training"):
+    for name in SECTIONS:
         section = raw.get(name) or {}
         if not isinstance(section, dict):
             raise ConfigError(f"{path}: section {name!r} must be a mapping of keys to values")
         sections[name] = dict(section)
     for name in raw:
         if name not in sections:
-            raise ConfigError(f"{path}: unknown section {name!r} (known: model, data, training)")
+            raise ConfigError(f"{path}: unknown section {name!r} (known: {', '.join(SECTIONS)})")
     for override in overrides:
         section, key, value = _parse_override(override)
         sections[section][key] = value
@@ -168,9 +191,10 @@ def load_experiment(path, overrides: list[str] = (), *, resolved: bool = False) 
 def _parse_override(override: str):
     name, sep, text = override.partition("=")
     section, dot, key = name.strip().partition(".")
-    if not sep or not dot or section not in ("model", "data", "training") or not key:
+    if not sep or not dot or section not in SECTIONS or not key:
         raise ConfigError(
-            f"--set {override!r}: expected SECTION.KEY=VALUE with SECTION model, data or training"
+            f"--set {override!r}: expected SECTION.KEY=VALUE with SECTION one of "
+            f"{', '.join(SECTIONS)}"
         )
     try:
         value = yaml.safe_load(text)
@@ -192,12 +216,24 @@ def _build(sections: dict[str, dict], where: str, resolved: bool) -> Experiment:
             )
     data = _dataclass(DataConfig, sections["data"], "data", where)
     training = _dataclass(TrainingConfig, sections["training"], "training", where)
+    decoding = _dataclass(DecodingConfig, sections["decoding"], "decoding", where)
+    _check_decoding(decoding, where)
     try:
         model_config = TransformerConfig.preset(preset, **model)
     except ValueError as error:
         raise ConfigError(f"{where}: model: {error}") from None
     _check(model_config, data, training, where, resolved)
-    return Experiment(preset, model_config, data, training)
+    return Experiment(preset, model_config, data, training, decoding)
+
+
+def _check_decoding(decoding: DecodingConfig, where: str) -> None:
+    _at_least(where, 1, **{"decoding.beam_size": decoding.beam_size})
+    if not decoding.length_penalty >= 0:
+        raise ConfigError(
+            f"{where}: decoding.length_penalty={decoding.length_penalty} must be >= 0"
+        )
+    if decoding.stopping not in ("early", "exact"):
+        raise ConfigError(f"{where}: decoding.stopping={decoding.stopping!r}; use early or exact")
 
 
 def _dataclass(cls, values: dict, section: str, where: str):

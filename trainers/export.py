@@ -4,10 +4,12 @@
 `--format savedmodel` (the default) writes saved_models/NAME/VERSION/ (the next free version
 unless --version is given), a SavedModel whose `serving_default` signature takes raw strings
 (`text`) and returns `translation` and `score`, with tokenization and beam search in the
-graph; and saved_models/NAME/keras/ (model.keras and the vocabulary) for fine-tuning with
-model.fit. Both carry a manifest.json: configuration, vocabulary, decoding settings, metrics,
-version. The SavedModel's search is traced with the speed switch as the experiment's
-`training.fast` says (`keras_transformer.fast`; the same translations, faster).
+graph (beam size, length penalty and stopping rule: the model directory's experiment.yaml
+`decoding` section unless the flags say otherwise); and saved_models/NAME/keras/ (model.keras
+and the vocabulary) for fine-tuning with model.fit. Both carry a manifest.json:
+configuration, vocabulary, decoding settings, metrics, version. The SavedModel's search is
+traced with the speed switch as the experiment's `training.fast` says
+(`keras_transformer.fast`; the same translations, faster).
 
 `--format ctranslate2 [--quantization int8|int8_float32|int16|float16]` writes the directory
 --out (which must not exist) as a CTranslate2 model with its SentencePiece models and
@@ -27,7 +29,9 @@ from trainers.run_dir import MODEL, RunDirectory, save_model, write_json
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.export", description=__doc__.split("\n")[0]
+        prog="python -m trainers.export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path, help="e.g. saved_models/demo")
@@ -46,13 +50,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--beam-size",
         type=int,
-        help="default: an imported model's generation_config.json's, else 4",
+        help="hypotheses kept per sentence, 1 for greedy search (default: the directory's "
+        "decoding.beam_size in experiment.yaml, else 4)",
     )
-    parser.add_argument("--length-penalty", type=float, default=0.6)
+    parser.add_argument(
+        "--length-penalty",
+        type=float,
+        help="alpha of ((5 + length) / 6) ** alpha (default: the directory's "
+        "decoding.length_penalty, else 0.6)",
+    )
     parser.add_argument(
         "--stopping",
         choices=["exact", "early"],
-        help="--format savedmodel: when beam search stops (default early: as soon as no alive "
+        help="--format savedmodel: when beam search stops (default: the directory's "
+        "decoding.stopping, else early: as soon as no alive "
         "hypothesis could beat the best finished one by ending at the next step, as "
         "CTranslate2, Marian and transformers stop; exact: tensor2tensor's rule, the best "
         "hypothesis the beam can reach, about twice the steps for almost always the same "
@@ -76,7 +87,9 @@ def main(argv=None) -> int:
         experiment, vocabularies, model = run.load_trained(args.model)
     except errors.USER_ERRORS as error:
         return errors.fail(error)
-    beam_size = args.beam_size or run.decoding_defaults().get("beam_size", 4)
+    decoding = experiment.decoding  # the flags override the directory's settings
+    beam_size = decoding.beam_size if args.beam_size is None else args.beam_size
+    length_penalty = decoding.length_penalty if args.length_penalty is None else args.length_penalty
     manifest = {
         "experiment": experiment.to_dict(),
         "source_model": str(run.model(args.model)),
@@ -90,7 +103,7 @@ def main(argv=None) -> int:
                 args.out,
                 quantization=args.quantization,
                 beam_size=beam_size,
-                length_penalty=args.length_penalty,
+                length_penalty=length_penalty,
                 manifest=manifest,
             )
         except (FileExistsError, ImportError, ValueError) as error:
@@ -105,8 +118,8 @@ def main(argv=None) -> int:
             version=args.version,
             manifest=manifest,
             beam_size=beam_size,
-            length_penalty=args.length_penalty,
-            stopping=args.stopping or "early",
+            length_penalty=length_penalty,
+            stopping=args.stopping or decoding.stopping,
         )
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)

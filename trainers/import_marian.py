@@ -12,14 +12,18 @@ torch). DIR becomes a model directory like the ones `trainers.train` writes, so 
 works on it: `evaluate`, `export` (SavedModel and CTranslate2), `translate`, `visualize`,
 `average_checkpoints`, and `train`, which fine-tunes it:
 
-    DIR/experiment.yaml   the model's TransformerConfig, no training data yet, and a
-                          fine-tuning schedule (see below)
+    DIR/experiment.yaml   the model's TransformerConfig, no training data yet, a
+                          fine-tuning schedule (see below), and the decoding defaults of
+                          evaluate and export: generation_config.json's beam size, and
+                          transformers' length penalty exponent (1.0 unless it sets one)
     DIR/vocab/            the checkpoint's source.spm and target.spm, pieces.json (its
                           vocabularies in this library's ids), and their sha256
     DIR/model.keras       the imported model (this library's ids: keras_transformer.pretrained
                           .marian's docstring)
-    DIR/pretrained.json   where it came from: the config's name, each file's sha256, and the
-                          decoding defaults of generation_config.json (beam size, length)
+    DIR/pretrained.json   where it came from: the config's name, each file's sha256, and
+                          what generation_config.json sets (beam size, length limit: 511
+                          tokens for OPUS-MT, never binding, since the 512 positions
+                          already cap an output)
 
 The fine-tuning schedule is the paper's warmup and inverse square root (`WarmupSchedule`),
 scaled so that it peaks at `--peak-learning-rate` (5e-5) after `--warmup-steps` (500)
@@ -126,7 +130,8 @@ def import_marian(
 def _experiment(checkpoint, config, peak_learning_rate: float, warmup_steps: int):
     """The experiment of an imported model: its config, no training data yet (fine-tuning
     sets data.train), the languages of tokenizer_config.json and the fine-tuning schedule."""
-    from trainers.experiment import DataConfig, Experiment, TrainingConfig
+    from keras_transformer.pretrained import marian
+    from trainers.experiment import DataConfig, DecodingConfig, Experiment, TrainingConfig
 
     languages = _read_optional_json(checkpoint.path / "tokenizer_config.json")
     data = DataConfig(
@@ -146,7 +151,14 @@ def _experiment(checkpoint, config, peak_learning_rate: float, warmup_steps: int
         learning_rate_scale=scale,
         bleu_max_sentences=200,
     )
-    return Experiment("base", config, data, training)
+    # generation_config.json's beam, and transformers' length penalty exponent (1.0 unless it
+    # sets one; transformers divides by |Y| ** alpha, we by ((5 + |Y|) / 6) ** alpha).
+    generation = checkpoint.generation
+    decoding = DecodingConfig(
+        beam_size=marian.decoding_defaults(generation).get("beam_size", 4),
+        length_penalty=float(generation.get("length_penalty", 1.0)),
+    )
+    return Experiment("base", config, data, training, decoding)
 
 
 def _read_optional_json(path: Path) -> dict:

@@ -264,13 +264,6 @@ class RunDirectory:
         finished = summary.get("steps") == steps and not summary.get("stopped_early")
         return summary if finished else None
 
-    def decoding_defaults(self) -> dict:
-        """An imported model's decoding defaults (`pretrained.json`: generation_config.json's
-        beam size and length), {} for a model trained here."""
-        if not self.pretrained.exists():
-            return {}
-        return json.loads(self.pretrained.read_text()).get("decoding", {})
-
     def write_summary(self, summary: dict) -> None:
         write_json(self.summary, summary)
 

@@ -1,8 +1,9 @@
 """Translate lines with an exported model:
 `python -m trainers.translate --model saved_models/NAME [--input FILE] [--n-best K]`.
 
-Reads sentences one a line (stdin by default), writes one translation a line (stdout by
-default), in batches. --model (or its older name --saved-model) is either
+Reads sentences one a line (stdin by default; lines end at "\\n" only, a CRLF's "\\r" is
+dropped), writes one translation a line (stdout by default), in batches. The decoding
+settings are the export's (`trainers.export`). --model (or its older name --saved-model) is either
 
 - a TF Serving SavedModel (`trainers.export`): a version folder, or the model folder whose
   highest version is used. It needs nothing but tensorflow and tensorflow_text, like TF
@@ -33,7 +34,9 @@ CTRANSLATE2_FORMAT = "keras-transformer/ctranslate2"  # keras_transformer.export
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.translate", description=__doc__.split("\n")[0]
+        prog="python -m trainers.translate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--model",
@@ -167,9 +170,19 @@ class CTranslate2Translator:
         directory: the CTranslate2 directory.
         threads: int. `intra_threads` of the translator; 0 lets CTranslate2 choose.
         compute_type: str. CTranslate2's compute type ("default": as saved).
+        inter_threads: int. Batches translated at once, each by `threads` threads: a
+            translator shared by N serving threads wants N here, else their requests queue
+            behind one another (CTranslate2's `inter_threads`). Defaults to 1.
     """
 
-    def __init__(self, directory, *, threads: int = 0, compute_type: str = "default"):
+    def __init__(
+        self,
+        directory,
+        *,
+        threads: int = 0,
+        compute_type: str = "default",
+        inter_threads: int = 1,
+    ):
         import ctranslate2
         import sentencepiece
 
@@ -192,7 +205,11 @@ class CTranslate2Translator:
         self.max_extra_length = decoding["max_extra_length"]
         self.max_length = decoding["max_length"]
         self.translator = ctranslate2.Translator(
-            str(directory), device="cpu", compute_type=compute_type, intra_threads=threads
+            str(directory),
+            device="cpu",
+            compute_type=compute_type,
+            intra_threads=threads,
+            inter_threads=inter_threads,
         )
 
     def translate(
