@@ -174,6 +174,18 @@ def test_xla_signature_translates_as_the_stock_one(exported):
         np.testing.assert_allclose(xla["score"], stock["score"], atol=1e-4)
 
 
+def test_threads_sharing_the_loaded_saved_model_get_its_serial_answers(exported):
+    """4 threads x 15 mixed requests (lengths, batches of 1-4, empty, blank, over-long,
+    invalid UTF-8) over every text signature (8 x 200 in benchmarks/load.py)."""
+    from benchmarks import load
+    from tests.test_serving_load import saved_model_mix, serve_concurrently
+
+    _, version = exported
+    engines = load.saved_model_engines(tf.saved_model.load(str(version)))
+    assert set(engines) == {"serving_default", "serving_xla", "n_best"}
+    serve_concurrently(engines, saved_model_mix(engines, MAX_LENGTH))
+
+
 def test_requests_are_padded_to_buckets_with_the_last_sentence():
     """`serving_xla`'s shape buckets: padding rows repeat the last sentence (so they finish
     with it), padding columns are zeros up to a multiple of 16 (at most max_length), beyond
