@@ -22,6 +22,7 @@ import tensorflow as tf
 from keras_transformer import workarounds
 from keras_transformer.config import PAD_ID
 from keras_transformer.losses import TOKEN_NORMALIZER
+from keras_transformer.ragged import concat_rows
 from keras_transformer.text import BOS_ID, EOS_ID
 
 # Padded lengths of the buckets; the ones above max_length are dropped and max_length added.
@@ -159,7 +160,7 @@ def source_batches(texts, tokenizer, *, max_length: int, batch_size: int = 64) -
     def encode(text):
         tokens = tokenizer.tokenize(text)[:, : max_length - 1]
         eos = tf.fill([tokens.nrows(), 1], EOS_ID)
-        return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor()
+        return concat_rows(tokens, tf.RaggedTensor.from_tensor(eos)).to_tensor()
 
     texts = tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), tf.string))
     return texts.batch(batch_size).map(encode).prefetch(tf.data.AUTOTUNE)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import keras
 from keras import ops
 
@@ -154,6 +156,16 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
             return [m for m in keras_metrics if m is not self.token_loss]
         return [self.token_loss] + [m for m in keras_metrics if m.name != "loss"]
 
+    def fit(self, x=None, *args, **kwargs):
+        """`keras.Model.fit`. A `tf.data.Dataset` shuffles itself (`kt.data.make_dataset`'s
+        do), and Keras ignores `fit`'s `shuffle` for one, warning when it is True, its
+        default: for a dataset, the default here is False, so nothing is ignored or warned
+        about. Everything else is Keras's own."""
+        shuffle_given = "shuffle" in kwargs or len(args) >= 8  # fit(x, y, ..., shuffle, ...)
+        if not shuffle_given and _is_tf_dataset(x):
+            kwargs["shuffle"] = False
+        return super().fit(x, *args, **kwargs)
+
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if isinstance(x, dict) and losses.TOKEN_NORMALIZER in x:
@@ -175,6 +187,12 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
     @classmethod
     def from_config(cls, config, custom_objects=None):
         return cls(**config)
+
+
+def _is_tf_dataset(value) -> bool:
+    """Whether `value` is a `tf.data.Dataset`, without importing TensorFlow."""
+    tensorflow = sys.modules.get("tensorflow")
+    return tensorflow is not None and isinstance(value, tensorflow.data.Dataset)
 
 
 def build_transformer(config: TransformerConfig) -> Transformer:

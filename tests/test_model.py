@@ -280,3 +280,19 @@ def test_an_accumulated_update_is_the_mean_over_all_its_tokens():
     assert grouped_loss == pytest.approx(one_loss, rel=1e-5)  # still the mean over tokens
     means, _ = updated(two, 2)
     assert max(np.abs(a - b).max() for a, b in zip(one, means, strict=True)) > 1e-3
+
+
+def test_fit_on_a_dataset_does_not_warn_that_it_ignores_shuffle():
+    """A tf.data.Dataset shuffles itself: fit's default for one is shuffle=False (Keras
+    warned that it ignored shuffle=True); an explicit shuffle=True still gets Keras's warning."""
+    import warnings
+
+    x, y = _uneven_batches()
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
+    model = kt.build_transformer(tiny(dropout=0.0))
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=kt.losses.LabelSmoothedCrossEntropy())
+    for kwargs, warned in (({}, False), ({"shuffle": True}, True)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(batches, epochs=1, verbose=0, **kwargs)
+        assert any("`shuffle=True` was passed" in str(w.message) for w in caught) == warned

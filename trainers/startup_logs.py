@@ -24,9 +24,11 @@ captured lines: `faulthandler` still reports where it happened, and the same com
 `TF_CPP_MIN_LOG_LEVEL=0` shows everything.
 
 Later lines are left to the level: tensorflow-text's own SentencePiece copy still writes
-`normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty` when it loads a vocabulary, and
+`normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty` when it loads a vocabulary.
 TensorFlow's `util.cc:131] oneDNN supports DT_INT64 only on platforms with AVX-512` (an
-ERROR for a fallback, once a process) shows below level 3.
+ERROR, once a process, for the first int64 Transpose in a graph, whatever the CPU) has its
+cause removed instead: the library's graphs join ragged rows without TensorFlow's ragged
+concatenation, which transposes int64 row splits (`keras_transformer.ragged`).
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.files import atomic_directory
+from keras_transformer.ragged import concat_rows
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"
@@ -64,7 +65,7 @@ def _source_ids(tokenizer, text, max_length: int):
     )
     tokens = tokenizer.tokenize(text)[:, : max_length - 1]  # (batch, (len))
     eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], EOS_ID))
-    return tf.concat([tokens, eos], axis=1).to_tensor()  # (batch, len)
+    return concat_rows(tokens, eos).to_tensor()  # (batch, len)
 
 
 def _checked_ids(source_ids, max_length: int, vocab_size: int):
@@ -87,7 +88,7 @@ def _checked_ids(source_ids, max_length: int, vocab_size: int):
     last = last.with_flat_values(
         tf.where(tf.gather(over, last.value_rowids()), EOS_ID, last.flat_values)
     )
-    return tf.concat([rows[:, : max_length - 1], last], axis=1).to_tensor()
+    return concat_rows(rows[:, : max_length - 1], last).to_tensor()
 
 
 def pad_to_bucket(source_ids, batch_buckets, max_length: int):

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from keras_transformer import workarounds
 from keras_transformer.config import PAD_ID
+from keras_transformer.ragged import concat_rows
 from keras_transformer.text import BOS_ID, EOS_ID, UNK_ID
 
 # The special ids' pieces, at this library's ids (pad 0, unk 1, bos 2, eos 3).
@@ -130,7 +131,7 @@ class PieceVocabularyTokenizer(keras.layers.Layer):
             tf.boolean_mask(flat, is_special), tf.cast(is_special, tf.int64)
         )  # (segments, (0 or 1))
         plain = self._split_segments(tf.where(is_special, tf.constant(""), flat))
-        pieces = tf.concat([specials, plain], axis=1)  # (segments, (len))
+        pieces = concat_rows(specials, plain)  # (segments, (len))
         return tf.RaggedTensor.from_row_splits(pieces, segments.row_splits).merge_dims(1, 2)
 
     def _split_segments(self, texts) -> tf.RaggedTensor:
@@ -146,7 +147,7 @@ class PieceVocabularyTokenizer(keras.layers.Layer):
         prefixes = tf.RaggedTensor.from_row_lengths(
             tf.boolean_mask(prefixes, has_prefix), tf.cast(has_prefix, tf.int64)
         )  # (batch, (0 or 1))
-        return tf.concat([prefixes, self._segmenter.tokenize(rest)], axis=1)
+        return concat_rows(prefixes, self._segmenter.tokenize(rest))
 
     def tokenize(self, texts) -> tf.RaggedTensor:
         """Strings `[batch]` (or one string) -> int32 ids `[batch, (len)]` (or `[len]`),
