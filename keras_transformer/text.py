@@ -11,9 +11,9 @@ wraps tensorflow-text's in-graph SentencePiece op. Rules that users rely on:
   unknown token and any Unicode text round-trips.
 - Token ids exclude BOS/EOS; the data pipeline and the decoders add them.
 
-Seed before making tokenizers: `tf.random.set_seed` (and `keras.utils.set_random_seed`)
-clears TensorFlow's kernel cache, which destroys the in-graph SentencePiece model of every
-tokenizer made earlier ("Resource ... SentencepieceOp ... does not exist" on its next use).
+Tokenizers survive reseeding: `tf.random.set_seed` (and `keras.utils.set_random_seed`)
+clears TensorFlow's kernel cache, which held tensorflow-text's in-graph SentencePiece model;
+`workarounds.keep_sentencepiece_model` keeps it elsewhere (tensorflow/text#570).
 
 keras-hub and `sentencepiece` are imported by the functions that use them, so that importing
 the special ids (as `data` and `export` do) loads neither.
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from keras_transformer import workarounds
 from keras_transformer.config import PAD_ID
 from keras_transformer.files import atomic_write
 
@@ -114,6 +115,7 @@ def make_tokenizer(proto: bytes) -> keras_hub.tokenizers.SentencePieceTokenizer:
     if isinstance(proto, (str, Path)):
         proto = Path(proto).read_bytes()
     tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(proto=proto)
+    workarounds.keep_sentencepiece_model(tokenizer, proto)  # survives reseeding
     pieces = [tokenizer.id_to_token(i) for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)]
     if pieces != ["<pad>", "<unk>", "<s>", "</s>"]:
         raise ValueError(

@@ -5,6 +5,8 @@ the package touches Keras's internals.
 
 from __future__ import annotations
 
+import hashlib
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -70,3 +72,57 @@ def _multi_worker(strategy) -> bool:
         return False
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()
     return sum(len(tasks) for tasks in cluster.values()) > 1
+
+
+def sublayers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """Every layer inside `layer`, at any depth, `layer` excluded.
+
+    Keras has no public walk over a layer's sublayers (a `keras.Model` has `layers`, its top
+    level only); the docstring of `keras.dtype_policies.DTypePolicyMap` does this walk with
+    `_flatten_layers` to record quantized sublayers, as `layers.quantization` does. Goes when
+    Keras has a public one.
+    """
+    return list(layer._flatten_layers(include_self=False))
+
+
+def keep_sentencepiece_model(tokenizer, proto: bytes) -> None:
+    """Gives `tokenizer` a SentencePiece model that reseeding TensorFlow does not destroy.
+
+    tensorflow-text's `SentencepieceTokenizer` holds its model in a resource owned by the
+    kernel of the op that made it (its source: "TODO(b/318839908): Switch to using a
+    ref-counted resource instead of this kernel-owned resource"), and that kernel lives in the
+    eager kernel cache, which `tf.random.set_seed` (so `keras.utils.set_random_seed`) clears:
+    the resource goes with it, and the tokenizer's next in-graph use (`tf.data`,
+    `tf.function`) fails with "Resource localhost/_0_SentencepieceOp/... does not exist"
+    (tensorflow/text#570, closed without a fix). The same op given a `shared_name` puts the
+    model in the resource manager instead, where clearing the cache leaves it. The name is the
+    model's sha256: tokenizers of one model share one read-only resource, so a process holds
+    one copy of each model it has used. Goes when tensorflow-text's resource is ref-counted.
+
+    Args:
+        tokenizer: a keras-hub `SentencePieceTokenizer` or a tensorflow-text
+            `SentencepieceTokenizer`, made from `proto`.
+        proto: bytes. The serialized SentencePiece model.
+    """
+    segmenter = getattr(tokenizer, "_sentence_piece", tokenizer)  # keras-hub's holds one
+    segmenter._model_resource = _SharedSentencepieceModel(proto)
+
+
+class _SharedSentencepieceModel(tf.saved_model.experimental.TrackableResource):
+    """tensorflow-text's SentencePiece model resource, under a `shared_name` (see
+    `keep_sentencepiece_model`); a SavedModel makes it again the same way."""
+
+    def __init__(self, proto: bytes):
+        super().__init__()
+        self._proto = proto
+        self._shared_name = f"keras_transformer_sentencepiece_{hashlib.sha256(proto).hexdigest()}"
+        _ = self.resource_handle  # made now, as tensorflow-text does
+
+    def _create_resource(self):
+        from tensorflow_text.python.ops.sentencepiece_tokenizer import (
+            gen_sentencepiece_tokenizer,
+        )
+
+        return gen_sentencepiece_tokenizer.sentencepiece_op(
+            model=self._proto, shared_name=self._shared_name
+        )

@@ -25,9 +25,9 @@ def _protos(shared: bool, size: int) -> tuple[bytes, bytes]:
 def vocabularies(shared: bool = True, size: int = 1000) -> text.Vocabularies:
     """A vocabulary learned on the first 3000 training pairs (about a second, once).
 
-    The tokenizers are made anew on each call: every test reseeds TensorFlow, which
-    destroys the in-graph SentencePiece models of tokenizers made before (see
-    keras_transformer.text)."""
+    The tokenizers are made anew on each call. (They no longer need to be: reseeding
+    TensorFlow between tests destroyed the in-graph SentencePiece models of tokenizers made
+    before, until `keras_transformer.workarounds.keep_sentencepiece_model`.)"""
     source, target = _protos(shared, size)
     if shared:
         tokenizer = text.make_tokenizer(source)

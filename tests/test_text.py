@@ -4,6 +4,7 @@ fallback, saving and loading."""
 import io
 import re
 
+import keras
 import numpy as np
 import pytest
 import sentencepiece
@@ -125,3 +126,28 @@ def test_separate_vocabularies_differ_per_language():
 def test_loading_a_missing_vocabulary(tmp_path):
     with pytest.raises(FileNotFoundError, match="no vocabulary"):
         text.Vocabularies.load(tmp_path)
+
+
+def _piece_tokenizer():
+    """An imported OPUS-MT model's kind of tokenizer, numbering the pieces by a list."""
+    from keras_transformer.pretrained.tokenizer import PieceVocabularyTokenizer
+
+    tokenizer = bible.vocabularies().source
+    return PieceVocabularyTokenizer(tokenizer.proto, tokenizer.get_vocabulary())
+
+
+@pytest.mark.parametrize("reseed", [keras.utils.set_random_seed, tf.random.set_seed])
+@pytest.mark.parametrize("kind", ["sentencepiece", "piece_vocabulary"])
+def test_a_tokenizer_survives_reseeding(kind, reseed):
+    """Reseeding clears TensorFlow's kernel cache, which held tensorflow-text's SentencePiece
+    model (tensorflow/text#570): a tokenizer made before failed in tf.data and tf.function
+    with "Resource ... SentencepieceOp ... does not exist"."""
+    tokenizer = bible.vocabularies().source if kind == "sentencepiece" else _piece_tokenizer()
+    sentences = tf.constant(["In the beginning.", "God said."])
+    expected = tf.function(tokenizer.tokenize)(sentences).to_list()  # the in-graph op
+    reseed(1)
+    graph = tf.function(tokenizer.tokenize)(sentences)
+    pipeline = tf.data.Dataset.from_tensors(sentences).map(tokenizer.tokenize)
+    assert graph.to_list() == next(iter(pipeline)).to_list() == expected
+    round_trip = tf.function(tokenizer.detokenize)(graph.to_tensor())
+    assert [s.decode() for s in round_trip.numpy()] == ["In the beginning.", "God said."]
