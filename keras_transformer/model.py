@@ -13,6 +13,7 @@ from keras_transformer.config import PAD_ID, TransformerConfig
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import TransformerEmbedding
 from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.quantization import dtype_policy_with_sublayers
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -40,6 +41,9 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
 
     Args:
         config: `TransformerConfig` or its dict. The sizes and switches.
+        dtype: a `keras.dtype_policies.DTypePolicyMap` (or its config) or None. The policies
+            of quantized layers, which `get_config` records after `model.quantize`, over
+            `config.dtype` for the rest. Defaults to None: `config.dtype` for every layer.
         **kwargs: other `keras.Model` arguments (`name`...).
 
     Example:
@@ -51,11 +55,11 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
     (TensorShape([1, 3, 100]), tf.float32)
     """
 
-    def __init__(self, config: TransformerConfig | dict, **kwargs):
+    def __init__(self, config: TransformerConfig | dict, dtype=None, **kwargs):
         if isinstance(config, dict):
             config = TransformerConfig.from_dict(config)
         kwargs.setdefault("name", "transformer")
-        dtype = config.dtype
+        dtype = config.dtype if dtype is None else keras.dtype_policies.get(dtype)
 
         def embedding(vocab_size, name, output_bias=False):
             return TransformerEmbedding(
@@ -110,8 +114,8 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
         if dtype is not None:
             # The model's own policy (functional models ignore a dtype argument): under
             # "mixed_float16", compile() then wraps the optimizer in a LossScaleOptimizer, so
-            # small float16 gradients do not underflow.
-            self.dtype_policy = dtype
+            # small float16 gradients do not underflow. (A quantized model's map: its default.)
+            self.dtype_policy = getattr(dtype, "default_policy", dtype)
         self.config = config
         self.source_embedding = source_embedding
         self.target_embedding = target_embedding
@@ -182,7 +186,11 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
         return workarounds.reducible_logs(self.distribute_strategy, super().test_step(data))
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable}
+        config = {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable}
+        policy = dtype_policy_with_sublayers(self)
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap):  # after model.quantize
+            config["dtype"] = keras.dtype_policies.serialize(policy)
+        return config
 
     @classmethod
     def from_config(cls, config, custom_objects=None):

@@ -40,6 +40,51 @@ def test_int8_quantization_reaches_every_projection():
     assert {layer.quantization_mode for layer in quantized} == {"int8"}
 
 
+def save_and_load(model, path):
+    """`model` saved to `path` and loaded from it (loaded again from a file of its own, a
+    quantized model must save again too)."""
+    model.save(path)
+    return keras.saving.load_model(path)
+
+
+QUANTIZED_LAYERS = {
+    "attention": (lambda: kt.layers.MultiHeadAttention(num_heads=2), (5, 8), "float32"),
+    "feed_forward": (lambda: kt.layers.PositionwiseFeedForward(d_ff=16), (5, 8), "float32"),
+    "embedding": (lambda: kt.layers.TransformerEmbedding(30, 8, output_bias=True), (5,), "int32"),
+    "embedding_bfloat16": (
+        lambda: kt.layers.TransformerEmbedding(30, 8, dtype="mixed_bfloat16"),
+        (5,),
+        "int32",
+    ),
+    "encoder": (lambda: kt.layers.Encoder(2, num_heads=2, d_ff=16), (5, 8), "float32"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(QUANTIZED_LAYERS))
+def test_an_int8_layer_saves_and_loads_in_a_functional_model(kind, tmp_path):
+    make_layer, shape, dtype = QUANTIZED_LAYERS[kind]
+    inputs = keras.Input(shape, dtype=dtype)
+    model = keras.Model(inputs, make_layer()(inputs))
+    quantize(model)
+    rng = np.random.default_rng(0)
+    batch = rng.integers(1, 30, (2, *shape)) if dtype == "int32" else rng.random((2, *shape))
+    batch = batch.astype(dtype)
+    loaded = save_and_load(save_and_load(model, tmp_path / "int8.keras"), tmp_path / "again.keras")
+    np.testing.assert_array_equal(loaded(batch), model(batch))
+    modes = {layer.path: layer.quantization_mode for layer in _projection_layers(loaded)}
+    assert set(modes.values()) == {"int8"}, modes
+
+
+def test_an_int8_transformer_saves_and_loads_with_the_same_logits(tmp_path):
+    model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=50))
+    quantize(model)
+    ids = np.random.default_rng(0).integers(1, 50, (3, 7)).astype("int32")
+    batch = {"source_ids": ids, "target_ids": ids[:, ::-1]}
+    loaded = save_and_load(save_and_load(model, tmp_path / "int8.keras"), tmp_path / "again.keras")
+    np.testing.assert_array_equal(loaded(batch), model(batch))
+    assert {layer.quantization_mode for layer in _projection_layers(loaded)} == {"int8"}
+
+
 def test_lora_leaves_only_its_matrices_trainable_and_fine_tunes():
     keras.utils.set_random_seed(3)
     model = kt.build_transformer(

@@ -11,6 +11,7 @@ from keras_transformer import ops as kt_ops
 from keras_transformer.decoding.cache import AttentionCache
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import fresh
+from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
 
 class AttentionOutput(NamedTuple):
@@ -127,7 +128,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 bias_axes="de" if self.use_bias else None,
                 kernel_initializer=fresh(self.kernel_initializer),
                 bias_initializer=fresh(self.bias_initializer),
-                dtype=self.dtype_policy,
+                dtype=sublayer_policy(self, name),
                 name=name,
             )
             layer.build(input_shape)
@@ -143,7 +144,7 @@ class MultiHeadAttention(keras.layers.Layer):
             bias_axes="e" if self.use_bias else None,
             kernel_initializer=fresh(self.kernel_initializer),
             bias_initializer=fresh(self.bias_initializer),
-            dtype=self.dtype_policy,
+            dtype=sublayer_policy(self, "output"),
             name="output",
         )
         self.output_dense.build(
@@ -285,4 +286,5 @@ class MultiHeadAttention(keras.layers.Layer):
             "output_dim": self.output_dim,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "dtype": keras.dtype_policies.serialize(dtype_policy_with_sublayers(self)),
         }

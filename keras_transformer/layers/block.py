@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import keras
 
+from keras_transformer.layers.quantization import dtype_policy_with_sublayers
 from keras_transformer.layers.residual import AddAndNorm
 
 
@@ -112,7 +113,8 @@ class TransformerBlock(keras.layers.Layer):
 
     def get_config(self):
         config = {**super().get_config(), **self._block_args()}
-        config.pop("dtype")  # the base config already holds the dtype policy, serialized
+        # The policy serialized, with the quantized sublayers' (see quantization.py).
+        config["dtype"] = keras.dtype_policies.serialize(dtype_policy_with_sublayers(self))
         config["activation"] = keras.activations.serialize(self.activation)
         config["kernel_initializer"] = keras.initializers.serialize(self.kernel_initializer)
         return config

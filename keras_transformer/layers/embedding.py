@@ -9,6 +9,7 @@ from keras import ops
 
 from keras_transformer.config import POSITIONAL_KINDS, SINUSOID_LAYOUTS
 from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -163,33 +164,31 @@ class TransformerEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.RandomNormal(stddev=d_model**-0.5)
         )
-        self.token_embedding = keras.layers.ReversibleEmbedding(
-            vocab_size,
-            d_model,
-            tie_weights=tie_weights,
-            embeddings_initializer=self.embeddings_initializer,
-            dtype=self.dtype_policy,
-            name="token_embedding",
-        )
-        if positional == "learned":
-            self.position_embedding = keras.layers.Embedding(
-                max_length,
-                d_model,
-                embeddings_initializer="glorot_uniform",
-                dtype=self.dtype_policy,
-                name="position_embedding",
-            )
-        else:
-            self.position_embedding = SinusoidalPositionEncoding(
-                layout=sinusoid_layout, dtype=self.dtype_policy, name="position_encoding"
-            )
         self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, inputs_shape=None):
+        self.token_embedding = keras.layers.ReversibleEmbedding(
+            self.vocab_size,
+            self.d_model,
+            tie_weights=self.tie_weights,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=sublayer_policy(self, "token_embedding"),
+            name="token_embedding",
+        )
         self.token_embedding.build()
         if self.positional == "learned":
+            self.position_embedding = keras.layers.Embedding(
+                self.max_length,
+                self.d_model,
+                embeddings_initializer="glorot_uniform",
+                dtype=sublayer_policy(self, "position_embedding"),
+                name="position_embedding",
+            )
             self.position_embedding.build((self.max_length,))
         else:
+            self.position_embedding = SinusoidalPositionEncoding(
+                layout=self.sinusoid_layout, dtype=self.dtype_policy, name="position_encoding"
+            )
             self.position_embedding.build((None, self.max_length, self.d_model))
         if self.output_bias:
             self.logits_bias = self.add_weight(
@@ -206,7 +205,9 @@ class TransformerEmbedding(keras.layers.Layer):
                 f"sequence length {length} exceeds max_length={self.max_length} of the learned "
                 "position table; truncate the input or raise max_length"
             )
-        x = self.token_embedding(inputs)  # (batch, len, d_model)
+        # In the compute dtype: Keras 3.15's int8 `Embedding` can answer float32 under a mixed
+        # policy (its float32 scale divides the half-precision rows).
+        x = ops.cast(self.token_embedding(inputs), self.compute_dtype)  # (batch, len, d_model)
         x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
         x = x + self.positions(x, start_index)
         return self.dropout_layer(x, training=training)
@@ -238,4 +239,5 @@ class TransformerEmbedding(keras.layers.Layer):
             "sinusoid_layout": self.sinusoid_layout,
             "output_bias": self.output_bias,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            "dtype": keras.dtype_policies.serialize(dtype_policy_with_sublayers(self)),
         }

@@ -6,6 +6,7 @@ import keras
 
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import fresh
+from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -56,19 +57,20 @@ class PositionwiseFeedForward(keras.layers.Layer):
         if d_model is None:
             raise ValueError(f"{self.name} needs a known last dimension, got {inputs_shape}")
 
-        def dense(units, **kwargs):
+        def dense(units, name, **kwargs):
             return keras.layers.Dense(
                 units,
                 kernel_initializer=fresh(self.kernel_initializer),
                 bias_initializer=fresh(self.bias_initializer),
-                dtype=self.dtype_policy,
+                dtype=sublayer_policy(self, name),
+                name=name,
                 **kwargs,
             )
 
-        self.inner_dense = dense(self.d_ff, activation=self.activation, name="inner_dense")
+        self.inner_dense = dense(self.d_ff, "inner_dense", activation=self.activation)
         self.inner_dense.build(inputs_shape)
         self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
-        self.output_dense = dense(d_model, name="output_dense")
+        self.output_dense = dense(d_model, "output_dense")
         self.output_dense.build((*inputs_shape[:-1], self.d_ff))
         self.built = True
 
@@ -88,4 +90,5 @@ class PositionwiseFeedForward(keras.layers.Layer):
             "dropout": self.dropout,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "dtype": keras.dtype_policies.serialize(dtype_policy_with_sublayers(self)),
         }
