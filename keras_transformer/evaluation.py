@@ -88,13 +88,22 @@ class Translator:
         bar = keras.utils.Progbar(len(texts), unit_name="sentence") if progress else None
         for source_ids in batches:
             ids, _ = self.translate_ids(source_ids)
-            translations.extend(detokenize(self.vocabularies.target, ids.numpy()))
+            decoded = detokenize(self.vocabularies.target, ids.numpy())
+            translations.extend(_blank_without_pieces(source_ids.numpy(), decoded))
             if bar is not None:
                 bar.add(len(ids))
         result = [""] * len(texts)
         for position, translation in zip(order, translations, strict=True):
             result[position] = translation
         return result
+
+
+def _blank_without_pieces(source_ids, translations: list[str]) -> list[str]:
+    """`translations`, with "" for each source row `[batch, src_len]` that holds nothing but
+    EOS: an input with no piece (empty, or only spaces) has nothing to translate, the
+    SavedModel export's rule (`export.savedmodel`), where a model would answer something."""
+    nothing = np.count_nonzero(source_ids, axis=1) <= 1  # EOS alone
+    return ["" if empty else text for empty, text in zip(nothing, translations, strict=True)]
 
 
 def score(hypotheses, references) -> dict:
