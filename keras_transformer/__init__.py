@@ -24,6 +24,10 @@ from typing import TYPE_CHECKING
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+from keras_transformer import backends  # noqa: E402
+
+backends.check_backend()  # Keras may have been imported before, on another backend
+
 # Every module that registers a class with `keras.saving` is imported here, so that
 # `keras.saving.load_model` finds them once `keras_transformer` is imported.
 from keras_transformer import (  # noqa: E402
