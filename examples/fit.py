@@ -88,14 +88,7 @@ def main(argv=None) -> dict:
     )
     # The dev set once, in order: no shuffling, no repeat, no partial batch dropped (pairs
     # longer than max_length still are, as in training).
-    dev_batches = kt.data.make_dataset(
-        dev.to_dataset(),
-        vocabularies,
-        shuffle_buffer=0,
-        repeat=False,
-        drop_remainder=False,
-        **batching,
-    )
+    dev_batches = kt.data.make_dataset(dev.to_dataset(), vocabularies, training=False, **batching)
 
     # The learned vocabulary may be smaller than asked: the model takes its actual size.
     config = kt.TransformerConfig.preset(

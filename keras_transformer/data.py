@@ -81,40 +81,60 @@ def make_dataset(
     *,
     max_length: int,
     tokens_per_batch: int,
+    training: bool = True,
     batch_multiple: int = 1,
-    shuffle_buffer: int = 100_000,
+    shuffle_buffer: int | None = None,
     seed: int | None = None,
     deterministic: bool = True,
-    repeat: bool = True,
-    drop_remainder: bool = True,
+    repeat: bool | None = None,
+    drop_remainder: bool | None = None,
     shard: tuple[int, int] | None = None,
 ) -> tf.data.Dataset:
     """Token-batched, bucketed batches from a dataset of (source, target) strings.
+
+    `training` picks the defaults of `shuffle_buffer`, `repeat` and `drop_remainder`: a
+    training set is shuffled, cycles forever and drops each bucket's last partial batch; a
+    dev or test set (`training=False`) comes once, in a fixed order, with every pair that
+    fits `max_length` (over-long pairs are dropped in both). An argument given explicitly
+    wins over its default.
 
     Args:
         pairs: `tf.data.Dataset` of (source, target) scalar strings.
         vocabularies: `keras_transformer.text.Vocabularies`.
         max_length: int. Longest sequence kept, EOS/BOS included.
         tokens_per_batch: int. Padded positions per batch (batch size x length).
+        training: bool. Training defaults (True) or evaluation defaults (False) for the
+            three arguments below it that are left None. Defaults to True.
         batch_multiple: int. Batch sizes are multiples of this (the replicas in sync).
             Defaults to 1.
-        shuffle_buffer: int. Pairs in the shuffle buffer; 0 disables shuffling.
-            Defaults to 100000.
+        shuffle_buffer: int or None. Pairs in the shuffle buffer; 0 disables shuffling.
+            Defaults to None: 100000 when training, else 0.
         seed: int or None. Shuffle seed. Defaults to None.
         deterministic: bool. Same batches in the same order on every run with the same seed,
             so a resumed run can skip exactly what was consumed; False lets parallel steps
             deliver out of order (a little faster). Defaults to True.
-        repeat: bool. Cycle forever (reshuffled each pass). Defaults to True.
-        drop_remainder: bool. Drop each bucket's last partial batch, so every batch of a
-            bucket has one static shape (training); False keeps every pair (validation).
-            Defaults to True.
+        repeat: bool or None. Cycle forever (reshuffled each pass). Defaults to None:
+            `training`.
+        drop_remainder: bool or None. Drop each bucket's last partial batch, so every batch
+            of a bucket has one static shape (training); False keeps every pair (evaluation).
+            Defaults to None: `training`.
         shard: (num_shards, index) or None. Keep every num_shards-th pair starting at index,
             before any other work: one shard per worker. Defaults to None.
 
     Returns:
         A dataset of `({"source_ids": [batch, len], "target_ids": [batch, len]}, labels
         [batch, len])`, int32, 0-padded, where len is the bucket length.
+
+    Example:
+    >>> train = make_dataset(pairs, vocabularies, max_length=256, tokens_per_batch=4096)
+    ... # doctest: +SKIP
+    >>> dev = make_dataset(dev_pairs, vocabularies, max_length=256, tokens_per_batch=4096,
+    ...                    training=False)  # doctest: +SKIP
     """
+    if shuffle_buffer is None:
+        shuffle_buffer = 100_000 if training else 0
+    repeat = training if repeat is None else repeat
+    drop_remainder = training if drop_remainder is None else drop_remainder
     if shard is not None:
         num_shards, index = shard
         pairs = pairs.shard(num_shards, index)

@@ -77,6 +77,31 @@ def test_every_pair_comes_through_once_with_specials(corpus, vocab):
     assert sorted(targets) == sorted(target for _, _, target in kept)
 
 
+def test_a_dev_set_comes_once_in_order_with_its_last_partial_batches(vocab):
+    """`training=False` (a dev set): no shuffling, no repeat, no partial batch dropped; the
+    one rule left is training's length limit."""
+    dev = bible.pairs("dev", 300)
+
+    def dev_pass():
+        batches = data.make_dataset(
+            dev.to_dataset(), vocab, max_length=MAX_LENGTH, tokens_per_batch=1024, training=False
+        )
+        return [labels for _, labels in batches.take(1000).as_numpy_iterator()]  # or cycles
+
+    first, second = dev_pass(), dev_pass()
+    targets = [t for labels in first for t in text.detokenize(vocab.target, labels)]
+    fits = [
+        max(len(vocab.source.tokenize(s)), len(vocab.target.tokenize(t))) + 1 <= MAX_LENGTH
+        for s, t in zip(dev.sources, dev.targets, strict=True)
+    ]
+    kept = [t for t, fit in zip(dev.targets, fits, strict=True) if fit]
+    assert 0 < len(kept) <= len(dev)
+    assert sorted(targets) == sorted(kept)  # each kept pair exactly once
+    assert len(first) == len(second)  # and in the same order every pass
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_batches_respect_the_token_budget_and_replica_multiple(corpus, vocab):
     batches = data.make_dataset(
         corpus.to_dataset(),

@@ -352,14 +352,7 @@ def _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, prog
     # leave one worker waiting in a collective. The chief's dev BLEU still runs.
     if dev_pairs is None or workers > 1:
         return train_dataset, None
-    dev_dataset = data.make_dataset(
-        dev_pairs.to_dataset(),
-        vocabularies,
-        shuffle_buffer=0,
-        repeat=False,
-        drop_remainder=False,
-        **batches,
-    )
+    dev_dataset = data.make_dataset(dev_pairs.to_dataset(), vocabularies, training=False, **batches)
     # Keras warns "Your input ran out of data; interrupting training" at the end of the first
     # pass over a dataset whose length it is not told: count the dev batches once.
     count = int(dev_dataset.reduce(0, lambda count, _: count + 1))
