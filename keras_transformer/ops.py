@@ -77,6 +77,13 @@ def causal_mask(q_len, k_len=None, offset=0):
     return ops.expand_dims(ops.arange(k_len), 0) <= ops.expand_dims(q_positions, 1)
 
 
+def first_mask(*masks):
+    """The first of `masks` that is not None, or None: an explicit `padding_mask` before the
+    mask Keras attaches to an input (`keras.layers.Embedding(mask_zero=True)` and any layer
+    that propagates it), which a layer's `call` receives as `mask` or `<input>_mask`."""
+    return next((mask for mask in masks if mask is not None), None)
+
+
 def combine_masks(padding=None, attention=None, causal=None):
     """Merges the masks an attention layer may get into one, broadcastable to
     `[batch, heads, q_len, k_len]`, or None when there is none.

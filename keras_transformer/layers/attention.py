@@ -60,7 +60,9 @@ class MultiHeadAttention(keras.layers.Layer):
         query: tensor `[batch, q_len, d_in]`.
         value: tensor `[batch, k_len, d_in]`, or None for self-attention (value = query).
         key: tensor `[batch, k_len, d_in]`, or None (key = value).
-        padding_mask: boolean `[batch, k_len]`, True at real key tokens. Defaults to None.
+        padding_mask: boolean `[batch, k_len]`, True at real key tokens. Defaults to None:
+            the Keras mask of the keys (`key`, else `value`, else `query`), if they carry one
+            (`keras.layers.Embedding(mask_zero=True)`...), as `keras.layers.MultiHeadAttention`.
         attention_mask: boolean `[batch, q_len, k_len]`, True = attend. Defaults to None.
         use_causal_mask: bool. Query i attends to keys 0..i only (decoder self-attention).
             Defaults to False.
@@ -106,6 +108,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.supports_masking = True  # the output keeps the query's Keras mask
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
@@ -132,6 +135,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 name=name,
             )
             layer.build(input_shape)
+            # Each position projected alone: a Keras mask on the inputs may pass (EinsumDense
+            # would drop it, with a warning). Only this layer reads the projections.
+            layer.supports_masking = True
             return layer
 
         self.query_dense = projection("query", query_shape, self.head_key_dim)
@@ -235,12 +241,24 @@ class MultiHeadAttention(keras.layers.Layer):
         attention_mask=None,
         use_causal_mask=False,
         training=None,
+        mask=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
     ):
+        # Keras's masks (`mask` with the query alone, `<name>_mask` with more tensors): the
+        # keys' decides which positions are attended to; the query's stays on the output.
+        if key is not None:
+            implicit = key_mask
+        elif value is not None:
+            implicit = value_mask
+        else:
+            implicit = kt_ops.first_mask(query_mask, mask)
         return self.forward(
             query,
             value,
             key,
-            padding_mask=padding_mask,
+            padding_mask=kt_ops.first_mask(padding_mask, implicit),
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
             training=training,

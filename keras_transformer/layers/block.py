@@ -57,6 +57,7 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.supports_masking = True  # an output position is its input's: the mask stays
         self.num_heads = num_heads
         self.d_ff = d_ff
         self.dropout = dropout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer import ops as kt_ops
 from keras_transformer.decoding.cache import DecoderCache, DecoderLayerCache
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.block import LayerOutput, TransformerBlock
@@ -30,9 +31,10 @@ class DecoderLayer(TransformerBlock):
         inputs: tensor `[batch, tgt_len, d_model]`, the embedded target, shifted right.
         encoder_output: tensor `[batch, src_len, d_model]`, or None for a layer without
             encoder-decoder attention. Defaults to None.
-        padding_mask: boolean `[batch, tgt_len]`, True at real target tokens. Defaults to None.
+        padding_mask: boolean `[batch, tgt_len]`, True at real target tokens. Defaults to None:
+            the Keras mask `inputs` carries, if any (`keras.layers.Embedding(mask_zero=True)`).
         encoder_padding_mask: boolean `[batch, src_len]`, True at real source tokens.
-            Defaults to None.
+            Defaults to None: the Keras mask `encoder_output` carries, if any.
         training: bool. Whether dropout is active.
 
     Returns:
@@ -172,12 +174,17 @@ class DecoderLayer(TransformerBlock):
         padding_mask=None,
         encoder_padding_mask=None,
         training=None,
+        mask=None,
+        inputs_mask=None,
+        encoder_output_mask=None,
     ):
+        # Keras's masks of the inputs (`mask` alone, `<name>_mask` beside other tensors)
+        # stand in for masks not given.
         return self.forward(
             inputs,
             encoder_output,
-            padding_mask=padding_mask,
-            encoder_padding_mask=encoder_padding_mask,
+            padding_mask=kt_ops.first_mask(padding_mask, inputs_mask, mask),
+            encoder_padding_mask=kt_ops.first_mask(encoder_padding_mask, encoder_output_mask),
             training=training,
         ).outputs
 
@@ -301,12 +308,17 @@ class Decoder(TransformerBlock):
         padding_mask=None,
         encoder_padding_mask=None,
         training=None,
+        mask=None,
+        inputs_mask=None,
+        encoder_output_mask=None,
     ):
+        # Keras's masks of the inputs (`mask` alone, `<name>_mask` beside other tensors)
+        # stand in for masks not given.
         return self.forward(
             inputs,
             encoder_output,
-            padding_mask=padding_mask,
-            encoder_padding_mask=encoder_padding_mask,
+            padding_mask=kt_ops.first_mask(padding_mask, inputs_mask, mask),
+            encoder_padding_mask=kt_ops.first_mask(encoder_padding_mask, encoder_output_mask),
             training=training,
         ).outputs
 

@@ -7,7 +7,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.config import POSITIONAL_KINDS, SINUSOID_LAYOUTS
+from keras_transformer.config import PAD_ID, POSITIONAL_KINDS, SINUSOID_LAYOUTS
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
@@ -53,6 +53,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
             raise ValueError(f"layout={layout!r} must be one of {SINUSOID_LAYOUTS}")
         self.max_wavelength = max_wavelength
         self.layout = layout
+        self.supports_masking = True  # a Keras mask on the inputs passes to the encodings
 
     def call(self, inputs, start_index=0):
         shape = ops.shape(inputs)
@@ -111,6 +112,10 @@ class TransformerEmbedding(keras.layers.Layer):
             own matrix. Defaults to True.
         output_bias: bool. Add a learned bias (zeros at first) to the logits. Defaults to
             False.
+        mask_zero: bool. Attach a Keras mask (True at ids other than 0, the padding) to the
+            embeddings, as `keras.layers.Embedding(mask_zero=True)`: the layers of this
+            library (and Keras's that support masking) downstream then take it for their
+            padding mask. Defaults to False.
         embeddings_initializer: initializer for the token table. Defaults to
             `RandomNormal(stddev=d_model**-0.5)`, so that scaled embeddings have unit variance.
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
@@ -147,6 +152,7 @@ class TransformerEmbedding(keras.layers.Layer):
         embeddings_initializer=None,
         sinusoid_layout: str = "interleaved",
         output_bias: bool = False,
+        mask_zero: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -160,6 +166,7 @@ class TransformerEmbedding(keras.layers.Layer):
         self.tie_weights = tie_weights
         self.sinusoid_layout = sinusoid_layout
         self.output_bias = output_bias
+        self.mask_zero = mask_zero
         self.logits_bias = None  # built with output_bias
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.RandomNormal(stddev=d_model**-0.5)
@@ -176,6 +183,9 @@ class TransformerEmbedding(keras.layers.Layer):
             name="token_embedding",
         )
         self.token_embedding.build()
+        # Its reverse projection takes decoder outputs, which may carry a Keras mask: the
+        # logits get none (Embedding.compute_mask without mask_zero), and no warning.
+        self.token_embedding.supports_masking = True
         if self.positional == "learned":
             self.position_embedding = keras.layers.Embedding(
                 self.max_length,
@@ -212,6 +222,13 @@ class TransformerEmbedding(keras.layers.Layer):
         x = x + self.positions(x, start_index)
         return self.dropout_layer(x, training=training)
 
+    def compute_mask(self, inputs, mask=None):
+        """True at real tokens of ids `inputs` with `mask_zero`; None otherwise, and for the
+        logits of `reverse=True` (whose inputs are float)."""
+        if not self.mask_zero or "int" not in str(inputs.dtype):
+            return None
+        return ops.not_equal(inputs, PAD_ID)
+
     def add_logits_bias(self, logits):
         """`logits` (of `x E^T`, any float dtype) in float32, plus the output bias if any."""
         logits = ops.cast(logits, "float32")
@@ -238,6 +255,7 @@ class TransformerEmbedding(keras.layers.Layer):
             "tie_weights": self.tie_weights,
             "sinusoid_layout": self.sinusoid_layout,
             "output_bias": self.output_bias,
+            "mask_zero": self.mask_zero,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
             "dtype": keras.dtype_policies.serialize(dtype_policy_with_sublayers(self)),
         }

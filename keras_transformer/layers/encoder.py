@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer import ops as kt_ops
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.block import LayerOutput, TransformerBlock
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
@@ -20,7 +21,8 @@ class EncoderLayer(TransformerBlock):
 
     Call arguments:
         inputs: tensor `[batch, src_len, d_model]`.
-        padding_mask: boolean `[batch, src_len]`, True at real tokens. Defaults to None.
+        padding_mask: boolean `[batch, src_len]`, True at real tokens. Defaults to None: the
+            Keras mask `inputs` carries, if any (`keras.layers.Embedding(mask_zero=True)`).
         training: bool. Whether dropout is active.
 
     Returns:
@@ -77,7 +79,10 @@ class EncoderLayer(TransformerBlock):
         weights = {"self_attention": attention.weights} if return_weights else None
         return LayerOutput(x, None, weights)
 
-    def call(self, inputs, padding_mask=None, training=None):
+    def call(self, inputs, padding_mask=None, training=None, mask=None, inputs_mask=None):
+        # Keras's mask of the inputs (`mask` alone, `inputs_mask` beside padding_mask) stands
+        # in for a padding_mask not given.
+        padding_mask = kt_ops.first_mask(padding_mask, inputs_mask, mask)
         return self.forward(inputs, padding_mask=padding_mask, training=training).outputs
 
     def compute_output_shape(self, inputs_shape):
@@ -97,7 +102,8 @@ class Encoder(TransformerBlock):
 
     Call arguments:
         inputs: tensor `[batch, src_len, d_model]`, the embedded source.
-        padding_mask: boolean `[batch, src_len]`, True at real tokens. Defaults to None.
+        padding_mask: boolean `[batch, src_len]`, True at real tokens. Defaults to None: the
+            Keras mask `inputs` carries, if any (`keras.layers.Embedding(mask_zero=True)`).
         training: bool. Whether dropout is active.
 
     Returns:
@@ -144,7 +150,10 @@ class Encoder(TransformerBlock):
         x = x if self.final_norm is None else self.final_norm(x)
         return LayerOutput(x, None, weights if return_weights else None)
 
-    def call(self, inputs, padding_mask=None, training=None):
+    def call(self, inputs, padding_mask=None, training=None, mask=None, inputs_mask=None):
+        # Keras's mask of the inputs (`mask` alone, `inputs_mask` beside padding_mask) stands
+        # in for a padding_mask not given.
+        padding_mask = kt_ops.first_mask(padding_mask, inputs_mask, mask)
         return self.forward(inputs, padding_mask=padding_mask, training=training).outputs
 
     def compute_output_shape(self, inputs_shape):

@@ -46,6 +46,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.supports_masking = True  # position-wise: a Keras mask passes through
         self.d_ff = d_ff
         self.activation = keras.activations.get(activation)
         self.dropout = dropout

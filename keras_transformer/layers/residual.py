@@ -54,6 +54,7 @@ class AddAndNorm(keras.layers.Layer):
         self, dropout: float = 0.0, norm_first: bool = False, epsilon: float = 1e-6, **kwargs
     ):
         super().__init__(**kwargs)
+        self.supports_masking = True  # position-wise: the residual's Keras mask passes through
         self.dropout = dropout
         self.norm_first = norm_first
         self.epsilon = epsilon
