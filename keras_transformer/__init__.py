@@ -16,6 +16,8 @@ Public API:
     pretrained                          published checkpoints read into this library's model:
                                         OPUS-MT (Marian), `pretrained.load_marian`
     fast                                the opt-in speed path, behind one switch
+    lora                                LoRA on the attention projections; adapters saved
+                                        and loaded apart from the model
 """
 
 import importlib
@@ -45,10 +47,18 @@ from keras_transformer.schedule import WarmupSchedule  # noqa: E402
 
 # Imported on first use (PEP 562): they bring keras-hub, tensorflow-text, SentencePiece and
 # sacrebleu, which a user of the layers alone does not need.
-_LAZY_MODULES = ("corpus", "data", "evaluation", "export", "pretrained", "text")
+_LAZY_MODULES = ("corpus", "data", "evaluation", "export", "lora", "pretrained", "text")
 
 if TYPE_CHECKING:
-    from keras_transformer import corpus, data, evaluation, export, pretrained, text  # noqa: F401
+    from keras_transformer import (  # noqa: F401
+        corpus,
+        data,
+        evaluation,
+        export,
+        lora,
+        pretrained,
+        text,
+    )
 
 
 def __getattr__(name: str):
@@ -76,6 +86,7 @@ __all__ = [
     "export",
     "fast",
     "layers",
+    "lora",
     "losses",
     "metrics",
     "ops",
