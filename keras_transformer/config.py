@@ -66,8 +66,10 @@ class TransformerConfig:
             (paper 5.4). Defaults to 0.1.
         attention_dropout: float. Dropout on the attention probabilities. Defaults to 0.0.
         activation_dropout: float. Dropout after the feed-forward activation. Defaults to 0.0.
-        max_length: int. Longest sequence, in tokens, that the model accepts; learned position
-            tables have this many rows and the data pipeline truncates to it. Defaults to 256.
+        max_length: int. Longest sequence, in tokens (EOS or BOS included), that the model
+            accepts; learned position tables have this many rows. Training skips pairs longer
+            than it (`kt.data.make_dataset`: truncating would teach the model to drop words)
+            and decoding truncates sources to it. Defaults to 256.
         norm_first: bool. False is the paper's post-norm `LayerNorm(x + Sublayer(x))`; True is
             pre-norm `x + Sublayer(LayerNorm(x))` with a final LayerNorm on each stack.
             Defaults to False.

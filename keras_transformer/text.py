@@ -151,7 +151,33 @@ class Vocabularies:
         max_sentences: int = 2_000_000,
         seed: int = 0,
     ) -> Vocabularies:
-        """Learns one vocabulary from both sides, or one per side."""
+        """Learns SentencePiece vocabularies from parallel text: one for both sides (a shared
+        vocabulary, as the paper's 37,000 shared pieces for English-German, 5.1), or one per
+        side.
+
+        Args:
+            sources: iterable of str. The source side of the training pairs.
+            targets: iterable of str. The target side, aligned with `sources`.
+            vocab_size: int. Pieces in each vocabulary, the 4 special ids (pad 0, unk 1, bos
+                2, eos 3) and 256 byte pieces included. A soft limit: SentencePiece may learn
+                fewer from a small corpus, so size a model with
+                `vocabularies.target.vocabulary_size()` (and `.source`'s), not with this.
+            shared: bool. One vocabulary for both sides (what `share_embeddings` needs);
+                False learns one per side. Defaults to True.
+            model_type: str. "unigram" (Kudo, 2018) or "bpe". Defaults to "unigram".
+            max_sentences: int. Sentences sampled for learning (a shared vocabulary takes
+                both sides of half as many pairs). Defaults to 2,000,000.
+            seed: int. Seed of SentencePiece's sampling. Defaults to 0.
+
+        Returns:
+            `Vocabularies`, whose `save(folder)` writes the SentencePiece model(s).
+
+        Example:
+        >>> vocabularies = Vocabularies.train(pairs.sources, pairs.targets, 8000)
+        ... # doctest: +SKIP
+        >>> config = TransformerConfig.preset(
+        ...     "base", vocab_size=vocabularies.target.vocabulary_size())  # doctest: +SKIP
+        """
         options = dict(model_type=model_type, max_sentences=max_sentences, seed=seed)
         sources, targets = list(sources), list(targets)
         if shared:
