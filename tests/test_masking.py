@@ -114,9 +114,10 @@ def test_transformer_embedding_with_mask_zero_masks_padding_and_not_logits():
     assert kt.layers.TransformerEmbedding.from_config(layer.get_config()).mask_zero
 
 
-def test_a_functional_classifier_pools_over_real_tokens_only():
+def test_a_functional_classifier_pools_over_real_tokens_only(tmp_path):
     """The user's first model: Embedding(mask_zero) -> EncoderLayer -> average pooling, no
-    padding_mask anywhere; the padded sentence's result ignores its padding."""
+    padding_mask anywhere; the padded sentence's result ignores its padding, and the model
+    saves and loads as .keras with the same outputs."""
     keras.utils.set_random_seed(3)
     ids = keras.Input(shape=(None,), dtype="int32")
     x = keras.layers.Embedding(VOCAB, D_MODEL, mask_zero=True)(ids)
@@ -126,3 +127,6 @@ def test_a_functional_classifier_pools_over_real_tokens_only():
     padded = np.asarray(model(IDS[1:]))
     alone = np.asarray(model(IDS[1:, :2]))  # the same sentence without padding
     np.testing.assert_allclose(padded, alone, atol=1e-5)
+    model.save(tmp_path / "classifier.keras")
+    loaded = no_mask_warnings(lambda: keras.saving.load_model(tmp_path / "classifier.keras"))
+    np.testing.assert_array_equal(np.asarray(loaded(IDS)), np.asarray(model(IDS)))
