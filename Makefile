@@ -30,8 +30,9 @@ demo: $(STAMP)
 		--out saved_models/demo
 	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --model saved_models/demo
 
-# Two pytest workers, each taking whole test files (module fixtures train once): about 15
-# minutes on the 2-core machines this was developed on (15 min 19 s on 9981573's parent).
+# Two pytest workers, each taking whole test files (module fixtures train once): about 23
+# minutes on the 2-core machines this was developed on (22 min 52 s on 9a8daf9; the target
+# is 15).
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 

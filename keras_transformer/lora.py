@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 
+import keras
 import numpy as np
 
 from keras_transformer import workarounds
@@ -50,11 +51,15 @@ def enable_lora(model, rank: int, *, alpha: float | None = None, targets=TARGETS
     layers = _projections(model, targets)
     if not layers:
         raise ValueError(f"{model.name} has no attention projection named {list(targets)}")
-    for layer in workarounds.sublayers(model):
-        layer.trainable = False
+    _freeze(model)
     for layer in layers:
         _lora_on(layer, rank, alpha)
     return [layer.path for layer in layers]
+
+
+def _freeze(model) -> None:
+    for layer in workarounds.sublayers(model):
+        layer.trainable = False
 
 
 def _lora_on(layer, rank: int, alpha) -> None:
@@ -74,8 +79,8 @@ def save_adapters(model, path) -> None:
         raise ValueError(f"{model.name} has no LoRA adapters: call enable_lora first")
     arrays, settings = {}, {}
     for index, layer in enumerate(layers):
-        arrays[f"a{index}"] = np.asarray(layer.lora_kernel_a.numpy())
-        arrays[f"b{index}"] = np.asarray(layer.lora_kernel_b.numpy())
+        arrays[f"a{index}"] = keras.ops.convert_to_numpy(layer.lora_kernel_a)
+        arrays[f"b{index}"] = keras.ops.convert_to_numpy(layer.lora_kernel_b)
         settings[layer.path] = {"index": index, "rank": layer.lora_rank, "alpha": layer.lora_alpha}
     np.savez(path, settings=np.array(json.dumps(settings)), **arrays)
 
@@ -94,8 +99,7 @@ def load_adapters(model, path) -> list[str]:
         missing = sorted(set(settings) - set(by_path))
         if missing:
             raise ValueError(f"{path}: {model.name} has no layer {', '.join(missing)}")
-        for layer in workarounds.sublayers(model):
-            layer.trainable = False
+        _freeze(model)
         for layer_path, setting in settings.items():
             layer = by_path[layer_path]
             a, b = stored[f"a{setting['index']}"], stored[f"b{setting['index']}"]
