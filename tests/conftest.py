@@ -34,9 +34,9 @@ def mirrored():
 
 @pytest.fixture(scope="session")
 def reversal_model(tmp_path_factory, worker_id):
-    """The tiny preset trained on the reversal task (tests/reversal.py), once for the whole
+    """A small model trained on the reversal task (tests/reversal.py), once for the whole
     run: under pytest-xdist the first worker that needs it trains and saves it, the others
-    load it (pytest-xdist's recipe for a session fixture made once; about 1.5 minutes saved
+    load it (pytest-xdist's recipe for a session fixture made once; about 35 s saved
     when test_decoding and test_learning run on different workers)."""
     from filelock import FileLock
 

@@ -40,33 +40,37 @@ def held_out_data(n=500):
 
 
 def train_reversal_model():
-    """The tiny preset trained 22 epochs on the task with the paper's recipe.
+    """A small model (the tiny preset at half its width: d_model 64, d_ff 256) trained 8
+    epochs (800 updates) on the task: about 35 s on 2 cores.
 
-    The learning rate is the paper's own. How well one seed's run learns moves with the float
-    rounding of the gradients: after 16 epochs the held-out exact-reversal rate of greedy
-    decoding was anywhere from 0.75 to 0.98 across code changes that only reorder float
-    sums; 22 epochs take it to 0.99 (seed 0), clear of the tests' thresholds. Tests compare
-    single sentences with the model's own decode.
+    The learning rate warms up over 100 updates to 5e-3, then decays to zero on a cosine, so
+    the run ends settled. With the paper's schedule, which never decays to zero, how well one
+    seed's run learned moved with the float rounding of the gradients: across epochs 10-22
+    the held-out exact-reversal rate of greedy decoding swung between 0.85 and 0.98. With
+    this one it was 0.98 after 4 epochs and 1.0 from 6 on (seed 0), clear of the tests'
+    thresholds. Tests compare single sentences with the model's own decode.
     """
     keras.utils.set_random_seed(0)
     source, target = training_data()
-    config = kt.TransformerConfig.preset("tiny", vocab_size=VOCAB_SIZE, dropout=0.0)
+    config = kt.TransformerConfig.preset(
+        "tiny", vocab_size=VOCAB_SIZE, d_model=64, d_ff=256, dropout=0.0
+    )
     model = kt.build_transformer(config)
+    epochs, batch_size, warmup = 8, 64, 100
+    updates = epochs * len(source) // batch_size
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0, updates - warmup, warmup_target=5e-3, warmup_steps=warmup
+    )
     model.compile(
-        optimizer=keras.optimizers.Adam(
-            kt.WarmupSchedule(config.d_model, warmup_steps=300),
-            beta_1=0.9,
-            beta_2=0.98,
-            epsilon=1e-9,
-        ),
+        optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
         loss=kt.losses.LabelSmoothedCrossEntropy(),
         jit_compile=True,
     )
     model.fit(
         {"source_ids": source, "target_ids": target[:, :-1]},
         target[:, 1:],
-        batch_size=64,
-        epochs=22,
+        batch_size=batch_size,
+        epochs=epochs,
         verbose=0,
     )
     return model

@@ -132,14 +132,28 @@ def test_greedy_takes_the_most_likely_token_at_each_step(large_vocab_model):
             np.testing.assert_array_equal(row[: length - 1], expected[: length - 1])
 
 
-def test_beam_size_one_is_greedy(model_and_source):
+def test_beam_size_one_is_greedy_but_for_an_earlier_eos_that_scores_better(model_and_source):
+    """One alive hypothesis, extended by its best token, as greedy. But beam search also
+    keeps a hypothesis ended by an EOS ranked second (among its 2 x beam candidates), and
+    returns it when it scores better than the alive one's continuation: then its row is
+    greedy's up to that EOS, with the higher score."""
     model, source = model_and_source
     greedy_ids, greedy_scores = greedy_search(model, source, max_extra_length=5)
     beam_ids, beam_scores = beam_search(
         model, source, beam_size=1, length_penalty=0.0, max_extra_length=5
     )
-    np.testing.assert_array_equal(beam_ids, greedy_ids)
-    np.testing.assert_allclose(beam_scores, greedy_scores, atol=1e-5)
+    greedy_ids, beam_ids = np.asarray(greedy_ids), np.asarray(beam_ids)
+    greedy_scores, beam_scores = np.asarray(greedy_scores), np.asarray(beam_scores)
+    assert beam_ids.shape == greedy_ids.shape
+    same = (beam_ids == greedy_ids).all(axis=1)
+    np.testing.assert_allclose(beam_scores[same], greedy_scores[same], atol=1e-5)
+    for row in np.flatnonzero(~same):
+        end = _lengths(beam_ids[row : row + 1])[0] - 1  # where beam search's EOS is
+        assert end < _lengths(greedy_ids[row : row + 1])[0] - 1
+        np.testing.assert_array_equal(beam_ids[row, :end], greedy_ids[row, :end])
+        assert beam_ids[row, end] == EOS_ID and greedy_ids[row, end] != EOS_ID
+        assert beam_scores[row] > greedy_scores[row]
+    np.testing.assert_allclose(beam_scores, _log_prob(model, source, beam_ids), atol=1e-4)
 
 
 def test_a_beam_holding_every_hypothesis_finds_the_best_one():

@@ -36,18 +36,42 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def exported(model, tmp_path_factory):
+def traced_export(model, tmp_path_factory):
+    """The model exported with the defaults: (directory, version, the searches its tracing
+    called, as (name, stopping) pairs)."""
     directory = tmp_path_factory.mktemp("saved_models") / "tiny"
+    calls = []
+
+    def recorded(search):
+        def call(*args, **kwargs):
+            calls.append((search.__name__, kwargs.get("stopping")))
+            return search(*args, **kwargs)
+
+        return call
+
     # With the speed switch, as trainers.export traces it by default: the tests below hold
     # its translations to the library's, traced with the switch off.
-    with kt.fast.switched(True):
+    with pytest.MonkeyPatch.context() as patch, kt.fast.switched(True):
+        for name in ("beam_search", "translate_ids"):
+            patch.setattr(export.savedmodel.decoding, name, recorded(getattr(decoding, name)))
         version = export.export_saved_model(
             model, bible.vocabularies(), directory, manifest={"note": "test"}
         )
-    return directory, version
+    return directory, version, calls
 
 
-def test_layout_and_manifest(exported, model):
+@pytest.fixture(scope="module")
+def exported(traced_export):
+    return traced_export[:2]
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    """The fixture's SavedModel, loaded once for the tests that call it (about 5 s a load)."""
+    return tf.saved_model.load(str(exported[1]))
+
+
+def test_layout_and_manifest(exported, model, loaded):
     directory, version = exported
     assert version == directory / "1"
     for name in ("saved_model.pb", "variables/variables.index", "assets.extra/shared.model"):
@@ -68,7 +92,7 @@ def test_layout_and_manifest(exported, model):
         "n_best",
         "translate_ids",
     }
-    assert set(tf.saved_model.load(str(version)).signatures) == set(manifest["signatures"])
+    assert set(loaded.signatures) == set(manifest["signatures"])
     assert manifest["vocabulary"]["special_ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
 
 
@@ -104,9 +128,7 @@ def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
     assert tf.saved_model.load(str(directory / "2")).signatures["serving_default"] is not None
 
 
-def test_serving_gives_the_library_translations(exported, model):
-    _, version = exported
-    loaded = tf.saved_model.load(str(version))
+def test_serving_gives_the_library_translations(loaded, model):
     served = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     vocabularies = bible.vocabularies()
     translations = evaluation.Translator(model, vocabularies, beam_size=4).translate(SENTENCES)
@@ -121,43 +143,29 @@ def test_serving_gives_the_library_translations(exported, model):
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
 
 
-def test_early_stopping_is_baked_into_every_signature(model, monkeypatch, tmp_path):
-    """`stopping="early"` reaches every beam search the export traces, and the signatures
-    decode as the library's early beam search. (On this random model, which does not end
-    its hypotheses before the length limit, early and exact agree: tests/test_decoding.py
-    shows where they differ.)"""
-    calls = []
-
-    def recorded(search):
-        def call(*args, **kwargs):
-            calls.append((search.__name__, kwargs.get("stopping")))
-            return search(*args, **kwargs)
-
-        return call
-
-    for name in ("beam_search", "translate_ids"):
-        monkeypatch.setattr(export.savedmodel.decoding, name, recorded(getattr(decoding, name)))
-    vocabularies = bible.vocabularies()
-    version = export.export_saved_model(model, vocabularies, tmp_path, stopping="early")
+def test_early_stopping_is_baked_into_every_signature(traced_export, loaded, model):
+    """The export's default `stopping="early"` (the library's searches default to "exact")
+    reaches every beam search the export traces, and the signatures decode as the library's
+    early beam search. (On this random model, which does not end its hypotheses before the
+    length limit, early and exact agree: tests/test_decoding.py shows where they differ.)"""
+    _, version, calls = traced_export
     traced = [name for name, _ in calls]
     assert traced.count("translate_ids") >= 3 and "beam_search" in traced  # every signature
     assert {stopping for _, stopping in calls} == {"early"}
     manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())
     assert manifest["decoding"]["stopping"] == "early"
     source_ids = next(
-        iter(kt.data.source_batches(SENTENCES, vocabularies.source, max_length=MAX_LENGTH))
+        iter(kt.data.source_batches(SENTENCES, bible.vocabularies().source, max_length=MAX_LENGTH))
     )
-    served = tf.saved_model.load(str(version)).signatures["translate_ids"](source_ids=source_ids)
+    served = loaded.signatures["translate_ids"](source_ids=source_ids)
     ids, scores = decoding.beam_search(model, source_ids, stopping="early")
     np.testing.assert_array_equal(served["ids"], ids)
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
 
 
-def test_xla_signature_translates_as_the_stock_one(exported):
+def test_xla_signature_translates_as_the_stock_one(loaded):
     """`serving_xla` pads requests to shape buckets and compiles the search: same outputs,
     whatever the batch (an empty one included) and length (over-long inputs included)."""
-    _, version = exported
-    loaded = tf.saved_model.load(str(version))
     requests = [
         SENTENCES,
         SENTENCES[:1],
@@ -174,14 +182,13 @@ def test_xla_signature_translates_as_the_stock_one(exported):
         np.testing.assert_allclose(xla["score"], stock["score"], atol=1e-4)
 
 
-def test_threads_sharing_the_loaded_saved_model_get_its_serial_answers(exported):
+def test_threads_sharing_the_loaded_saved_model_get_its_serial_answers(loaded):
     """4 threads x 15 mixed requests (lengths, batches of 1-4, empty, blank, over-long,
     invalid UTF-8) over every text signature (8 x 200 in benchmarks/load.py)."""
     from benchmarks import load
     from tests.test_serving_load import saved_model_mix, serve_concurrently
 
-    _, version = exported
-    engines = load.saved_model_engines(tf.saved_model.load(str(version)))
+    engines = load.saved_model_engines(loaded)
     assert set(engines) == {"serving_default", "serving_xla", "n_best"}
     serve_concurrently(engines, saved_model_mix(engines, MAX_LENGTH))
 
@@ -232,9 +239,7 @@ def test_chunks_decode_sorted_by_length_and_answer_in_the_request_order():
     assert empty_ids.shape == (0, 7) and empty_score.shape == (0,)
 
 
-def test_n_best_signature_returns_the_beam_best_first(exported):
-    _, version = exported
-    loaded = tf.saved_model.load(str(version))
+def test_n_best_signature_returns_the_beam_best_first(loaded):
     best = loaded.signatures["serving_default"](text=tf.constant(SENTENCES + [" "]))
     n_best = loaded.signatures["n_best"](text=tf.constant(SENTENCES + [" "]))
     translations, scores = n_best["translations"].numpy(), n_best["scores"].numpy()
@@ -248,11 +253,10 @@ def test_n_best_signature_returns_the_beam_best_first(exported):
     assert empty["translations"].shape == (0, 4)
 
 
-def test_translate_ids_cuts_over_long_rows_and_keeps_their_eos(exported, model):
+def test_translate_ids_cuts_over_long_rows_and_keeps_their_eos(loaded, model):
     """A row longer than max_length is translated as its first max_length - 1 ids and EOS,
     the rule for text; shorter rows of the same batch are untouched."""
-    _, version = exported
-    signature = tf.saved_model.load(str(version)).signatures["translate_ids"]
+    signature = loaded.signatures["translate_ids"]
     short = [5, 6, 7, 3]
     long = list(range(10, 10 + 3 * MAX_LENGTH)) + [3]
     batch = np.zeros((2, len(long)), "int32")
@@ -272,9 +276,8 @@ def test_translate_ids_cuts_over_long_rows_and_keeps_their_eos(exported, model):
 
 
 @pytest.mark.parametrize("bad_id", [-1, "vocabulary size"])
-def test_translate_ids_rejects_ids_outside_the_vocabulary(exported, model, bad_id):
-    _, version = exported
-    signature = tf.saved_model.load(str(version)).signatures["translate_ids"]
+def test_translate_ids_rejects_ids_outside_the_vocabulary(loaded, model, bad_id):
+    signature = loaded.signatures["translate_ids"]
     size = model.config.source_vocab
     bad = size if bad_id == "vocabulary size" else bad_id
     with pytest.raises(tf.errors.InvalidArgumentError, match=rf"in \[0, {size}\)"):
@@ -352,8 +355,8 @@ ANY_TEXT = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def serving(exported):
-    return tf.saved_model.load(str(exported[1])).signatures["serving_default"]
+def serving(loaded):
+    return loaded.signatures["serving_default"]
 
 
 @settings(max_examples=40, deadline=None, print_blob=True)

@@ -1,4 +1,4 @@
-"""The tiny model learns a toy transduction: reversing random sequences.
+"""A small model learns a toy transduction: reversing random sequences.
 
 Judged on held-out sequences by greedy decoding (each token predicted from the model's own
 previous outputs), not by teacher-forced accuracy. The model is the session's
@@ -14,7 +14,7 @@ from tests.reversal import MAX_LEN, held_out_data
 
 
 @pytest.mark.slow
-def test_tiny_model_learns_to_reverse_sequences(reversal_model):
+def test_a_small_model_learns_to_reverse_sequences(reversal_model):
     held_out_source, held_out_target = held_out_data()
     assert len(held_out_source) > 450
 
