@@ -1,12 +1,30 @@
-"""The Keras backends this package runs on, checked once at import."""
+"""The Keras backends this package runs on, and the few operations that differ between them.
+
+Everything else in `keras_transformer`'s layers, model, losses, metrics, schedule and
+decoding is written with `keras.ops` and runs on any backend. What needs a backend's own API
+is here, chosen once from Keras's backend, so that no other module tests the backend:
+
+- **distribution**: the replica's id and sums over replicas. Under `tf.distribute` each
+  replica runs the step on its share of the batch, so a dropout mask or a token count is a
+  replica's own; under JAX, `keras.distribution.DataParallel` runs one program over the
+  global batch, sharded over the devices (GSPMD): a random draw over the batch already
+  differs from shard to shard, and a sum is already global.
+- **decoding's few ops**: gathering rows per sentence, the argmax of a step and seeded
+  categorical draws, each in TensorFlow's own op there (the speed the decoding benchmarks
+  measured) and in `keras.ops` or `jax.random` elsewhere.
+- **what needs TensorFlow**: `kt.data`, `kt.corpus`, `kt.text`, `kt.evaluation`, `kt.export`,
+  `kt.pretrained`'s tokenizers, `parallel_search`, the `kt.fast` switch and `trainers/` use
+  tf.data, tensorflow-text, tf.distribute or SavedModel; `require_tensorflow` gives their
+  error on another backend.
+"""
 
 from __future__ import annotations
 
 import keras
+from keras import ops
 
-# TensorFlow alone for now: tf.data, tensorflow-text and the SavedModel export need it, and
-# the layers have not been run on another backend. Widen this when they have.
-SUPPORTED_BACKENDS = ("tensorflow",)
+SUPPORTED_BACKENDS = ("tensorflow", "jax")
+BACKEND = keras.config.backend()
 
 
 def check_backend(backend: str | None = None) -> None:
@@ -21,12 +39,104 @@ def check_backend(backend: str | None = None) -> None:
             (`keras.config.backend()`).
 
     Example:
-    >>> check_backend("tensorflow")
+    >>> check_backend("jax")
     """
     backend = keras.config.backend() if backend is None else backend
     if backend not in SUPPORTED_BACKENDS:
         raise ImportError(
-            f"keras_transformer runs on Keras's TensorFlow backend, but Keras was imported "
-            f"with backend {backend!r}: set KERAS_BACKEND=tensorflow before importing keras "
-            "(or import keras_transformer first, which sets it when it is unset)"
+            f"keras_transformer runs on Keras's {' and '.join(SUPPORTED_BACKENDS)} backends, "
+            f"but Keras was imported with backend {backend!r}: set KERAS_BACKEND to one of "
+            "them before importing keras (or import keras_transformer first, which sets "
+            "tensorflow when it is unset)"
         )
+
+
+def require_tensorflow(feature: str) -> None:
+    """Raises ImportError naming `feature` unless Keras runs on TensorFlow.
+
+    Example:
+    >>> require_tensorflow("kt.data") if BACKEND == "tensorflow" else None
+    """
+    if BACKEND != "tensorflow":
+        raise ImportError(
+            f"{feature} needs Keras's TensorFlow backend (tf.data, tensorflow-text, "
+            f"tf.distribute or SavedModel), and Keras runs on {BACKEND!r}: set "
+            "KERAS_BACKEND=tensorflow before importing keras. The layers, the model, the "
+            "losses, metrics, schedule and kt.decoding's searches run on either backend."
+        )
+
+
+if BACKEND == "tensorflow":
+    import tensorflow as tf
+
+    def replica_id():
+        """The replica's id in its sync group when several replicas run, else None."""
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return None
+        return tf.cast(context.replica_id_in_sync_group, tf.int32)
+
+    def global_sum(value):
+        """`value` summed over the replicas in sync (itself with one replica)."""
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return value
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+    def batch_gather(x, indices):
+        """`x[b, indices[b, i], ...]`: `x` `[batch, n, ...]`, `indices` int `[batch, m]`."""
+        return tf.gather(x, indices, batch_dims=1)
+
+    def argmax(x):
+        """The index of the largest entry of the last axis, int32."""
+        return tf.argmax(x, axis=-1, output_type=tf.int32)
+
+    def random_seed():
+        """A fresh int32 seed scalar, for a sampling call given none."""
+        return tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int32)
+
+    def stateless_categorical(logits, seed):
+        """One draw per row from softmax(`logits` `[batch, vocab]`), int32 `[batch]`, given
+        by the int32 `seed` `[2]` alone."""
+        return tf.random.stateless_categorical(logits, 1, seed, tf.int32)[:, 0]
+
+    def step_result(model, logs):
+        """What `Transformer.train_step`/`test_step` return: Keras's logs, in a form Keras
+        can reduce across workers."""
+        from keras_transformer import workarounds
+
+        return workarounds.reducible_logs(model.distribute_strategy, logs)
+
+elif BACKEND == "jax":
+    import jax
+
+    def replica_id():
+        """None: one program runs over the global batch (see the module's docstring)."""
+        return None
+
+    def global_sum(value):
+        """`value` itself: under `keras.distribution` sums are over the global batch."""
+        return value
+
+    def batch_gather(x, indices):
+        """`x[b, indices[b, i], ...]`: `x` `[batch, n, ...]`, `indices` int `[batch, m]`."""
+        indices = ops.reshape(indices, (*indices.shape, *[1] * (len(x.shape) - 2)))
+        return ops.take_along_axis(x, indices, axis=1)
+
+    def argmax(x):
+        """The index of the largest entry of the last axis, int32."""
+        return ops.cast(jax.numpy.argmax(x, axis=-1), "int32")
+
+    def random_seed():
+        """A fresh int32 seed scalar, for a sampling call given none."""
+        return keras.random.randint((), 0, 2**31 - 1, dtype="int32")
+
+    def stateless_categorical(logits, seed):
+        """One draw per row from softmax(`logits` `[batch, vocab]`), int32 `[batch]`, given
+        by the int32 `seed` `[2]` alone."""
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), seed[0]), seed[1])
+        return jax.random.categorical(key, logits, axis=-1).astype("int32")
+
+    def step_result(model, result):
+        """What `Transformer.train_step`/`test_step` return: Keras's `(logs, state)`."""
+        return result

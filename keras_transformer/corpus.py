@@ -31,6 +31,10 @@ Two ways to read, with the same rules:
 
 from __future__ import annotations
 
+from keras_transformer.backends import require_tensorflow
+
+require_tensorflow("kt.corpus")
+
 import bz2
 import collections
 import contextlib

@@ -17,6 +17,10 @@ Rules that users rely on:
 
 from __future__ import annotations
 
+from keras_transformer.backends import require_tensorflow
+
+require_tensorflow("kt.data")
+
 import tensorflow as tf
 
 from keras_transformer import workarounds

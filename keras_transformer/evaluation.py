@@ -6,6 +6,10 @@ and reported with sacrebleu's signature so figures can be compared across papers
 
 from __future__ import annotations
 
+from keras_transformer.backends import require_tensorflow
+
+require_tensorflow("kt.evaluation")
+
 import keras
 import numpy as np
 import sacrebleu

@@ -11,13 +11,7 @@ The switch is off unless turned on: a user who reuses a layer or the loss gets t
 path. The trainers (training, evaluation and export, as the experiment's `training.fast`
 says: on by default) and the benchmarks (`--fast on`) turn it on. Graphs already traced keep
 the path they were traced with; an exported SavedModel keeps the path it was exported with.
-
-    import keras_transformer as kt
-    kt.fast.enable()        # before building the train step or the decoder
-    kt.fast.is_enabled()    # True
-    kt.fast.disable()
-    with kt.fast.switched(True):  # on while this block traces, then as it was
-        ids, scores = kt.decoding.beam_search(model, source_ids)
+The tricks are TensorFlow's: on another backend the switch stays off, and `enable` says so.
 
 What it switches:
 - `smoothed_cross_entropy`: the label-smoothed loss with a hand-written gradient that holds
@@ -33,14 +27,16 @@ from __future__ import annotations
 
 import contextlib
 
-import tensorflow as tf
 from keras import ops
+
+from keras_transformer import backends
 
 _switch = {"enabled": False}
 
 
 def enable() -> None:
-    """Turns the speed path on (for graphs traced from now on)."""
+    """Turns the speed path on (for graphs traced from now on). TensorFlow only."""
+    backends.require_tensorflow("kt.fast's speed path")
     _switch["enabled"] = True
 
 
@@ -91,6 +87,8 @@ def dropout(inputs, rate: float, seed):
     Returns:
         A tensor like `inputs`.
     """
+    import tensorflow as tf
+
     drop_levels = round(rate * LEVELS)
     if drop_levels == 0:
         return inputs
@@ -107,11 +105,11 @@ def dropout(inputs, rate: float, seed):
 
 
 def top_k(x, k: int):
-    """`tf.math.top_k(x, k)` over the last axis of a 2-D `x`: by block maxima when the switch
-    is on (`top_k_by_blocks`), else TensorFlow's own."""
+    """`ops.top_k(x, k)` over the last axis of a 2-D `x`: by block maxima when the switch
+    is on (`top_k_by_blocks`), else the backend's own."""
     if is_enabled():
         return top_k_by_blocks(x, k)
-    return tf.math.top_k(x, k)
+    return ops.top_k(x, k)
 
 
 # Decoding steps of at most this many rows take the output projection by the laid-out copy.
@@ -160,6 +158,8 @@ def output_projection(embedding, rows):
         return laid_out
     # Rows known only when the graph runs: under XLA the choice is a constant and the branch
     # not taken (with the copy, when unused) is compiled away.
+    import tensorflow as tf
+
     few = rows <= FEW_ROWS
     return lambda x: tf.cond(
         few,
@@ -193,6 +193,8 @@ def smoothed_cross_entropy(labels, logits, label_smoothing):
     Returns:
         float32 `[...]`, one loss a position.
     """
+    import tensorflow as tf
+
     eps = label_smoothing
     vocab = tf.shape(logits)[-1]
     rows = tf.reshape(logits, [-1, vocab])  # (tokens, vocab)
@@ -222,7 +224,7 @@ def smoothed_cross_entropy(labels, logits, label_smoothing):
     return tf.reshape(per_token(rows), tf.shape(labels))
 
 
-def top_k_by_blocks(x, k: int, block: int | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+def top_k_by_blocks(x, k: int, block: int | None = None) -> tuple:
     """`tf.math.top_k(x, k)` over the last axis of a 2-D `x`, ties included, reading `x` once.
 
     The k largest entries of a row lie in the k blocks (runs of `block` entries) with the
@@ -243,6 +245,8 @@ def top_k_by_blocks(x, k: int, block: int | None = None) -> tuple[tf.Tensor, tf.
     Returns:
         `(values [rows, k], indices int32 [rows, k])`, sorted by value, largest first.
     """
+    import tensorflow as tf
+
     n = x.shape[-1]
     if block is None:
         block = _block_length(n, k)

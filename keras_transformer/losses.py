@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 from keras import ops
 
-from keras_transformer import fast
+from keras_transformer import backends, fast
 from keras_transformer.config import PAD_ID
 
 # The key of `x` under which `kt.data.accumulation_groups` hands the Transformer's training
@@ -19,11 +18,10 @@ def global_sum(value):
 
     Losses normalised by a token count need the count of the whole global batch: under
     `MirroredStrategy` or `MultiWorkerMirroredStrategy` each replica sees only its share.
+    (Under JAX's `keras.distribution`, one program sees the global batch: the value is
+    already global; `keras_transformer.backends`.)
     """
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return value
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+    return backends.global_sum(value)
 
 
 def smoothed_cross_entropy(labels, logits, label_smoothing: float):

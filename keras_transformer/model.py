@@ -7,7 +7,7 @@ import sys
 import keras
 from keras import ops
 
-from keras_transformer import losses, workarounds
+from keras_transformer import backends, losses, workarounds
 from keras_transformer import ops as kt_ops
 from keras_transformer.config import PAD_ID, TransformerConfig
 from keras_transformer.layers.decoder import Decoder
@@ -170,20 +170,24 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
             kwargs["shuffle"] = False
         return super().fit(x, *args, **kwargs)
 
-    def train_step(self, data):
+    def train_step(self, *args):
+        """Keras's training step (`(data)` on TensorFlow, `(state, data)` on JAX), with the
+        token count of `kt.data.accumulation_groups` taken out of the inputs for
+        `compute_loss`."""
+        *state, data = args
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         if isinstance(x, dict) and losses.TOKEN_NORMALIZER in x:
             x = dict(x)
             self._token_normalizer = x.pop(losses.TOKEN_NORMALIZER)  # read by compute_loss
             data = keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
         try:
-            logs = super().train_step(data)
+            result = super().train_step(*state, data)
         finally:
             self._token_normalizer = None
-        return workarounds.reducible_logs(self.distribute_strategy, logs)
+        return backends.step_result(self, result)
 
-    def test_step(self, data):
-        return workarounds.reducible_logs(self.distribute_strategy, super().test_step(data))
+    def test_step(self, *args):
+        return backends.step_result(self, super().test_step(*args))
 
     def get_config(self):
         config = {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable}

@@ -9,6 +9,10 @@ which reads like a fault. `concat_rows` gives the same tensor with a stable sort
 
 from __future__ import annotations
 
+from keras_transformer.backends import require_tensorflow
+
+require_tensorflow("kt.ragged")
+
 import tensorflow as tf
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keras_transformer import workarounds
+from keras_transformer import backends, workarounds
 from keras_transformer.config import PAD_ID
 from keras_transformer.files import atomic_write
 
@@ -109,7 +109,9 @@ def make_tokenizer(proto: bytes) -> keras_hub.tokenizers.SentencePieceTokenizer:
 
     Inside `tf.function` and `tf.data` it runs tensorflow-text's op; `tokenize` gives ragged
     int32 ids without BOS/EOS and `detokenize` skips the special ids (padding, BOS, EOS).
+    TensorFlow's: on another Keras backend, an ImportError that says so.
     """
+    backends.require_tensorflow("kt.text's in-graph tokenizers")
     import keras_hub
 
     if isinstance(proto, (str, Path)):

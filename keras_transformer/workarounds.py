@@ -5,10 +5,10 @@ the package touches Keras's internals.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 
@@ -35,7 +35,7 @@ class MultiWorkerFit:
             self._symbolic_build(data_batch=data_batch)
 
 
-def without_autotune_thread(options: tf.data.Options) -> tf.data.Options:
+def without_autotune_thread(options):
     """`options` with tf.data's autotuning off, so an iterator is destroyed at once.
 
     With autotuning on, each iterator runs a model thread that sleeps between optimization
@@ -68,6 +68,8 @@ def reducible_logs(strategy, logs: dict) -> dict:
 
 def _multi_worker(strategy) -> bool:
     """Whether `strategy` is a MultiWorkerMirroredStrategy over more than one worker."""
+    import tensorflow as tf
+
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return False
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()
@@ -105,24 +107,32 @@ def keep_sentencepiece_model(tokenizer, proto: bytes) -> None:
         proto: bytes. The serialized SentencePiece model.
     """
     segmenter = getattr(tokenizer, "_sentence_piece", tokenizer)  # keras-hub's holds one
-    segmenter._model_resource = _SharedSentencepieceModel(proto)
+    segmenter._model_resource = _shared_sentencepiece_model_class()(proto)
 
 
-class _SharedSentencepieceModel(tf.saved_model.experimental.TrackableResource):
-    """tensorflow-text's SentencePiece model resource, under a `shared_name` (see
-    `keep_sentencepiece_model`); a SavedModel makes it again the same way."""
+@functools.cache
+def _shared_sentencepiece_model_class():
+    """The resource class of `keep_sentencepiece_model`, made on first use (TensorFlow's)."""
+    import tensorflow as tf
 
-    def __init__(self, proto: bytes):
-        super().__init__()
-        self._proto = proto
-        self._shared_name = f"keras_transformer_sentencepiece_{hashlib.sha256(proto).hexdigest()}"
-        _ = self.resource_handle  # made now, as tensorflow-text does
+    class SharedSentencepieceModel(tf.saved_model.experimental.TrackableResource):
+        """tensorflow-text's SentencePiece model resource, under a `shared_name` (see
+        `keep_sentencepiece_model`); a SavedModel makes it again the same way."""
 
-    def _create_resource(self):
-        from tensorflow_text.python.ops.sentencepiece_tokenizer import (
-            gen_sentencepiece_tokenizer,
-        )
+        def __init__(self, proto: bytes):
+            super().__init__()
+            self._proto = proto
+            digest = hashlib.sha256(proto).hexdigest()
+            self._shared_name = f"keras_transformer_sentencepiece_{digest}"
+            _ = self.resource_handle  # made now, as tensorflow-text does
 
-        return gen_sentencepiece_tokenizer.sentencepiece_op(
-            model=self._proto, shared_name=self._shared_name
-        )
+        def _create_resource(self):
+            from tensorflow_text.python.ops.sentencepiece_tokenizer import (
+                gen_sentencepiece_tokenizer,
+            )
+
+            return gen_sentencepiece_tokenizer.sentencepiece_op(
+                model=self._proto, shared_name=self._shared_name
+            )
+
+    return SharedSentencepieceModel

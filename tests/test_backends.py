@@ -1,4 +1,5 @@
-"""The Keras backends the package runs on: a clear error at import on any other."""
+"""The Keras backends the package runs on (TensorFlow and JAX): a clear error at import on
+any other. The JAX pass itself: tests/test_jax.py."""
 
 import os
 import subprocess
@@ -8,12 +9,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MESSAGE = "set KERAS_BACKEND=tensorflow before importing keras"
+MESSAGE = "set KERAS_BACKEND to one of them before importing keras"
 
 
 def import_after_keras(backend: str) -> subprocess.CompletedProcess:
     """`import keras_transformer` in a fresh process whose Keras, imported first, reports
-    `backend` (this machine has no JAX: Keras runs on TensorFlow and says otherwise)."""
+    `backend` (Keras runs on TensorFlow and says otherwise: no torch is installed)."""
     code = f"import keras; keras.config.backend = lambda: {backend!r}; import keras_transformer"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
     return subprocess.run(
@@ -21,7 +22,7 @@ def import_after_keras(backend: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("backend", ["torch", "numpy", "openvino"])
 def test_keras_imported_first_on_another_backend_is_refused_by_name(backend):
     result = import_after_keras(backend)
     assert result.returncode != 0
@@ -39,5 +40,15 @@ def test_the_check_names_the_backend_and_what_to_set():
     from keras_transformer.backends import check_backend
 
     check_backend()  # this process: TensorFlow
-    with pytest.raises(ImportError, match=f"backend 'jax': {MESSAGE}"):
-        check_backend("jax")
+    check_backend("jax")
+    with pytest.raises(ImportError, match=f"backend 'torch': {MESSAGE}"):
+        check_backend("torch")
+
+
+def test_what_needs_tensorflow_says_so_on_another_backend(monkeypatch):
+    from keras_transformer import backends
+
+    backends.require_tensorflow("kt.data")  # this process: TensorFlow
+    monkeypatch.setattr(backends, "BACKEND", "jax")
+    with pytest.raises(ImportError, match="kt.data needs Keras's TensorFlow backend"):
+        backends.require_tensorflow("kt.data")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tensorflow as tf
+from keras_transformer import backends
 
 
 def parallel_search(search, *, shards: int = 2):
@@ -38,8 +38,11 @@ def parallel_search(search, *, shards: int = 2):
     >>> ids.shape, scores.shape
     (TensorShape([3, 7]), TensorShape([3]))
     """
+    backends.require_tensorflow("kt.decoding.parallel_search")
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise ValueError(f"shards={shards!r} must be an integer >= 1")
+    import tensorflow as tf
+
     compiled = tf.function(search, jit_compile=True)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, "source_ids")])

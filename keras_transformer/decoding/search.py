@@ -2,9 +2,11 @@
 
 The encoder runs once; each step embeds the last token, runs `Decoder.forward` with the
 `DecoderCache` (the new position's keys and values written, the encoder output's projected
-once) and projects to float32 log-probabilities. Loops are `tf.while_loop`s over
-static-shaped state (only the batch may be unknown), so every function here runs eagerly,
-inside `tf.function` with unknown batch and length, and under XLA (`jit_compile=True`).
+once) and projects to float32 log-probabilities. Loops are `keras.ops.while_loop`s over
+static-shaped state (only the batch may be unknown), written with `keras.ops` (the few ops
+that differ: `keras_transformer.backends`), so every function here runs on TensorFlow (eagerly,
+inside `tf.function` with unknown batch and length, and under XLA) and on JAX (eagerly and
+under `jax.jit`).
 
 Output length: a sentence may have at most its own number of source tokens +
 `max_extra_length` output tokens (paper 6.1: "maximum output length to input length + 50"),
@@ -19,10 +21,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import tensorflow as tf
 from keras import ops
 
-from keras_transformer import fast
+from keras_transformer import backends, fast
 from keras_transformer.config import PAD_ID
 
 BOS_ID, EOS_ID = 2, 3
@@ -43,7 +44,7 @@ def greedy_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     use_cache: bool = True,
-) -> tuple[tf.Tensor, tf.Tensor]:
+) -> tuple:
     """Decodes the most likely token at each step.
 
     Args:
@@ -71,7 +72,7 @@ def greedy_search(
     step, cache = _decoder(model, source_ids, 1, max_len, use_cache)
 
     def choose(log_probs, t):
-        return tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        return backends.argmax(log_probs)
 
     return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
 
@@ -87,7 +88,7 @@ def sample(
     max_length: int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
-) -> tuple[tf.Tensor, tf.Tensor]:
+) -> tuple:
     """Draws each token from softmax(logits / temperature), optionally over the top k only.
 
     Args:
@@ -116,17 +117,16 @@ def sample(
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     step, cache = _decoder(model, source_ids, 1, max_len, use_cache=True)
     if seed is None:
-        seed = tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int32)
-    seed = tf.cast(seed, tf.int32)
+        seed = backends.random_seed()
+    seed = ops.cast(seed, "int32")
     top_k = min(top_k, model.config.target_vocab)
 
     def choose(log_probs, t):
         logits = log_probs / temperature  # (batch, vocab)
         if top_k:
-            kth_best = tf.math.top_k(logits, top_k).values[:, -1:]  # (batch, 1)
-            logits = tf.where(logits < kth_best, NEG_INF, logits)
-        drawn = tf.random.stateless_categorical(logits, 1, tf.stack([seed, t]), tf.int32)
-        return drawn[:, 0]
+            kth_best = ops.top_k(logits, top_k)[0][:, -1:]  # (batch, 1)
+            logits = ops.where(logits < kth_best, NEG_INF, logits)
+        return backends.stateless_categorical(logits, ops.stack([seed, t]))
 
     return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
 
@@ -145,7 +145,7 @@ def beam_search(
     use_cache: bool = True,
     num_hypotheses: int | None = None,
     stopping: str = "exact",
-) -> tuple[tf.Tensor, tf.Tensor]:
+) -> tuple:
     """Beam search with the length penalty of Wu et al. (2016), as in the paper (6.1).
 
     Each sentence keeps `beam_size` = k alive hypotheses, ranked by their log-probability,
@@ -214,36 +214,36 @@ def beam_search(
     # Rows of the decoder are hypotheses, sentence-major: hypothesis j of sentence b is row
     # b * k + j.
     step, cache = _decoder(model, source_ids, k, max_len, use_cache)
-    first_row = tf.range(batch)[:, None] * k  # (batch, 1)
+    first_row = ops.arange(batch, dtype="int32")[:, None] * k  # (batch, 1)
 
     def lp(length):
-        return ((5.0 + tf.cast(length, tf.float32)) / 6.0) ** length_penalty
+        return ((5.0 + ops.cast(length, "float32")) / 6.0) ** length_penalty
 
     def body(t, state, cache):
         alive_ids, alive_logp, finished_ids, finished_scores, done = state
-        log_probs, cache = step(tf.reshape(alive_ids, [batch * k, -1]), t, cache)
-        log_probs = tf.reshape(log_probs, [batch, k, vocab])
+        log_probs, cache = step(ops.reshape(alive_ids, (batch * k, -1)), t, cache)
+        log_probs = ops.reshape(log_probs, (batch, k, vocab))
         at_limit = t + 1 >= limits  # (batch,)
         allowed = _allowed_tokens(vocab, bos_id, eos_id, at_limit[:, None, None])  # (b, 1, V)
-        scores = tf.where(allowed, alive_logp[:, :, None] + log_probs, NEG_INF)
-        top_logp, top_index = fast.top_k(tf.reshape(scores, [batch, k * vocab]), 2 * k)
+        scores = ops.where(allowed, alive_logp[:, :, None] + log_probs, NEG_INF)
+        top_logp, top_index = fast.top_k(ops.reshape(scores, (batch, k * vocab)), 2 * k)
         parents, tokens = top_index // vocab, top_index % vocab  # (batch, 2 * beam)
-        candidates = tf.gather(alive_ids, parents, batch_dims=1)  # (batch, 2 * beam, T + 1)
+        candidates = backends.batch_gather(alive_ids, parents)  # (batch, 2 * beam, T + 1)
         candidates = ops.slice_update(candidates, [0, 0, t + 1], tokens[:, :, None])
         ends = tokens == eos_id
 
         # The k best candidates not ending in EOS stay alive; their caches follow them.
-        alive_logp, pick = tf.math.top_k(tf.where(ends, NEG_INF, top_logp), k)  # (batch, beam)
-        alive_ids = tf.gather(candidates, pick, batch_dims=1)  # (batch, beam, T + 1)
-        cache = cache.reorder(tf.reshape(first_row + tf.gather(parents, pick, batch_dims=1), [-1]))
+        alive_logp, pick = ops.top_k(ops.where(ends, NEG_INF, top_logp), k)  # (batch, beam)
+        alive_ids = backends.batch_gather(candidates, pick)  # (batch, beam, T + 1)
+        cache = cache.reorder(ops.reshape(first_row + backends.batch_gather(parents, pick), (-1,)))
 
         # Candidates ending in EOS join the finished, scored logP / lp(t + 1).
         joins = ends & (top_logp > NEG_INF / 2) & ~done[:, None]
         if finish_rule == "fairseq":
-            joins &= tf.range(2 * k) < k
-        new_scores = tf.where(joins, top_logp / lp(t + 1), NEG_INF)  # (batch, 2 * beam)
-        finished_scores, pick = tf.math.top_k(tf.concat([finished_scores, new_scores], 1), k)
-        finished_ids = tf.gather(tf.concat([finished_ids, candidates], 1), pick, batch_dims=1)
+            joins &= ops.arange(2 * k) < k
+        new_scores = ops.where(joins, top_logp / lp(t + 1), NEG_INF)  # (batch, 2 * beam)
+        finished_scores, pick = ops.top_k(ops.concatenate([finished_scores, new_scores], 1), k)
+        finished_ids = backends.batch_gather(ops.concatenate([finished_ids, candidates], 1), pick)
 
         # The best score an alive hypothesis may still reach (exact: at the length limit), or
         # could reach by ending at the next step (early).
@@ -251,14 +251,14 @@ def beam_search(
         done = done | at_limit | (finished_scores[:, n_best - 1] >= best_alive_bound)
         return (alive_ids, alive_logp, finished_ids, finished_scores, done), cache
 
-    ids = tf.tile(_start_ids(batch, max_len, bos_id)[:, None, :], [1, k, 1])  # (b, beam, T+1)
-    first_beam_only = tf.constant([0.0] + [NEG_INF] * (k - 1))  # the k starts are one
+    ids = ops.tile(_start_ids(batch, max_len, bos_id)[:, None, :], (1, k, 1))  # (b, beam, T+1)
+    first_beam_only = ops.convert_to_tensor([0.0] + [NEG_INF] * (k - 1))  # the k starts are one
     state = (
         ids,
-        tf.tile(first_beam_only[None, :], [batch, 1]),  # (batch, beam)
-        tf.zeros_like(ids),
-        tf.fill([batch, k], NEG_INF),
-        tf.zeros([batch], tf.bool),
+        ops.tile(first_beam_only[None, :], (batch, 1)),  # (batch, beam)
+        ops.zeros_like(ids),
+        ops.full((batch, k), NEG_INF, "float32"),
+        ops.zeros((batch,), "bool"),
     )
     state = decode_loop(body, state, cache, max_len, finished=lambda state: state[-1])
     _, _, finished_ids, finished_scores, _ = state
@@ -276,7 +276,7 @@ def translate_ids(
     finish_rule: str = "tensor2tensor",
     max_extra_length: int = 50,
     stopping: str = "exact",
-) -> tuple[tf.Tensor, tf.Tensor]:
+) -> tuple:
     """`greedy_search` when `beam_size` is 1, else `beam_search`: what translators call."""
     if beam_size == 1:
         return greedy_search(model, source_ids, max_extra_length=max_extra_length)
@@ -295,7 +295,7 @@ def decode_loop(body, state, cache, max_len, finished):
     """The loop of every search: `state, cache = body(t, state, cache)` for t = 0, 1, ...
     until `finished(state)` (a boolean `[batch]`) holds everywhere or t reaches `max_len`.
 
-    It runs as `PHASES` `tf.while_loop`s one after another, the cache grown between them
+    It runs as `PHASES` `keras.ops.while_loop`s one after another, the cache grown between them
     (`cache.grow`) from a quarter of `max_len` to all of it, so that a step reads about the
     part of the buffers written so far, and a decode that ends early never allocates the
     rest. `cache` must start with room for the first phase, `_phase_lengths(max_len)[0]`
@@ -304,12 +304,12 @@ def decode_loop(body, state, cache, max_len, finished):
     Returns:
         The final `state`.
     """
-    t = tf.constant(0)
+    t = ops.convert_to_tensor(0, "int32")
     for phase, end in enumerate(_phase_lengths(max_len)):
         if phase:
             cache = cache.grow(end)
-        t, state, cache = tf.while_loop(
-            lambda t, state, cache, end=end: (t < end) & ~tf.reduce_all(finished(state)),
+        t, state, cache = ops.while_loop(
+            lambda t, state, cache, end=end: (t < end) & ~ops.all(finished(state)),
             lambda t, state, cache: (t + 1, *body(t, state, cache)),
             (t, state, cache),
         )
@@ -335,28 +335,28 @@ def _decoder(model, source_ids, copies, max_len, use_cache):
     cache, with room for the first phase of `decode_loop`.
     """
     if not use_cache:
-        source_ids = tf.repeat(source_ids, copies, axis=0)  # (n, src_len)
+        source_ids = ops.repeat(source_ids, copies, axis=0)  # (n, src_len)
 
         def full_step(ids, t, cache):
             inputs = {"source_ids": source_ids, "target_ids": ids[:, :-1]}
             logits = model(inputs, training=False)  # (n, T, vocab): the whole prefix again
-            return tf.nn.log_softmax(tf.gather(logits, t, axis=1)), cache
+            return ops.log_softmax(ops.take(logits, t, axis=1), axis=-1), cache
 
         return full_step, _NoCache()
 
     memory, source_mask = model.encode(source_ids)  # (batch, src_len, d_model)
-    memory = tf.repeat(memory, copies, axis=0)  # (n, src_len, d_model)
-    source_mask = tf.repeat(source_mask, copies, axis=0)  # (n, src_len)
+    memory = ops.repeat(memory, copies, axis=0)  # (n, src_len, d_model)
+    source_mask = ops.repeat(source_mask, copies, axis=0)  # (n, src_len)
     # Prepared once, for every step of n rows.
     project = fast.output_projection(model.target_embedding, rows=_batch_size(memory))
 
     def cached_step(ids, t, cache):
-        token = tf.gather(ids, t[None], axis=1)  # (n, 1)
+        token = ops.take(ids, t[None], axis=1)  # (n, 1)
         x = model.target_embedding(token, start_index=t, training=False)  # (n, 1, d_model)
         x, cache, _ = model.decoder.forward(
             x, encoder_padding_mask=source_mask, cache=cache, cache_index=t, training=False
         )
-        return tf.nn.log_softmax(project(x[:, 0])), cache  # (n, vocab), float32
+        return ops.log_softmax(project(x[:, 0]), axis=-1), cache  # (n, vocab), float32
 
     return cached_step, model.decoder.init_cache(memory, _phase_lengths(max_len)[0])
 
@@ -364,23 +364,24 @@ def _decoder(model, source_ids, copies, max_len, use_cache):
 def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
     """Greedy search and sampling: one hypothesis a sentence, `choose(log_probs, t)` picks
     each token."""
-    batch = tf.shape(limits)[0]
+    batch = ops.shape(limits)[0]
 
     def body(t, state, cache):
         ids, scores, finished = state
         log_probs, cache = step(ids, t, cache)  # (batch, vocab)
         at_limit = t + 1 >= limits  # (batch,)
         allowed = _allowed_tokens(log_probs.shape[-1], bos_id, eos_id, at_limit[:, None])
-        token = choose(tf.where(allowed, log_probs, NEG_INF), t)  # (batch,)
-        token = tf.where(finished, PAD_ID, token)
-        scores += tf.where(finished, 0.0, tf.gather(log_probs, token, batch_dims=1))
+        token = choose(ops.where(allowed, log_probs, NEG_INF), t)  # (batch,)
+        token = ops.where(finished, PAD_ID, token)
+        chosen = backends.batch_gather(log_probs, token[:, None])[:, 0]  # (batch,)
+        scores += ops.where(finished, 0.0, chosen)
         ids = ops.slice_update(ids, [0, t + 1], token[:, None])  # (batch, T + 1)
         return (ids, scores, finished | (token == eos_id)), cache
 
     state = (
         _start_ids(batch, max_len, bos_id),
-        tf.zeros([batch]),
-        tf.zeros([batch], tf.bool),
+        ops.zeros((batch,), "float32"),
+        ops.zeros((batch,), "bool"),
     )
     ids, scores, _ = decode_loop(body, state, cache, max_len, finished=lambda state: state[-1])
     return ids[:, 1:], scores
@@ -395,15 +396,19 @@ def _prepare(model, source_ids, max_extra_length, max_length):
         raise ValueError(f"max_extra_length={max_extra_length} must be >= 0")
     if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
         raise ValueError(f"max_length={max_length!r} must be None or an integer >= 1")
-    source_ids = tf.cast(tf.convert_to_tensor(source_ids), tf.int32)
-    if source_ids.shape.rank != 2:
+    source_ids = ops.cast(ops.convert_to_tensor(source_ids), "int32")
+    if len(source_ids.shape) != 2:
         raise ValueError(f"source_ids must be [batch, src_len], got shape {source_ids.shape}")
     cap = model.config.max_length
     if max_length is not None:
         cap = min(max_length, cap)
-    lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # (batch,)
-    limits = tf.clip_by_value(lengths + max_extra_length, 1, cap)
-    max_len = tf.clip_by_value(tf.shape(source_ids)[1] + max_extra_length, 1, cap)
+    lengths = ops.sum(ops.cast(ops.not_equal(source_ids, PAD_ID), "int32"), axis=1)  # (batch,)
+    limits = ops.clip(lengths + max_extra_length, 1, cap)
+    width = ops.shape(source_ids)[1]  # an int when static (always on JAX)
+    if isinstance(width, int):
+        max_len = min(max(width + max_extra_length, 1), cap)
+    else:
+        max_len = ops.clip(width + max_extra_length, 1, cap)
     return source_ids, limits, max_len
 
 
@@ -411,25 +416,29 @@ def _phase_lengths(max_len, phases: int = PHASES, shortest: int = 8):
     """The number of positions the self-attention buffers hold in each phase of the loop:
     `ceil((p + 1) * max_len / phases)`, the last one `max_len`, none below `shortest` (or
     `max_len` if smaller: a buffer of one position would be a softmax over one key)."""
-    floor = tf.minimum(max_len, shortest)
-    return [tf.maximum((max_len * (p + 1) + phases - 1) // phases, floor) for p in range(phases)]
+    if isinstance(max_len, int):
+        floor = min(max_len, shortest)
+        return [max((max_len * (p + 1) + phases - 1) // phases, floor) for p in range(phases)]
+    floor = ops.minimum(max_len, shortest)
+    return [ops.maximum((max_len * (p + 1) + phases - 1) // phases, floor) for p in range(phases)]
 
 
 def _batch_size(source_ids):
     """The batch size: a Python int when the shape tells it (so loop shapes stay static,
     an empty batch included), else a scalar tensor."""
-    static = source_ids.shape[0]
-    return tf.shape(source_ids)[0] if static is None else static
+    return ops.shape(source_ids)[0]
 
 
 def _start_ids(batch, max_len, bos_id):
     """`[batch, max_len + 1]`: BOS, then room for max_len output tokens."""
-    return tf.concat([tf.fill([batch, 1], bos_id), tf.zeros([batch, max_len], tf.int32)], 1)
+    return ops.concatenate(
+        [ops.full((batch, 1), bos_id, "int32"), ops.zeros((batch, max_len), "int32")], 1
+    )
 
 
 def _allowed_tokens(vocab, bos_id, eos_id, at_limit):
     """Boolean `[..., vocab]`: never padding or the start token (an OPUS-MT model's start is
     its padding, which transformers never generates either); only EOS where `at_limit`
     (broadcast)."""
-    token = tf.range(vocab)
+    token = ops.arange(vocab, dtype="int32")
     return (token != PAD_ID) & (token != bos_id) & (~at_limit | (token == eos_id))

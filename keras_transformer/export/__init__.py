@@ -6,6 +6,10 @@ ctranslate2.py   `export_ctranslate2`: a CTranslate2 model directory (the option
                  `ctranslate2` package; imported on first use)
 """
 
+from keras_transformer.backends import require_tensorflow
+
+require_tensorflow("kt.export")
+
 import importlib
 
 from keras_transformer.export.savedmodel import (

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
-from keras_transformer import fast
+from keras_transformer import backends, fast
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -18,8 +17,10 @@ class Dropout(keras.layers.Dropout):
     seeds it the same way: all replicas would drop the same positions of their batches,
     which is the same mask repeated, not independent dropout. Here the replica's id in the
     sync group (global across workers) is folded into the seed, so replica r draws from its
-    own stream, the same one in every run with the same seed. With one replica, the layer is
-    Keras's dropout exactly; with the speed switch on (`kt.fast`), the draws are its 16-bit
+    own stream, the same one in every run with the same seed. (Under JAX's
+    `keras.distribution.DataParallel`, one program draws the mask of the global batch, whose
+    shards on the devices differ already: Keras's dropout as it is.) With one replica, the
+    layer is Keras's dropout exactly; with the speed switch on (`kt.fast`), the draws are its 16-bit
     ones (`kt.fast.dropout`).
 
     Args:
@@ -36,9 +37,11 @@ class Dropout(keras.layers.Dropout):
     def call(self, inputs, training=False):
         if not training or self.rate == 0:
             return inputs
-        replica = _replica_id()
+        replica = backends.replica_id()
         if replica is None and (not fast.is_enabled() or self.noise_shape is not None):
             return super().call(inputs, training=training)
+        import tensorflow as tf  # only under tf.distribute or kt.fast: TensorFlow's
+
         seed = self.seed_generator.next()
         if replica is not None:
             seed = tf.random.experimental.stateless_fold_in(seed, replica)
@@ -53,13 +56,5 @@ class Dropout(keras.layers.Dropout):
 
     def _noise_shape_for(self, inputs):
         """`noise_shape` with its None entries taken from `inputs` (as Keras does)."""
-        shape = tf.shape(inputs)
+        shape = keras.ops.shape(inputs)
         return [shape[i] if size is None else size for i, size in enumerate(self.noise_shape)]
-
-
-def _replica_id():
-    """The replica's id in its sync group when more than one replica runs, else None."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return None
-    return tf.cast(context.replica_id_in_sync_group, tf.int32)

@@ -5,6 +5,10 @@ checkpoint   their directories read and checked (weights without torch)
 tokenizer    `PieceVocabularyTokenizer`, SentencePiece pieces numbered by a vocabulary list
 """
 
+from keras_transformer.backends import require_tensorflow
+
+require_tensorflow("kt.pretrained")
+
 from keras_transformer.pretrained.marian import load_marian
 
 __all__ = ["load_marian"]
