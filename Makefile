@@ -30,11 +30,13 @@ demo: $(STAMP)
 		--out saved_models/demo
 	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --model saved_models/demo
 
-# Two pytest workers, each taking whole test files (module fixtures train once): about 23
-# minutes on the 2-core machines this was developed on (22 min 52 s on 9a8daf9; the target
-# is 15).
+# Two pytest workers, each taking whole test files (module fixtures train once), on
+# TensorFlow; then the JAX pass (the layer contracts and tests/jax/: the model, decoding,
+# DataParallel on two host devices, and the package with TensorFlow hidden).
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -n 2 --dist loadfile tests/jax \
+		tests/test_layer_contracts.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

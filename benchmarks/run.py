@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
+from benchmarks.synthetic import train_flops_per_token  # noqa: E402
 
 PRESET_VOCAB = {"tiny": 8000, "small": 16000, "base": 37000, "big": 37000}  # the peer's sizes
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,16 +62,6 @@ def time_steps(fn, warmup: int, steps: int) -> list[float]:
         fn()
         times.append(time.perf_counter() - started)
     return times
-
-
-def train_flops_per_token(config, src_len, tgt_len) -> float:
-    """The peer's FLOPs count for one trained target token (forward + backward = 3 x forward)."""
-    d, ff, vocab = config.d_model, config.d_ff, config.target_vocab
-    enc = config.num_encoder_layers * (2 * (4 * d**2 + 2 * d * ff) + 4 * src_len * d)
-    dec = config.num_decoder_layers * (
-        2 * (8 * d**2 + 2 * d * ff) + 4 * tgt_len * d + 4 * src_len * d
-    )
-    return 3 * (enc * src_len / tgt_len + dec + 2 * d * vocab)
 
 
 def model_for(args, **overrides):

@@ -20,6 +20,10 @@ is here, chosen once from Keras's backend, so that no other module tests the bac
 
 from __future__ import annotations
 
+import functools
+import inspect
+import weakref
+
 import keras
 from keras import ops
 
@@ -100,6 +104,11 @@ if BACKEND == "tensorflow":
         by the int32 `seed` `[2]` alone."""
         return tf.random.stateless_categorical(logits, 1, seed, tf.int32)[:, 0]
 
+    def compiled_search(search):
+        """`search` itself: on TensorFlow a search runs eagerly, or compiled where the caller
+        wraps it (`tf.function`, `jit_compile=True`, `parallel_search`)."""
+        return search
+
     def step_result(model, logs):
         """What `Transformer.train_step`/`test_step` return: Keras's logs, in a form Keras
         can reduce across workers."""
@@ -140,3 +149,43 @@ elif BACKEND == "jax":
     def step_result(model, result):
         """What `Transformer.train_step`/`test_step` return: Keras's `(logs, state)`."""
         return result
+
+    _COMPILED = weakref.WeakKeyDictionary()  # model -> {(search, settings): jitted}
+
+    def compiled_search(search):
+        """`search(model, source_ids, **settings)` as a `jax.jit` program when called
+        outside a trace, compiled once per model and settings (and shapes: XLA's rule).
+
+        A loop traced anew at every call would be compiled anew too (seconds per call). The
+        model's variables are arguments of the program, read through a
+        `keras.StatelessScope`, so the program always uses their current values: training
+        between two calls is seen. `seed` (sampling's) is an argument too, drawn here when
+        None. Inside a trace (`jax.jit` around a search) the search runs as it is.
+        """
+
+        @functools.wraps(search)
+        def run(model, source_ids, **settings):
+            if isinstance(source_ids, jax.core.Tracer):
+                return search(model, source_ids, **settings)
+            seed = settings.pop("seed", None) if "seed" in settings else None
+            uses_seed = "seed" in inspect.signature(search).parameters
+            if uses_seed and seed is None:
+                seed = random_seed()
+            key = (search, tuple(sorted(settings.items())))
+            programs = _COMPILED.setdefault(model, {})
+            if key not in programs:
+                variables = list(model.variables)
+
+                def program(values, source_ids, seed):
+                    mapping = list(zip(variables, values, strict=True))
+                    with keras.StatelessScope(state_mapping=mapping):
+                        if uses_seed:
+                            return search(model, source_ids, seed=seed, **settings)
+                        return search(model, source_ids, **settings)
+
+                programs[key] = (variables, jax.jit(program))
+            variables, program = programs[key]
+            values = [variable.value for variable in variables]
+            return program(values, ops.convert_to_tensor(source_ids), seed)
+
+        return run

@@ -1,25 +1,42 @@
-"""Test setup: the TensorFlow backend, two logical CPU devices, seeds and a clean dtype policy."""
+"""Test setup: the Keras backend, two devices, seeds and a clean dtype policy.
+
+`make test` runs the suite twice: on TensorFlow (every test but tests/jax/), then on JAX
+(`KERAS_BACKEND=jax`: tests/jax/ and the layer contract tests), with two devices either way:
+two logical CPU devices for MirroredStrategy, two XLA host devices for Keras's
+`DataParallel`. On JAX nothing here imports TensorFlow.
+"""
 
 import os
 
-os.environ["KERAS_BACKEND"] = "tensorflow"
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Under pytest-xdist, each worker's TensorFlow (and each program a test starts, which
-# inherits the variable) gets its share of the cores for its operations' own threads
-# instead of all of them: two workers on two cores then do not oversubscribe them (the
-# export, model, CTranslate2 and reliability tests took 6% less time this way).
-_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
+BACKEND = os.environ["KERAS_BACKEND"]
+if BACKEND == "tensorflow":
+    import tensorflow as tf
 
-import tensorflow as tf  # noqa: E402
-
-# Two logical CPU devices, so MirroredStrategy runs two replicas on a machine without GPUs.
-# This must happen before TensorFlow initializes its devices, hence at import time.
-_cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+    # Two logical CPU devices, so MirroredStrategy runs two replicas on a machine without
+    # GPUs. This must happen before TensorFlow initializes its devices, hence at import time.
+    _cpus = tf.config.list_physical_devices("CPU")
+    # Under pytest-xdist, each worker's TensorFlow gets its share of the cores for its
+    # operations' own threads: two workers on two cores then do not oversubscribe them (the
+    # export, model, CTranslate2 and reliability test files took 6% less time). The programs
+    # tests start keep TensorFlow's default (all cores): they often run alone.
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // _workers))
+    tf.config.set_logical_device_configuration(
+        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
+    )
+elif BACKEND == "jax":
+    # Two host devices for keras.distribution.DataParallel; before JAX starts.
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    ).strip()
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+# tests/jax/ is the JAX pass's own: `make test` runs it with KERAS_BACKEND=jax.
+collect_ignore = [] if BACKEND == "jax" else ["jax"]
 
 
 @pytest.fixture(autouse=True)
@@ -31,11 +48,31 @@ def _seeded_float32():
     keras.config.set_dtype_policy("float32")
 
 
+def compiled(function):
+    """`function` compiled by XLA: `tf.function(jit_compile=True)` on TensorFlow, `jax.jit`
+    on JAX."""
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(function)
+    return tf.function(function, jit_compile=True)
+
+
 @pytest.fixture(scope="session")
 def mirrored():
     """A MirroredStrategy over the two logical CPU devices, one for the whole session:
     several strategies in one process can collide on collective instance keys."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def pytest_collection_modifyitems(config, items):
+    """On JAX, the tests of TensorFlow's MirroredStrategy do not apply: deselected (JAX's
+    own distribution: tests/jax/test_distribution.py)."""
+    if BACKEND == "tensorflow":
+        return
+    kept = [item for item in items if "mirrored" not in getattr(item, "fixturenames", ())]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ def held_out_data(n=500):
     return source[unseen], target[unseen]
 
 
-def train_reversal_model():
+def train_reversal_model(epochs: int = 8):
     """A small model (the tiny preset at half its width: d_model 64, d_ff 256) trained 8
     epochs (800 updates) on the task: about 35 s on 2 cores.
 
@@ -56,7 +56,7 @@ def train_reversal_model():
         "tiny", vocab_size=VOCAB_SIZE, d_model=64, d_ff=256, dropout=0.0
     )
     model = kt.build_transformer(config)
-    epochs, batch_size, warmup = 8, 64, 100
+    batch_size, warmup = 64, 100
     updates = epochs * len(source) // batch_size
     schedule = keras.optimizers.schedules.CosineDecay(
         0.0, updates - warmup, warmup_target=5e-3, warmup_steps=warmup

@@ -4,9 +4,9 @@ run under MirroredStrategy, run under mixed precision, and compile with XLA."""
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_transformer  # noqa: F401  (registers the layers: nothing else is passed to load)
+from tests.conftest import compiled
 from tests.layer_cases import CASES, WEIGHTLESS
 
 TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 1.5e-1}
@@ -52,6 +52,8 @@ def test_config_round_trip(name):
 def test_builds_and_runs_under_mirrored_strategy(name, mirrored):
     cls, init, call = CASES[name]
     tensors, _ = _split(call)
+    import tensorflow as tf
+
     with mirrored.scope():
         model = _wrap(cls(**init), call)
     for variable in model.weights:
@@ -85,8 +87,9 @@ def test_xla_forward_matches_eager(name):
     cls, init, call = CASES[name]
     layer = cls(**init)
     eager = layer(**call, training=False)
-    compiled = tf.function(lambda: layer(**call, training=False), jit_compile=True)
-    np.testing.assert_allclose(compiled(), eager, atol=1e-5)
+    tensors, flags = _split(call)
+    forward = compiled(lambda tensors: layer(**tensors, **flags, training=False))
+    np.testing.assert_allclose(forward(tensors), eager, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", [name for name in CASES if name not in WEIGHTLESS])
@@ -94,7 +97,7 @@ def test_xla_training_step(name):
     cls, init, call = CASES[name]
     tensors, _ = _split(call)
     model = _wrap(cls(**init), call)
-    before = [w.numpy() for w in model.trainable_weights]
+    before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
     model.compile(
         optimizer=keras.optimizers.SGD(0.1),
         loss=lambda y_true, y_pred: keras.ops.mean(keras.ops.square(y_pred)),
@@ -104,5 +107,5 @@ def test_xla_training_step(name):
     history = model.fit(tensors, np.zeros((batch, 1), "float32"), epochs=1, verbose=0)
     assert model.jit_compile
     assert np.isfinite(history.history["loss"]).all()
-    after = [w.numpy() for w in model.trainable_weights]
+    after = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
     assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))

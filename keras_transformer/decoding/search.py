@@ -35,6 +35,7 @@ STOPPING = ("exact", "early")
 PHASES = 4
 
 
+@backends.compiled_search
 def greedy_search(
     model,
     source_ids,
@@ -77,6 +78,7 @@ def greedy_search(
     return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
 
 
+@backends.compiled_search
 def sample(
     model,
     source_ids,
@@ -131,6 +133,7 @@ def sample(
     return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
 
 
+@backends.compiled_search
 def beam_search(
     model,
     source_ids,

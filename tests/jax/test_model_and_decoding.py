@@ -1,0 +1,154 @@
+"""The model and the searches on JAX: `fit` on numpy lowers the loss, `.keras` round trips,
+the TensorFlow model's logits and decodings on the same weights, and the searches' own
+properties (cache, scores, n-best, finish and stopping rules, sampling, `jax.jit`).
+
+The searches' exhaustive checks run on TensorFlow (tests/test_decoding.py); these show the
+same code holds on JAX.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.decoding import EOS_ID, beam_search, greedy_search, sample
+from tests.reversal import BOS, held_out_data, reversal_task
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = held_out_data()[0][:8]  # (8, 10): lengths 4..10, 0-padded
+SHORT = {"max_extra_length": 5}
+
+
+@pytest.fixture(scope="module")
+def model():
+    """The reversal task's small model (tests/reversal.py), 4 epochs on JAX: peaked
+    distributions, as a trained model's."""
+    from tests.reversal import train_reversal_model
+
+    return train_reversal_model(epochs=4)
+
+
+def _log_prob(model, source, ids):
+    """log P(ids | source) by teacher forcing through the full model, `[batch]`."""
+    ids = np.asarray(ids)
+    target = np.concatenate([np.full((len(ids), 1), BOS), ids[:, :-1]], axis=1)
+    logits = model({"source_ids": np.asarray(source), "target_ids": target}, training=False)
+    log_probs = np.asarray(jax.nn.log_softmax(logits))
+    picked = np.take_along_axis(log_probs, ids[..., None], axis=-1)[..., 0]
+    return np.where(ids != 0, picked, 0.0).sum(axis=1)
+
+
+def test_the_model_learns_on_numpy_and_round_trips_as_keras_file(model, tmp_path):
+    source, target = reversal_task(200, seed=3)
+    inputs = {"source_ids": source, "target_ids": target[:, :-1]}
+    predicted = np.asarray(greedy_search(model, source)[0])[:, : target.shape[1] - 1]
+    real = target[:, 1:] != 0
+    assert (predicted == target[:, 1:])[real].mean() > 0.9
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    np.testing.assert_array_equal(loaded(inputs), model(inputs))
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_cached_and_uncached_decoding_agree(model, search):
+    ids, scores = search(model, SOURCE, **SHORT)
+    full_ids, full_scores = search(model, SOURCE, use_cache=False, **SHORT)
+    np.testing.assert_array_equal(ids, full_ids)
+    np.testing.assert_allclose(scores, full_scores, atol=1e-4)
+
+
+def test_greedy_scores_are_the_log_probabilities_of_its_ids(model):
+    ids, scores = greedy_search(model, SOURCE, **SHORT)
+    np.testing.assert_allclose(scores, _log_prob(model, SOURCE, ids), atol=1e-4)
+    for row in np.asarray(ids):
+        end = int(np.argmax(row == EOS_ID))
+        assert row[end] == EOS_ID and (row[:end] != 0).all() and (row[end + 1 :] == 0).all()
+
+
+@pytest.mark.parametrize("finish_rule", kt.decoding.FINISH_RULES)
+@pytest.mark.parametrize("stopping", kt.decoding.STOPPING)
+def test_beam_search_rules_and_n_best(model, finish_rule, stopping):
+    rules = {"finish_rule": finish_rule, "stopping": stopping, **SHORT}
+    best_ids, best_scores = beam_search(model, SOURCE, **rules)
+    ids, scores = beam_search(model, SOURCE, num_hypotheses=3, **rules)
+    assert ids.shape[:2] == scores.shape == (len(SOURCE), 3)
+    np.testing.assert_array_equal(ids[:, 0], best_ids)
+    np.testing.assert_allclose(scores[:, 0], best_scores, rtol=1e-5)
+    assert np.all(np.diff(np.asarray(scores), axis=1) <= 0)
+    lengths = (np.asarray(best_ids) != 0).sum(axis=1)
+    lp = ((5 + lengths) / 6) ** 0.6
+    np.testing.assert_allclose(best_scores, _log_prob(model, SOURCE, best_ids) / lp, atol=1e-4)
+    greedy_ids, greedy_scores = greedy_search(model, SOURCE, **SHORT)
+    greedy_lengths = (np.asarray(greedy_ids) != 0).sum(axis=1)
+    greedy_normalised = np.asarray(greedy_scores) / ((5 + greedy_lengths) / 6) ** 0.6
+    if stopping == "exact" and finish_rule == "tensor2tensor":
+        assert (np.asarray(best_scores) >= greedy_normalised - 1e-5).all()
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy(model):
+    first = sample(model, SOURCE, top_k=4, seed=1, **SHORT)
+    np.testing.assert_array_equal(sample(model, SOURCE, top_k=4, seed=1, **SHORT)[0], first[0])
+    flat = [sample(model, SOURCE, temperature=5.0, seed=s, **SHORT)[0] for s in (1, 2)]
+    assert not np.array_equal(*flat)
+    np.testing.assert_allclose(first[1], _log_prob(model, SOURCE, first[0]), atol=1e-4)
+    greedy_ids, greedy_scores = greedy_search(model, SOURCE, **SHORT)
+    ids, scores = sample(model, SOURCE, top_k=1, seed=3, **SHORT)
+    np.testing.assert_array_equal(ids, greedy_ids)
+    np.testing.assert_allclose(scores, greedy_scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_jax_jit_decodes_as_eagerly(model, search):
+    ids, scores = search(model, SOURCE, **SHORT)
+    jitted_ids, jitted_scores = jax.jit(lambda source: search(model, source, **SHORT))(SOURCE)
+    np.testing.assert_array_equal(jitted_ids, ids)
+    np.testing.assert_allclose(jitted_scores, scores, atol=1e-5)
+
+
+TENSORFLOW_SIDE = """
+import json, sys
+import numpy as np
+import keras
+import keras_transformer as kt
+
+model = keras.saving.load_model(sys.argv[1])
+source = np.load(sys.argv[2])
+target = np.concatenate([np.full((len(source), 1), 2), source[:, :-1]], 1).astype("int32")
+logits = model({"source_ids": source, "target_ids": target}, training=False)
+greedy = kt.decoding.greedy_search(model, source)[0]
+beam = kt.decoding.beam_search(model, source)[0]
+np.savez(sys.argv[3], logits=logits, greedy=greedy, beam=beam)
+print(json.dumps(keras.config.backend()))
+"""
+
+
+def test_the_tensorflow_model_on_the_same_weights_gives_the_same_logits_and_ids(model, tmp_path):
+    """The JAX-trained model saved, loaded by TensorFlow in a process of its own: logits
+    within 1e-4 (float32 sums in another order), greedy and beam ids equal."""
+    source = held_out_data()[0][:32]
+    model.save(tmp_path / "model.keras")
+    np.save(tmp_path / "source.npy", source)
+    result = subprocess.run(
+        [sys.executable, "-c", TENSORFLOW_SIDE, tmp_path / "model.keras", tmp_path / "source.npy"]
+        + [tmp_path / "tensorflow.npz"],
+        cwd=ROOT,
+        env={**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == "tensorflow"
+    tensorflow = np.load(tmp_path / "tensorflow.npz")
+    target = np.concatenate([np.full((len(source), 1), BOS), source[:, :-1]], 1)
+    logits = model({"source_ids": source, "target_ids": target}, training=False)
+    np.testing.assert_allclose(logits, tensorflow["logits"], atol=1e-4)
+    np.testing.assert_array_equal(greedy_search(model, source)[0], tensorflow["greedy"])
+    np.testing.assert_array_equal(beam_search(model, source)[0], tensorflow["beam"])
