@@ -333,14 +333,14 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
 
 
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
-    config = slice_config(tmp_path, steps=60, steps_per_epoch=30, bleu_max_sentences=2)
+    config = slice_config(tmp_path, steps=20, steps_per_epoch=10, bleu_max_sentences=2)
     result = train_cli(
         config, tmp_path / "model", "--strategy", "mirrored", "--cpu-devices", "2", "--verbose", "0"
     )
     summary = summary_line(result.stdout)
     assert summary["strategy"] == "mirrored" and summary["replicas"] == 2
     assert summary["jit_compile"] is False  # XLA cannot span CPU devices
-    assert summary["steps"] == 60 and summary["final_loss"] < summary["initial_loss"]
+    assert summary["steps"] == 20 and summary["final_loss"] < summary["initial_loss"]
     explicit = train_cli(
         config,
         tmp_path / "xla",
