@@ -65,32 +65,9 @@ def mirrored():
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
-# The longest test files (minutes of training, exporting or starting programs), longest
-# first: pytest-xdist's --dist loadfile hands out files in collection order, so these start
-# first and the short ones fill in around them, instead of one long file running alone at
-# the end while the other worker is idle.
-LONGEST_FIRST = (
-    "test_trainer.py",
-    "test_decoding.py",
-    "test_export.py",
-    "test_ctranslate2.py",
-    "test_reliability.py",
-    "test_model.py",
-    "test_cluster.py",
-    "test_resume.py",
-    "test_import_marian.py",
-    "test_pretrained_marian.py",
-    "test_readme.py",
-)
-
-
 def pytest_collection_modifyitems(config, items):
-    """The longest files first (LONGEST_FIRST), in the same order in every worker. On JAX,
-    the tests of TensorFlow's MirroredStrategy do not apply: deselected (JAX's own
-    distribution: tests/jax/test_distribution.py)."""
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    # A stable sort: each file keeps its own order of tests.
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    """On JAX, the tests of TensorFlow's MirroredStrategy do not apply: deselected (JAX's
+    own distribution: tests/jax/test_distribution.py)."""
     if BACKEND == "tensorflow":
         return
     kept = [item for item in items if "mirrored" not in getattr(item, "fixturenames", ())]
