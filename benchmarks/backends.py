@@ -104,7 +104,7 @@ def main(argv=None) -> int:
                     model, s, beam_size=args.beam_size, max_extra_length=max(extra, 0)
                 )
             )
-        times, (ids, _) = timed(lambda: keras.ops.convert_to_numpy(search(source)[0]), args)
+        times, ids = timed(lambda: keras.ops.convert_to_numpy(search(source)[0]), args)
         tokens = int((np.asarray(ids) != 0).sum())
     step_s = statistics.median(times)
     print(
