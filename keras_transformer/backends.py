@@ -163,12 +163,13 @@ elif BACKEND == "jax":
         None. Inside a trace (`jax.jit` around a search) the search runs as it is.
         """
 
+        uses_seed = "seed" in inspect.signature(search).parameters
+
         @functools.wraps(search)
         def run(model, source_ids, **settings):
             if isinstance(source_ids, jax.core.Tracer):
                 return search(model, source_ids, **settings)
-            seed = settings.pop("seed", None) if "seed" in settings else None
-            uses_seed = "seed" in inspect.signature(search).parameters
+            seed = settings.pop("seed", None)
             if uses_seed and seed is None:
                 seed = random_seed()
             key = (search, tuple(sorted(settings.items())))
