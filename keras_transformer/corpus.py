@@ -51,6 +51,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
 
+# The functions tf.data traces have no Python control flow: AutoGraph's conversion only costs
+# time (keras_transformer.data says more).
+plain = tf.autograph.experimental.do_not_convert
+
 _OPENERS = {".xz": lzma.open, ".gz": gzip.open, ".bz2": bz2.open}
 
 
@@ -406,7 +410,7 @@ class TfdsSplit(_Streamed):
                 )
             if spec[language].dtype != tf.string or spec[language].shape.rank != 0:
                 raise CorpusError(f"{where}: {language!r} is {spec[language]}, not a sentence")
-        return dataset.map(lambda example: (example[source], example[target]))
+        return dataset.map(plain(lambda example: (example[source], example[target])))
 
 
 def _utf8(raw: bytes, where: str) -> str:
@@ -574,7 +578,7 @@ class CorpusFiles(_Streamed):
                 with contextlib.closing(_lines(path)) as lines:
                     columns, _ = _tsv_header(path, lines, self.source_column, self.target_column)
                 rows = _text_lines(path).skip(1).batch(_READ_BATCH)
-                return rows.map(lambda lines: _tsv_columns(lines, columns))
+                return rows.map(plain(lambda lines: _tsv_columns(lines, columns)))
             sources, targets = (_text_lines(path, drop_bom=True) for path in unit)
             return tf.data.Dataset.zip(sources, targets).batch(_READ_BATCH)
         return _generated_batches(lambda: self._unit_pairs(unit))
@@ -634,7 +638,7 @@ def _text_lines(path: str, drop_bom: bool = False) -> tf.data.Dataset:
     lines = tf.data.TextLineDataset(path, compression_type="GZIP" if gzipped else "")
     if not drop_bom:
         return lines
-    first = lines.take(1).map(lambda line: tf.strings.regex_replace(line, "^\ufeff", ""))
+    first = lines.take(1).map(plain(lambda line: tf.strings.regex_replace(line, "^\ufeff", "")))
     return first.concatenate(lines.skip(1))
 
 
@@ -674,6 +678,7 @@ def _strip_pattern() -> str:
     return f"^[{members}]+|[{members}]+$"
 
 
+@plain
 def _strip_batch(sources, targets):
     pattern = _strip_pattern()
     return (
@@ -682,5 +687,6 @@ def _strip_batch(sources, targets):
     )
 
 
+@plain
 def _both_non_empty(source, target):
     return tf.logical_and(tf.strings.length(source) > 0, tf.strings.length(target) > 0)

@@ -13,6 +13,10 @@ Rules that users rely on:
 - Batches hold about `tokens_per_batch` positions (batch size x padded length, the paper's
   "about 25,000 source and 25,000 target tokens"). Each bucket pads to its fixed length, so
   there are only a few distinct shapes and XLA compiles each once.
+
+The functions that `tf.data` traces are marked `plain`: they have no Python control flow for
+AutoGraph to convert, and its conversion (parsing and rewriting each function a trace reaches,
+keras-hub's tokenizer included) took seconds at each program's start.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from keras_transformer.config import PAD_ID
 from keras_transformer.losses import TOKEN_NORMALIZER
 from keras_transformer.ragged import concat_rows
 from keras_transformer.text import BOS_ID, EOS_ID
+
+plain = tf.autograph.experimental.do_not_convert
 
 # Padded lengths of the buckets; the ones above max_length are dropped and max_length added.
 BUCKET_LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -56,12 +62,14 @@ def bucket_batch_sizes(tokens_per_batch: int, max_length: int, multiple: int = 1
 def _tokenize(pairs: tf.data.Dataset, vocabularies) -> tf.data.Dataset:
     """(source, target) strings -> (source tokens, target tokens), ragged per example."""
 
+    @plain
     def tokenize(sources, targets):
         return vocabularies.source.tokenize(sources), vocabularies.target.tokenize(targets)
 
     return pairs.batch(_TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
+@plain
 def _with_specials(source, target):
     """Source + EOS; decoder input BOS + target; labels target + EOS."""
     eos, bos = tf.constant([EOS_ID]), tf.constant([BOS_ID])
@@ -73,6 +81,7 @@ def _with_specials(source, target):
 
 
 def _fits(max_length):
+    @plain
     def fits(source, target):
         return tf.logical_and(tf.size(source) + 1 <= max_length, tf.size(target) + 1 <= max_length)
 
@@ -153,8 +162,10 @@ def make_dataset(
         .map(_with_specials, num_parallel_calls=tf.data.AUTOTUNE)
     )
     batches = examples.bucket_by_sequence_length(
-        element_length_func=lambda source, decoder_input, labels: tf.maximum(
-            tf.size(source), tf.size(decoder_input)
+        element_length_func=plain(
+            lambda source, decoder_input, labels: tf.maximum(
+                tf.size(source), tf.size(decoder_input)
+            )
         ),
         bucket_boundaries=[length + 1 for length in lengths],
         # The last size is for the overflow bucket, which stays empty: pairs were filtered.
@@ -173,6 +184,7 @@ def make_dataset(
     return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
+@plain
 def _as_model_inputs(source, decoder_input, labels):
     return {"source_ids": source, "target_ids": decoder_input}, labels
 
@@ -181,6 +193,7 @@ def source_batches(texts, tokenizer, *, max_length: int, batch_size: int = 64) -
     """Batches of source ids for decoding, in input order: tokens truncated to
     `max_length - 1`, then EOS, 0-padded to the longest in the batch."""
 
+    @plain
     def encode(text):
         tokens = tokenizer.tokenize(text)[:, : max_length - 1]
         eos = tf.fill([tokens.nrows(), 1], EOS_ID)
@@ -199,6 +212,7 @@ def length_report(pairs: tf.data.Dataset, vocabularies, *, max_length: int) -> d
     """
     report = dict(pairs=0, kept=0, too_long=0, source_tokens=0, target_tokens=0)
 
+    @plain
     def lengths(sources, targets):
         return (
             vocabularies.source.tokenize(sources).row_lengths() + 1,
@@ -247,9 +261,11 @@ def accumulation_groups(batches: tf.data.Dataset, steps: int) -> tf.data.Dataset
     def tokens(labels):
         return tf.reduce_sum(tf.cast(labels != PAD_ID, tf.float32))
 
+    @plain
     def mark(inputs, labels):
-        group_tokens = labels.reduce(0.0, lambda total, batch: total + tokens(batch))
+        group_tokens = labels.reduce(0.0, plain(lambda total, batch: total + tokens(batch)))
 
+        @plain
         def with_shares(x, y):
             examples = tf.shape(y)[0]
             share = group_tokens / steps / tf.cast(examples, tf.float32)

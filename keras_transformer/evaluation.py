@@ -72,6 +72,7 @@ class Translator:
         self._search = tf.function(
             lambda source_ids: decoding.translate_ids(model, source_ids, **settings),
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
+            autograph=False,  # explicit control flow: nothing to convert (kt.decoding)
         )
 
     def translate_ids(self, source_ids):

@@ -41,6 +41,7 @@ def test_base_wmt14_runs_on_a_corpus_in_its_format(tmp_path):
     with mock, fast_path(True):  # the trainer turns the switch on; it is put back after
         summary = train(experiment, tmp_path / "run", verbose=0)
     assert summary["steps"] == 3 and math.isfinite(summary["final_loss"])
+    assert summary["strategy"] == "default" and summary["jit_compile"] is True  # the default
     assert summary["data"]["pairs"] == 300
     assert summary["dev"]["sentences"] == 2
     written = json.loads((tmp_path / "run" / "train_summary.json").read_text())

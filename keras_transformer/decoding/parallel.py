@@ -43,9 +43,11 @@ def parallel_search(search, *, shards: int = 2):
         raise ValueError(f"shards={shards!r} must be an integer >= 1")
     import tensorflow as tf
 
-    compiled = tf.function(search, jit_compile=True)
+    compiled = tf.function(search, jit_compile=True, autograph=False)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, "source_ids")])
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, None], tf.int32, "source_ids")], autograph=False
+    )
     def run(source_ids):
         if shards == 1:
             return compiled(source_ids)

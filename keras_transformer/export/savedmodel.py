@@ -180,7 +180,7 @@ def make_export_archive(
             stopping=stopping,
         )
 
-    compiled_search = tf.function(search, jit_compile=True)
+    compiled_search = tf.function(search, jit_compile=True, autograph=False)
 
     # Greedy search decodes at least two rows: with one, XLA:CPU turns every matrix product of
     # a step into a matrix-vector loop fused with the layer norm before it (its
