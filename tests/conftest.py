@@ -78,19 +78,55 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def reversal_model(tmp_path_factory, worker_id):
     """A small model trained on the reversal task (tests/reversal.py), once for the whole
-    run: under pytest-xdist the first worker that needs it trains and saves it, the others
-    load it (pytest-xdist's recipe for a session fixture made once; about 35 s saved
-    when test_decoding and test_learning run on different workers)."""
-    from filelock import FileLock
-
+    run (about 35 s saved when test_decoding and test_learning run on different workers)."""
     from tests.reversal import train_reversal_model
 
+    return shared(
+        tmp_path_factory,
+        worker_id,
+        "reversal_model.keras",
+        train_reversal_model,
+        lambda model, path: model.save(path),
+        keras.saving.load_model,
+    )
+
+
+def shared(tmp_path_factory, worker_id, name: str, make, save, load):
+    """`make()`'s result once for the whole run: under pytest-xdist the first worker that
+    needs it makes and saves it, the others load it (pytest-xdist's recipe for a session
+    fixture made once)."""
+    from filelock import FileLock
+
     if worker_id == "master":  # not distributed
-        return train_reversal_model()
-    saved = tmp_path_factory.getbasetemp().parent / "reversal_model.keras"
-    with FileLock(f"{saved}.lock"):
-        if saved.exists():
-            return keras.saving.load_model(saved)
-        model = train_reversal_model()
-        model.save(saved)
-        return model
+        return make()
+    path = tmp_path_factory.getbasetemp().parent / name
+    with FileLock(f"{path}.lock"):
+        if path.exists():
+            return load(path)
+        result = make()
+        save(result, path)
+        return result
+
+
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory, worker_id):
+    """The summary of the training slice's run (tests/test_trainer.py) with the settings
+    RESUME_REFERENCE, uninterrupted: the reference that resumed runs must equal bit for bit
+    (tests/test_reliability.py, tests/test_resume.py)."""
+    import json
+
+    from tests.test_trainer import RESUME_REFERENCE, slice_config, summary_line, train_cli
+
+    def make():
+        tmp = tmp_path_factory.mktemp("uninterrupted")
+        config = slice_config(tmp, **RESUME_REFERENCE)
+        return summary_line(train_cli(config, tmp / "once").stdout)
+
+    return shared(
+        tmp_path_factory,
+        worker_id,
+        "uninterrupted.json",
+        make,
+        lambda summary, path: path.write_text(json.dumps(summary)),
+        lambda path: json.loads(path.read_text()),
+    )

@@ -15,7 +15,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.files import temporary_path
 from tests import bible
-from tests.test_trainer import slice_config, summary_line, train_cli
+from tests.test_trainer import RESUME_REFERENCE, slice_config, summary_line, train_cli
 from tests.test_trainer import start_training as start
 from trainers import checkpointing, run_dir
 from trainers.checkpointing import Progress
@@ -184,30 +184,22 @@ def wait_for_backup(path: Path, process, timeout=300):
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
-    config = slice_config(
-        tmp_path,
-        dev=False,
-        steps=60,
-        steps_per_epoch=20,
-        deterministic="true",
-        jit_compile="false",  # XLA would compile every length bucket again in each process
-    )
-    uninterrupted = summary_line(train_cli(config, tmp_path / "once").stdout)
+def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, uninterrupted):
+    config = slice_config(tmp_path, **RESUME_REFERENCE)  # uninterrupted: 40 updates
     process = start(config, tmp_path / "killed")
     wait_for_backup(tmp_path / "killed", process)
-    time.sleep(1.0)  # into the second epoch
+    time.sleep(0.3)  # into the second epoch (of 20 updates, about 2 s)
     process.send_signal(signal.SIGKILL)
     process.wait()
     result = train_cli(config, tmp_path / "killed")
     assert "resuming after update " in result.stdout
     resumed = summary_line(result.stdout)
-    assert resumed["steps"] == 60
+    assert resumed["steps"] == 40
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]  # bit-identical
     # A finished run keeps its last state, from which the same command with more steps
     # continues it (tests/test_resume.py runs that).
     backup = BackupFolder(tmp_path / "killed" / "backup")
-    assert backup.states() == [backup.state(60)]
+    assert backup.states() == [backup.state(40)]
 
 
 # -- NaN --------------------------------------------------------------------------------------
@@ -268,7 +260,9 @@ def test_a_full_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch
 
 
 @pytest.mark.slow
-def test_a_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path):
+def test_a_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path, capsys):
+    from trainers import train
+
     config = slice_config(tmp_path, dev=False, steps=40, steps_per_epoch=20, jit_compile="false")
     model_dir = tmp_path / "model"
     process = start(config, model_dir)
@@ -278,18 +272,22 @@ def test_a_vocabulary_that_does_not_match_the_checkpoint_is_refused(tmp_path):
     vocab = model_dir / "vocab" / "shared.model"
     original, size = vocab.read_bytes(), load_experiment(config).data.vocab_size
     backup = sorted((model_dir / "backup").iterdir())
+    # Refusals need no process of their own (the speed switch is process-wide: left off).
+    arguments = ["--config", str(config), "--model-dir", str(model_dir)]
+    arguments += ["--set", "training.fast=false"]
     # Another vocabulary of the same size: caught by the sha256 that the run recorded.
     vocab.write_bytes(kt.text.train_sentencepiece(bible.pairs("train", 300).targets, size))
-    result = train_cli(config, model_dir, check=False)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert f"{vocab} is not the vocabulary this directory was made with" in result.stderr
+    assert train.main(arguments) == 2
+    assert f"{vocab} is not the vocabulary this directory was made with" in (
+        capsys.readouterr().err
+    )
     # Another size, with the record gone too: caught against the run's embedding sizes.
     vocab.write_bytes(kt.text.train_sentencepiece(bible.pairs("train", 300).targets, 350))
     (model_dir / "vocab" / "manifest.json").unlink()
-    result = train_cli(config, model_dir, check=False)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "the vocabulary has 350/350 source/target pieces" in result.stderr
-    assert f"but the model expects {size}/{size}" in result.stderr
+    assert train.main(arguments) == 2
+    error = capsys.readouterr().err
+    assert "the vocabulary has 350/350 source/target pieces" in error
+    assert f"but the model expects {size}/{size}" in error
     # Nothing was lost: with its own vocabulary back, the run resumes and finishes.
     assert sorted((model_dir / "backup").iterdir()) == backup
     vocab.write_bytes(original)

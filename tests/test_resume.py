@@ -10,7 +10,7 @@ import pytest
 
 import keras_transformer as kt
 from tests.test_reliability import snapshot
-from tests.test_trainer import slice_config, summary_line, train_cli
+from tests.test_trainer import RESUME_REFERENCE, slice_config, summary_line, train_cli
 from trainers import checkpointing
 from trainers.checkpointing import Progress
 from trainers.run_dir import BackupFolder, CheckpointFolder
@@ -18,19 +18,11 @@ from trainers.run_dir import BackupFolder, CheckpointFolder
 
 @pytest.mark.slow
 def test_resumes_with_another_epoch_size_or_accumulation_train_the_planned_updates(
-    tmp_path, capsys
+    tmp_path, capsys, uninterrupted
 ):
     from trainers import train
 
-    config = slice_config(
-        tmp_path,
-        dev=False,
-        steps=40,
-        steps_per_epoch=20,
-        deterministic="true",
-        jit_compile="false",  # XLA would compile every length bucket again in each process
-    )
-    uninterrupted = summary_line(train_cli(config, tmp_path / "once").stdout)
+    config = slice_config(tmp_path, **RESUME_REFERENCE)  # uninterrupted: 40 updates
     # 20 updates in epochs of 10, then epochs of 20 up to 40: the uninterrupted run of 40,
     # bit for bit (the epoch size only says when checkpoints, backups and log lines happen).
     model_dir = tmp_path / "changed"

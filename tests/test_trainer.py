@@ -103,6 +103,16 @@ training:
     return path
 
 
+# The uninterrupted run that resumed runs must equal (conftest's `uninterrupted`).
+RESUME_REFERENCE = dict(
+    dev=False,
+    steps=40,
+    steps_per_epoch=20,
+    deterministic="true",
+    jit_compile="false",  # XLA would compile every length bucket again in each process
+)
+
+
 def run(*args, env=None, cwd=ROOT, check=True, timeout=600):
     result = subprocess.run(
         [sys.executable, *args],
