@@ -88,6 +88,7 @@ def test_a_compiled_model_loads_after_importing_the_package_alone(tmp_path):
         optimizer=keras.optimizers.Adam(kt.WarmupSchedule(config.d_model, warmup_steps=10)),
         loss=kt.losses.LabelSmoothedCrossEntropy(0.1),
         metrics=[kt.metrics.MaskedAccuracy(), kt.metrics.Perplexity(), kt.metrics.TokenCount()],
+        jit_compile=False,  # loading, not compiling, is under test (XLA: twice, seconds each)
     )
     inputs, labels = labelled_batch()
     model.fit(inputs, labels, epochs=1, verbose=0)

@@ -30,7 +30,8 @@ def tiny_compiled_model():
             "tiny", vocab_size=30, num_encoder_layers=1, num_decoder_layers=1
         )
     )
-    model.compile(optimizer="adam", loss=kt.losses.LabelSmoothedCrossEntropy())
+    # No XLA: backups, not compilation, are under test (a compile a test, seconds each).
+    model.compile(optimizer="adam", loss=kt.losses.LabelSmoothedCrossEntropy(), jit_compile=False)
     ids = np.random.default_rng(0).integers(1, 30, (4, 6)).astype("int32")
     model.fit({"source_ids": ids, "target_ids": ids}, ids, epochs=1, verbose=0)
     return model

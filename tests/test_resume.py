@@ -96,7 +96,9 @@ def test_a_backup_resumes_under_another_accumulation(tmp_path):
         optimizer = keras.optimizers.Adam(
             schedule, gradient_accumulation_steps=accumulation if accumulation > 1 else None
         )
-        model.compile(optimizer=optimizer, loss=kt.losses.LabelSmoothedCrossEntropy())
+        model.compile(
+            optimizer=optimizer, loss=kt.losses.LabelSmoothedCrossEntropy(), jit_compile=False
+        )
         return model, schedule
 
     (model, _), backup = compiled(1), BackupFolder(tmp_path)
