@@ -364,7 +364,9 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
 
 
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path, capsys):
-    config = slice_config(tmp_path, steps=20, steps_per_epoch=10, bleu_max_sentences=2)
+    # No dev split: validation under MirroredStrategy is test_model's
+    # test_fit_and_evaluate_report_the_loss_per_token[mirrored].
+    config = slice_config(tmp_path, dev=False, steps=20, steps_per_epoch=10)
     result = train_cli(
         config, tmp_path / "model", "--strategy", "mirrored", "--cpu-devices", "2", "--verbose", "0"
     )
