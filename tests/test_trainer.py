@@ -76,17 +76,18 @@ def slice_config(tmp_path, dev: bool = True, **training) -> Path:
     from tests import bible
 
     train = tsv(tmp_path / "train.tsv", slice_pairs())
+    dev_file = None
     if dev:
         dev_pairs = bible.pairs("dev")
         pairs = sorted(zip(dev_pairs.sources, dev_pairs.targets, strict=True), key=max_side)
-        dev = tsv(tmp_path / "dev.tsv", pairs[:DEV_PAIRS])
+        dev_file = tsv(tmp_path / "dev.tsv", pairs[:DEV_PAIRS])
     steps = {"steps": 40, "steps_per_epoch": 20, **training}
     text = f"""
 model: {{preset: tiny, max_length: {MAX_LENGTH}}}
 data:
   format: tsv
   train: {train}
-  dev: {dev or "null"}
+  dev: {dev_file or "null"}
   test: {DATA / "test.tsv.xz"}
   source_language: en
   target_language: es
