@@ -6,8 +6,9 @@ and, called with `reverse=True`, is the tied output projection (paper 3.4); `kt.
 built without an encoder output is a stack of masked self-attention and feed-forward layers
 only. `model.fit` minimises the next-token cross-entropy over real tokens (padding masked);
 the script prints the perplexity on the dev split (whole books unseen in training) beside
-that of a uniform guess over the vocabulary, and samples verses token by token with the
-decoder's key/value cache (`Decoder.init_cache`, `Decoder.forward(..., cache=...)`).
+that of a uniform guess over the vocabulary, and continues prompts of different lengths, in
+one batch, with the library's generation (`kt.decoding.generate`: greedy, sampling with
+temperature, top-k and top-p, or beam search, over the decoder's key/value cache).
 
     python -m examples.language_model --out runs/language_model
 """
@@ -23,12 +24,13 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
-from keras import ops
 
 import keras_transformer as kt
-from keras_transformer.text import BOS_ID, EOS_ID
+from keras_transformer.text import BOS_ID, EOS_ID, UNK_ID
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "bible-en-es"
+# Of different lengths, generated in one batch.
+DEFAULT_PROMPTS = ["Y dijo", "En el principio creó Dios", "Y respondiendo Jesús, les dijo"]
 
 
 def read_verses(data: Path, split: str) -> list[str]:
@@ -86,47 +88,42 @@ def build_language_model(
     return keras.Model(ids, logits, name="language_model")
 
 
-def step(model: keras.Model, tokens, start, cache):
-    """One cached decoding step: `tokens` int32 `[batch, new]` at positions `start ..`
-    join the cache; returns the logits of the next token, float32 `[batch, vocab]`, and
-    the updated cache."""
-    embedding, decoder = model.get_layer("embedding"), model.get_layer("decoder")
-    x = embedding(tokens, start_index=start)  # (batch, new, d_model)
-    x, cache, _ = decoder.forward(x, cache=cache, cache_index=start)
-    return embedding(x[:, -1], reverse=True), cache
-
-
-def sample(
+def continue_prompts(
     model: keras.Model,
     tokenizer,
-    prompt: str,
+    prompts: list[str],
     *,
-    num_samples: int,
-    max_length: int,
+    max_new_tokens: int,
+    method: str,
     temperature: float,
     top_k: int,
+    top_p: float,
     seed: int,
 ) -> list[str]:
-    """`num_samples` continuations of `prompt`, drawn from softmax(logits / temperature)
-    over the `top_k` likeliest tokens (0: all), until EOS or `max_length` tokens."""
-    prompt_ids = [BOS_ID, *tokenizer(prompt)]
-    tokens = np.tile(prompt_ids, (num_samples, 1)).astype("int32")  # (samples, prompt_len)
-    cache = model.get_layer("decoder").init_cache(length=max_length, batch_size=num_samples)
-    logits, cache = step(model, tokens, 0, cache)  # the whole prompt in one call
-    seed_generator = keras.random.SeedGenerator(seed)
-    never = ops.arange(logits.shape[-1]) < EOS_ID  # padding, unknown, BOS: never generated
-    for t in range(len(prompt_ids), max_length):
-        logits = ops.where(never, -1e9, logits / temperature)  # (samples, vocab)
-        if top_k:
-            kth_best = ops.top_k(logits, top_k)[0][:, -1:]  # (samples, 1)
-            logits = ops.where(logits < kth_best, -1e9, logits)
-        token = ops.cast(keras.random.categorical(logits, 1, seed=seed_generator), "int32")
-        tokens = np.concatenate([tokens, np.asarray(token)], axis=1)  # (samples, t + 1)
-        if (tokens == EOS_ID).any(axis=1).all():
-            break
-        logits, cache = step(model, token, t, cache)
-    tokens = np.where(np.cumsum(tokens == EOS_ID, axis=1) > 0, 0, tokens)  # cut at EOS
-    return kt.text.detokenize(tokenizer, tokens)
+    """Each prompt continued until EOS or `max_new_tokens` tokens, all prompts in one batch
+    whatever their lengths (`kt.decoding.generate`: left padding inside, the decoder's
+    key/value cache, one compiled loop). Sampling draws from softmax(logits / temperature)
+    over the `top_k` likeliest tokens (0: all) within the nucleus of mass `top_p`."""
+    prompt_ids = [[BOS_ID, *np.asarray(tokens).tolist()] for tokens in tokenizer(prompts)]
+    continuations, _ = kt.decoding.generate(
+        model,
+        prompt_ids,  # lists of different lengths
+        max_new_tokens=max_new_tokens,
+        method=method,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        never_ids=(UNK_ID, BOS_ID),
+    )
+    rows = [
+        [*prompt, *(int(t) for t in row if t != 0)]
+        for prompt, row in zip(prompt_ids, np.asarray(continuations), strict=True)
+    ]
+    padded = np.zeros((len(rows), max(map(len, rows))), "int32")
+    for i, row in enumerate(rows):
+        padded[i, : len(row)] = row
+    return kt.text.detokenize(tokenizer, padded)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -143,10 +140,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--prompt", default="Y dijo")
-    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument(
+        "--prompt",
+        action="append",
+        help=f"a prompt to continue (repeatable); defaults to {DEFAULT_PROMPTS}",
+    )
+    parser.add_argument("--samples", type=int, default=1, help="continuations a prompt")
+    parser.add_argument("--method", choices=kt.decoding.language_model.METHODS, default="sample")
+    parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--top-k", type=int, default=40)
+    parser.add_argument("--top-p", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="save model, vocabulary, figures")
     args = parser.parse_args(argv)
@@ -186,14 +190,15 @@ def main(argv: list[str] | None = None) -> dict:
         "vocab_size": vocab_size,
         "dev_perplexity": float(perplexity),
         "uniform_perplexity": float(vocab_size),
-        "samples": sample(
+        "samples": continue_prompts(
             model,
             tokenizer,
-            args.prompt,
-            num_samples=args.samples,
-            max_length=args.max_length,
+            [prompt for prompt in args.prompt or DEFAULT_PROMPTS for _ in range(args.samples)],
+            max_new_tokens=min(args.max_new_tokens, args.max_length - 1),
+            method=args.method,
             temperature=args.temperature,
             top_k=args.top_k,
+            top_p=args.top_p,
             seed=args.seed,
         ),
     }

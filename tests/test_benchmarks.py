@@ -7,7 +7,7 @@ import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 import keras_transformer as kt
-from benchmarks import profile, run
+from benchmarks import generate, profile, run
 
 # The fields the shared bench kit's compare.py and README expect of every benchmark.
 PEER_FIELDS = {
@@ -47,6 +47,16 @@ def test_the_last_line_is_the_peer_schema(flags, capsys):
     # The benchmarked model: tiny with the peer's vocabulary, room for twice the lengths.
     config = kt.TransformerConfig.preset("tiny", vocab_size=run.PRESET_VOCAB["tiny"], max_length=12)
     assert result["params"] == config.parameter_count()
+
+
+def test_the_generation_benchmark_prints_the_peer_schema(capsys):
+    flags = ["--batch-size", "3", "--src-len", "4", "--tgt-len", "3", "--steps", "1"]
+    generate.main(flags)
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert PEER_FIELDS <= set(result)
+    assert result["mode"] == "generate-greedy" and result["cache"] is True
+    # Every row generates all 3 tokens (no stop token): 9 a generation.
+    assert result["tokens_per_s"] == pytest.approx(9e3 / result["step_ms_median"], rel=1e-2)
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,21 @@ def test_start_index_gives_the_later_positions():
     np.testing.assert_allclose(step[:, 0], full[:, 7], atol=1e-6)
 
 
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_a_start_index_per_row_gives_each_row_its_positions(positional):
+    # Left-padded prompts (kt.decoding.generate): row r's first token at position starts[r].
+    layer = layers.TransformerEmbedding(20, 8, max_length=6, positional=positional)
+    ids = np.array([[5, 7, 9], [0, 3, 4], [0, 0, 6]], "int32")
+    starts = np.array([0, -1, 4], "int32")
+    rows = layer(ids, start_index=starts)
+    for row, start in enumerate(starts):
+        for i in range(3):
+            # Before a row's first token: position 0; past a learned table's end: its last.
+            position = min(max(int(start) + i, 0), 5 if positional == "learned" else 99)
+            alone = layer(ids[row : row + 1, i : i + 1], start_index=position)
+            np.testing.assert_allclose(rows[row, i], alone[0, 0], atol=1e-6)
+
+
 def test_half_precision_encodings_are_accurate_at_long_positions():
     encodings = layers.SinusoidalPositionEncoding(dtype="mixed_float16")(
         np.zeros((1, 1000, 64), "float32")

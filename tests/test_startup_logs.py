@@ -25,15 +25,20 @@ NO_GPU = b"E0000 00:00:1795580916.3   16772 cuda_platform.cc:52] failed call to 
 ERROR = b"E0000 00:00:1795580916.3   16772 env.cc:12] could not read /data/x: permission denied\n"
 OLD_FORMAT = b"2025-01-01 00:00:00.000000: I tensorflow/core/platform/cpu_feature_guard.cc:1] AVX\n"
 PYTHON = b"/site-packages/x.py:1: UserWarning: a Python warning\n  warnings.warn(\n"
-TEXT = NOTICE + INFO + OLD_FORMAT + WARNING + NO_GPU + ERROR + PYTHON
+# tensorflow-text's SentencePiece, loading a vocabulary with the identity normalization.
+PIECE_INFO = (
+    b"normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization.\n"
+)
+PIECE_ERROR = b"model_interface.cc(80) LOG(ERROR) a SentencePiece error\n"
+TEXT = NOTICE + INFO + OLD_FORMAT + PIECE_INFO + WARNING + NO_GPU + ERROR + PIECE_ERROR + PYTHON
 
 
 @pytest.mark.parametrize(
     "level, kept",
     [
         (0, TEXT),
-        (1, WARNING + NO_GPU + ERROR + PYTHON),
-        (2, ERROR + PYTHON),
+        (1, WARNING + NO_GPU + ERROR + PIECE_ERROR + PYTHON),
+        (2, ERROR + PIECE_ERROR + PYTHON),
         (3, PYTHON),
     ],
 )
@@ -113,3 +118,35 @@ def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again():
     assert "error: --last=0 must be >= 1" in result.stderr
     if not any(START_UP_LINE.match(line) for line in result.stderr.splitlines()):
         pytest.skip("TensorFlow writes no start-up line on this machine")
+
+
+LOAD_A_VOCABULARY = """
+import sys
+from trainers import startup_logs
+import keras_transformer as kt
+
+words = ["".join(chr(97 + (7 * i + 3 * j) % 26) for j in range(2 + i % 6)) for i in range(500)]
+sentences = [" ".join(words[(13 * s + k) % 500] for k in range(8)) for s in range(2000)]
+proto = kt.text.train_sentencepiece(sentences, 400)
+with startup_logs.native_logs():
+    kt.text.make_tokenizer(proto)
+print("loaded", file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_sentencepieces_line_is_held_to_the_level_where_the_programs_load_a_vocabulary():
+    quiet, shown = (
+        subprocess.run(
+            [sys.executable, "-c", LOAD_A_VOCABULARY],
+            cwd=ROOT,
+            env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, **env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        for env in ({}, {"TF_CPP_MIN_LOG_LEVEL": "0"})
+    )
+    assert quiet.returncode == 0 and shown.returncode == 0, quiet.stderr + shown.stderr
+    assert quiet.stderr.splitlines() == ["loaded"], quiet.stderr
+    assert "precompiled_charsmap is empty" in shown.stderr

@@ -46,7 +46,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainers import errors
+from trainers import errors, startup_logs
 from trainers.errors import ConfigError
 
 PRETRAINED = "pretrained.json"
@@ -102,7 +102,8 @@ def import_marian(
         raise ConfigError(f"--warmup-steps={warmup_steps} must be >= 1")
     try:
         checkpoint = marian.read_checkpoint(path)
-        model, vocabularies = marian.load_marian(path)
+        with startup_logs.native_logs():
+            model, vocabularies = marian.load_marian(path)
     except marian.MarianError as error:
         raise ConfigError(str(error)) from None
     experiment = _experiment(checkpoint, model.config, peak_learning_rate, warmup_steps)

@@ -38,6 +38,7 @@ import yaml
 import keras_transformer  # noqa: F401  (registers the classes that load_model needs)
 from keras_transformer.files import atomic_write, temporary_path
 from keras_transformer.text import Vocabularies
+from trainers import startup_logs
 from trainers.errors import ConfigError
 from trainers.experiment import Experiment, load_experiment
 
@@ -252,7 +253,8 @@ class RunDirectory:
     def load_vocabularies(self) -> Vocabularies:
         """The vocabularies in vocab/; ConfigError if missing or not the original files."""
         try:
-            return Vocabularies.load(self.vocab)
+            with startup_logs.native_logs():
+                return Vocabularies.load(self.vocab)
         except (OSError, ValueError) as error:
             raise ConfigError(f"--model-dir {self.root}: {error}") from None
 

@@ -23,8 +23,17 @@ Python's warnings included, is written back as it was, after the import. With
 captured lines: `faulthandler` still reports where it happened, and the same command with
 `TF_CPP_MIN_LOG_LEVEL=0` shows everything.
 
-Later lines are left to the level: tensorflow-text's own SentencePiece copy still writes
-`normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty` when it loads a vocabulary.
+Later lines are left to the level, but one: tensorflow-text's own copy of SentencePiece
+logs through its own logger, which no setting of that copy reaches from Python (its level
+is a C++ static, not exported), and writes
+
+    normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization.
+
+for each vocabulary without a normalization table (every one this project learns: its
+normalization is the identity) when the op loads it: making a tokenizer, loading a
+SavedModel. The programs run those calls inside `native_logs()`, which holds SentencePiece's
+lines to the level as TensorFlow's (its INFO hidden from 1).
+
 TensorFlow's `util.cc:131] oneDNN supports DT_INT64 only on platforms with AVX-512` (an
 ERROR, once a process, for the first int64 Transpose in a graph, whatever the CPU) has its
 cause removed instead: the library's graphs join ragged rows without TensorFlow's ragged
@@ -47,7 +56,10 @@ import tempfile
 _LOG_LINE = re.compile(
     rb"^(?:(?P<absl>[IWEF])\d{4} [\d:.]+ +\d+ |[\d-]+ [\d:.]+: (?P<tf>[IWEF]) )\S+:\d+\] "
 )
+# SentencePiece's "normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. ...".
+_SENTENCEPIECE_LINE = re.compile(rb"^\S+\.cc\(\d+\) LOG\((?P<severity>[A-Z]+)\) ")
 _SEVERITY = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
+_SENTENCEPIECE_SEVERITY = {b"INFO": 0, b"WARNING": 1, b"ERROR": 2, b"FATAL": 3}
 _ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called"
 _NO_GPU = b"failed call to cuInit"
 
@@ -66,7 +78,10 @@ def hidden(line: bytes, level: int) -> bool:
         return True
     match = _LOG_LINE.match(line)
     if match is None:
-        return False
+        piece = _SENTENCEPIECE_LINE.match(line)
+        if piece is None or piece["severity"] not in _SENTENCEPIECE_SEVERITY:
+            return False
+        return _SENTENCEPIECE_SEVERITY[piece["severity"]] < min(level, _SEVERITY[b"F"])
     severity = _SEVERITY[match["absl"] or match["tf"]]
     if severity == _SEVERITY[b"E"] and _NO_GPU in line:
         severity = _SEVERITY[b"W"]
@@ -106,6 +121,15 @@ def filtered_stderr(level: int):
             kept = filter_lines(capture.read(), level)
             while kept:
                 kept = kept[os.write(2, kept) :]
+
+
+def native_logs():
+    """A block whose C++ log lines (TensorFlow's and tensorflow-text's SentencePiece's) are
+    held to `TF_CPP_MIN_LOG_LEVEL` (`filtered_stderr`), or left alone at level 0. For the
+    calls that load a SentencePiece model: they take milliseconds, and anything else written
+    to standard error meanwhile is written back after them."""
+    level = min_log_level()
+    return filtered_stderr(level) if level > 0 else contextlib.nullcontext()
 
 
 class _FilteredLoader(importlib.abc.Loader):

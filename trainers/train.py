@@ -26,7 +26,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainers import callbacks as cb
-from trainers import checkpointing, errors, runtime
+from trainers import checkpointing, errors, runtime, startup_logs
 from trainers.experiment import open_split, read_split
 from trainers.provenance import provenance
 from trainers.run_dir import RunDirectory
@@ -204,15 +204,16 @@ def _vocabularies(run: RunDirectory, experiment, sample, resuming: bool, is_chie
         return run.load_vocabularies()
     config = experiment.data
     print(f"learning a {config.vocab_size}-piece SentencePiece vocabulary...", flush=True)
-    vocabularies = text.Vocabularies.train(
-        sample.sources,
-        sample.targets,
-        config.vocab_size,
-        shared=config.shared_vocab,
-        model_type=config.vocab_model_type,
-        max_sentences=config.vocab_max_sentences,
-        seed=experiment.training.seed,
-    )
+    with startup_logs.native_logs():
+        vocabularies = text.Vocabularies.train(
+            sample.sources,
+            sample.targets,
+            config.vocab_size,
+            shared=config.shared_vocab,
+            model_type=config.vocab_model_type,
+            max_sentences=config.vocab_max_sentences,
+            seed=experiment.training.seed,
+        )
     run.save_vocabularies(vocabularies)
     return vocabularies
 

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from trainers import startup_logs
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 CTRANSLATE2_FORMAT = "keras-transformer/ctranslate2"  # keras_transformer.export.ctranslate2
@@ -281,7 +283,8 @@ class SavedModelTranslator:
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
         self._tf = tf
-        self.loaded = tf.saved_model.load(str(version))
+        with startup_logs.native_logs():  # its SentencePiece ops load their models
+            self.loaded = tf.saved_model.load(str(version))
 
     def translate(self, lines: list[bytes], *, n_best: int = 1) -> list[list[Hypothesis]]:
         tf = self._tf

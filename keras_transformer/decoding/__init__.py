@@ -1,12 +1,15 @@
-"""Incremental decoding with a trained `Transformer`.
+"""Incremental decoding with a trained `Transformer`, or a decoder-only language model.
 
-cache.py     the key/value cache: `AttentionCache`, `DecoderLayerCache`, `DecoderCache`
-             (writing, growing, reordering)
-search.py    `greedy_search`, `sample`, `beam_search` over one loop helper, `decode_loop`
-parallel.py  `parallel_search`: slices of a batch as concurrent XLA programs
+cache.py           the key/value cache: `AttentionCache`, `DecoderLayerCache`, `DecoderCache`
+                   (writing, growing, reordering)
+search.py          `greedy_search`, `sample`, `beam_search` over one loop helper, `decode_loop`
+language_model.py  `generate`: the same searches for a decoder-only language model, prompts
+                   of different lengths in one batch
+parallel.py        `parallel_search`: slices of a batch as concurrent XLA programs
 """
 
 from keras_transformer.decoding.cache import AttentionCache, DecoderCache, DecoderLayerCache
+from keras_transformer.decoding.language_model import generate
 from keras_transformer.decoding.parallel import parallel_search
 from keras_transformer.decoding.search import (
     BOS_ID,
@@ -30,6 +33,7 @@ __all__ = [
     "DecoderLayerCache",
     "beam_search",
     "decode_loop",
+    "generate",
     "greedy_search",
     "parallel_search",
     "sample",

@@ -73,11 +73,8 @@ def greedy_search(
     """
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     step, cache = _decoder(model, source_ids, 1, max_len, use_cache)
-
-    def choose(log_probs, t):
-        return backends.argmax(log_probs)
-
-    return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
+    start = _start_ids(_batch_size(source_ids), max_len, bos_id)
+    return _single_path(step, cache, limits, start, greedy_choice, **_translation(bos_id, eos_id))
 
 
 @backends.compiled_search
@@ -87,25 +84,30 @@ def sample(
     *,
     temperature: float = 1.0,
     top_k: int = 0,
+    top_p: float = 1.0,
     seed: int | None = None,
     max_extra_length: int = 50,
     max_length: int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
 ) -> tuple:
-    """Draws each token from softmax(logits / temperature), optionally over the top k only.
+    """Draws each token from softmax(logits / temperature), optionally over the top k only
+    or the nucleus (top p) only.
 
     Args:
         temperature: float > 0. Below 1 sharpens, above 1 flattens. Defaults to 1.0.
         top_k: int. Sample among the k most likely tokens; 0 keeps all, 1 is greedy.
             Defaults to 0.
+        top_p: float in (0, 1]. Sample among the fewest most likely tokens whose
+            probabilities (after temperature and top-k) sum to at least p (nucleus
+            sampling, Holtzman et al., 2020); 1 keeps all. Defaults to 1.0.
         seed: int or None. With a seed the draws are stateless and repeatable (step t uses
             the seed `(seed, t)`); None draws a fresh seed per call. Defaults to None.
         model, source_ids, max_extra_length, max_length, bos_id, eos_id: see `greedy_search`.
 
     Returns:
         `(ids, scores)` as `greedy_search`; scores are the model's log-probabilities (before
-        temperature and top-k).
+        temperature, top-k and top-p).
 
     Example:
     >>> from keras_transformer import TransformerConfig, build_transformer
@@ -114,25 +116,11 @@ def sample(
     >>> bool(tf.reduce_all(first == sample(model, [[5, 6, 7]], top_k=5, seed=1)[0]))
     True
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature={temperature} must be > 0")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k={top_k!r} must be an integer >= 0")
+    choose = sampling_choice(temperature, top_k, top_p, seed, model.config.target_vocab)
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     step, cache = _decoder(model, source_ids, 1, max_len, use_cache=True)
-    if seed is None:
-        seed = backends.random_seed()
-    seed = ops.cast(seed, "int32")
-    top_k = min(top_k, model.config.target_vocab)
-
-    def choose(log_probs, t):
-        logits = log_probs / temperature  # (batch, vocab)
-        if top_k:
-            kth_best = ops.top_k(logits, top_k)[0][:, -1:]  # (batch, 1)
-            logits = ops.where(logits < kth_best, NEG_INF, logits)
-        return backends.stateless_categorical(logits, ops.stack([seed, t]))
-
-    return _single_path(step, cache, limits, max_len, choose, bos_id, eos_id)
+    start = _start_ids(_batch_size(source_ids), max_len, bos_id)
+    return _single_path(step, cache, limits, start, choose, **_translation(bos_id, eos_id))
 
 
 @backends.compiled_search
@@ -201,74 +189,25 @@ def beam_search(
     >>> ids.shape, scores.shape  # out_len = src_len + 50
     (TensorShape([2, 54]), TensorShape([2]))
     """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1")
-    if not length_penalty >= 0:
-        raise ValueError(f"length_penalty={length_penalty} must be >= 0")
-    if finish_rule not in FINISH_RULES:
-        raise ValueError(f"finish_rule={finish_rule!r} must be one of {FINISH_RULES}")
-    if stopping not in STOPPING:
-        raise ValueError(f"stopping={stopping!r} must be one of {STOPPING}")
-    n_best = 1 if num_hypotheses is None else num_hypotheses
-    if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
-        raise ValueError(
-            f"num_hypotheses={num_hypotheses!r} must be None or an integer from 1 to "
-            f"beam_size={beam_size}"
-        )
+    n_best = _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses)
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
-    k, vocab = beam_size, model.config.target_vocab
     batch = _batch_size(source_ids)
     # Rows of the decoder are hypotheses, sentence-major: hypothesis j of sentence b is row
     # b * k + j.
-    step, cache = _decoder(model, source_ids, k, max_len, use_cache)
-    first_row = ops.arange(batch, dtype="int32")[:, None] * k  # (batch, 1)
-
-    def lp(length):
-        return ((5.0 + ops.cast(length, "float32")) / 6.0) ** length_penalty
-
-    def body(t, state, cache):
-        alive_ids, alive_logp, finished_ids, finished_scores, done = state
-        log_probs, cache = step(ops.reshape(alive_ids, (batch * k, -1)), t, cache)
-        log_probs = ops.reshape(log_probs, (batch, k, vocab))
-        at_limit = t + 1 >= limits  # (batch,)
-        allowed = _allowed_tokens(vocab, bos_id, eos_id, at_limit[:, None, None])  # (b, 1, V)
-        scores = ops.where(allowed, alive_logp[:, :, None] + log_probs, NEG_INF)
-        top_logp, top_index = fast.top_k(ops.reshape(scores, (batch, k * vocab)), 2 * k)
-        parents, tokens = top_index // vocab, top_index % vocab  # (batch, 2 * beam)
-        candidates = backends.batch_gather(alive_ids, parents)  # (batch, 2 * beam, T + 1)
-        candidates = ops.slice_update(candidates, [0, 0, t + 1], tokens[:, :, None])
-        ends = tokens == eos_id
-
-        # The k best candidates not ending in EOS stay alive; their caches follow them.
-        alive_logp, pick = ops.top_k(ops.where(ends, NEG_INF, top_logp), k)  # (batch, beam)
-        alive_ids = backends.batch_gather(candidates, pick)  # (batch, beam, T + 1)
-        cache = cache.reorder(ops.reshape(first_row + backends.batch_gather(parents, pick), (-1,)))
-
-        # Candidates ending in EOS join the finished, scored logP / lp(t + 1).
-        joins = ends & (top_logp > NEG_INF / 2) & ~done[:, None]
-        if finish_rule == "fairseq":
-            joins &= ops.arange(2 * k) < k
-        new_scores = ops.where(joins, top_logp / lp(t + 1), NEG_INF)  # (batch, 2 * beam)
-        finished_scores, pick = ops.top_k(ops.concatenate([finished_scores, new_scores], 1), k)
-        finished_ids = backends.batch_gather(ops.concatenate([finished_ids, candidates], 1), pick)
-
-        # The best score an alive hypothesis may still reach (exact: at the length limit), or
-        # could reach by ending at the next step (early).
-        best_alive_bound = alive_logp[:, 0] / lp(limits if stopping == "exact" else t + 2)
-        done = done | at_limit | (finished_scores[:, n_best - 1] >= best_alive_bound)
-        return (alive_ids, alive_logp, finished_ids, finished_scores, done), cache
-
-    ids = ops.tile(_start_ids(batch, max_len, bos_id)[:, None, :], (1, k, 1))  # (b, beam, T+1)
-    first_beam_only = ops.convert_to_tensor([0.0] + [NEG_INF] * (k - 1))  # the k starts are one
-    state = (
-        ids,
-        ops.tile(first_beam_only[None, :], (batch, 1)),  # (batch, beam)
-        ops.zeros_like(ids),
-        ops.full((batch, k), NEG_INF, "float32"),
-        ops.zeros((batch,), "bool"),
+    step, cache = _decoder(model, source_ids, beam_size, max_len, use_cache)
+    finished_ids, finished_scores = _beam(
+        step,
+        cache,
+        limits,
+        _start_ids(batch, max_len, bos_id),
+        beam_size=beam_size,
+        vocab=model.config.target_vocab,
+        length_penalty=length_penalty,
+        finish_rule=finish_rule,
+        stopping=stopping,
+        n_best=n_best,
+        **_translation(bos_id, eos_id),
     )
-    state = decode_loop(body, state, cache, max_len, finished=lambda state: state[-1])
-    _, _, finished_ids, finished_scores, _ = state
     if num_hypotheses is None:
         return finished_ids[:, 0, 1:], finished_scores[:, 0]
     return finished_ids[:, :n_best, 1:], finished_scores[:, :n_best]
@@ -298,15 +237,17 @@ def translate_ids(
     )
 
 
-def decode_loop(body, state, cache, max_len, finished):
+def decode_loop(body, state, cache, max_len, finished, offset=0):
     """The loop of every search: `state, cache = body(t, state, cache)` for t = 0, 1, ...
     until `finished(state)` (a boolean `[batch]`) holds everywhere or t reaches `max_len`.
 
     It runs as `PHASES` `keras.ops.while_loop`s one after another, the cache grown between them
     (`cache.grow`) from a quarter of `max_len` to all of it, so that a step reads about the
     part of the buffers written so far, and a decode that ends early never allocates the
-    rest. `cache` must start with room for the first phase, `_phase_lengths(max_len)[0]`
-    positions (as `_decoder` makes it).
+    rest. `cache` must start with room for `offset` + the first phase,
+    `_phase_lengths(max_len)[0]` positions (as `_decoder` makes it); `offset` is the number
+    of positions written before the loop (a prompt's, `generate`), so step t writes at
+    `offset + t`.
 
     Returns:
         The final `state`.
@@ -314,7 +255,7 @@ def decode_loop(body, state, cache, max_len, finished):
     t = ops.convert_to_tensor(0, "int32")
     for phase, end in enumerate(_phase_lengths(max_len)):
         if phase:
-            cache = cache.grow(end)
+            cache = cache.grow(offset + end)
         t, state, cache = ops.while_loop(
             lambda t, state, cache, end=end: (t < end) & ~ops.all(finished(state)),
             lambda t, state, cache: (t + 1, *body(t, state, cache)),
@@ -368,30 +309,183 @@ def _decoder(model, source_ids, copies, max_len, use_cache):
     return cached_step, model.decoder.init_cache(memory, _phase_lengths(max_len)[0])
 
 
-def _single_path(step, cache, limits, max_len, choose, bos_id, eos_id):
-    """Greedy search and sampling: one hypothesis a sentence, `choose(log_probs, t)` picks
-    each token."""
-    batch = ops.shape(limits)[0]
+def _single_path(step, cache, limits, start_ids, choose, *, never, stops, force_stop, offset=0):
+    """Greedy search and sampling: one hypothesis a row, `choose(log_probs, t)` picks each
+    token, from `start_ids` `[batch, max_len + 1]` (the token before the first output, then
+    room). A row finishes with a token of `stops`, or at its limit (ending with a stop token
+    there when `force_stop`); `never` tokens are never chosen (see `_allowed_tokens`).
+    Returns `(ids [batch, max_len], scores [batch])`."""
+    batch, max_len = ops.shape(limits)[0], ops.shape(start_ids)[1] - 1
 
     def body(t, state, cache):
         ids, scores, finished = state
         log_probs, cache = step(ids, t, cache)  # (batch, vocab)
         at_limit = t + 1 >= limits  # (batch,)
-        allowed = _allowed_tokens(log_probs.shape[-1], bos_id, eos_id, at_limit[:, None])
+        allowed = _allowed_tokens(
+            log_probs.shape[-1], never, stops, at_limit[:, None] if force_stop else None
+        )
         token = choose(ops.where(allowed, log_probs, NEG_INF), t)  # (batch,)
         token = ops.where(finished, PAD_ID, token)
         chosen = backends.batch_gather(log_probs, token[:, None])[:, 0]  # (batch,)
         scores += ops.where(finished, 0.0, chosen)
         ids = ops.slice_update(ids, [0, t + 1], token[:, None])  # (batch, T + 1)
-        return (ids, scores, finished | (token == eos_id)), cache
+        return (ids, scores, finished | _is_stop(token, stops) | at_limit), cache
 
-    state = (
-        _start_ids(batch, max_len, bos_id),
-        ops.zeros((batch,), "float32"),
-        ops.zeros((batch,), "bool"),
+    state = (start_ids, ops.zeros((batch,), "float32"), limits < 1)
+    ids, scores, _ = decode_loop(
+        body, state, cache, max_len, finished=lambda state: state[-1], offset=offset
     )
-    ids, scores, _ = decode_loop(body, state, cache, max_len, finished=lambda state: state[-1])
     return ids[:, 1:], scores
+
+
+def _beam(
+    step,
+    cache,
+    limits,
+    start_ids,
+    *,
+    beam_size,
+    vocab,
+    length_penalty,
+    finish_rule,
+    stopping,
+    n_best,
+    never,
+    stops,
+    force_stop,
+    offset=0,
+):
+    """Beam search's loop (see `beam_search`) over `step` on `batch * beam_size` rows,
+    sentence-major, from `start_ids` `[batch, max_len + 1]`. A hypothesis ends with a token
+    of `stops`, or at its row's limit (with a stop token there when `force_stop`).
+    Returns `(finished_ids [batch, beam, max_len + 1], finished_scores [batch, beam])`, best
+    first, the start token included."""
+    k = beam_size
+    batch, max_len = ops.shape(start_ids)[0], ops.shape(start_ids)[1] - 1
+    first_row = ops.arange(batch, dtype="int32")[:, None] * k  # (batch, 1)
+
+    def lp(length):
+        return ((5.0 + ops.cast(length, "float32")) / 6.0) ** length_penalty
+
+    def body(t, state, cache):
+        alive_ids, alive_logp, finished_ids, finished_scores, done = state
+        log_probs, cache = step(ops.reshape(alive_ids, (batch * k, -1)), t, cache)
+        log_probs = ops.reshape(log_probs, (batch, k, vocab))
+        at_limit = t + 1 >= limits  # (batch,)
+        forced = at_limit[:, None, None] if force_stop else None
+        allowed = _allowed_tokens(vocab, never, stops, forced)  # (batch, 1, vocab) or (vocab,)
+        scores = ops.where(allowed, alive_logp[:, :, None] + log_probs, NEG_INF)
+        top_logp, top_index = fast.top_k(ops.reshape(scores, (batch, k * vocab)), 2 * k)
+        parents, tokens = top_index // vocab, top_index % vocab  # (batch, 2 * beam)
+        candidates = backends.batch_gather(alive_ids, parents)  # (batch, 2 * beam, T + 1)
+        candidates = ops.slice_update(candidates, [0, 0, t + 1], tokens[:, :, None])
+        # A candidate ends with a stop token, or at the limit (with `force_stop` it is one).
+        ends = _is_stop(tokens, stops) | at_limit[:, None]
+
+        # The k best candidates not ending stay alive; their caches follow them.
+        alive_logp, pick = ops.top_k(ops.where(ends, NEG_INF, top_logp), k)  # (batch, beam)
+        alive_ids = backends.batch_gather(candidates, pick)  # (batch, beam, T + 1)
+        cache = cache.reorder(ops.reshape(first_row + backends.batch_gather(parents, pick), (-1,)))
+
+        # Candidates that end join the finished, scored logP / lp(t + 1).
+        joins = ends & (top_logp > NEG_INF / 2) & ~done[:, None]
+        if finish_rule == "fairseq":
+            joins &= ops.arange(2 * k) < k
+        new_scores = ops.where(joins, top_logp / lp(t + 1), NEG_INF)  # (batch, 2 * beam)
+        finished_scores, pick = ops.top_k(ops.concatenate([finished_scores, new_scores], 1), k)
+        finished_ids = backends.batch_gather(ops.concatenate([finished_ids, candidates], 1), pick)
+
+        # The best score an alive hypothesis may still reach (exact: at the length limit), or
+        # could reach by ending at the next step (early).
+        best_alive_bound = alive_logp[:, 0] / lp(limits if stopping == "exact" else t + 2)
+        done = done | at_limit | (finished_scores[:, n_best - 1] >= best_alive_bound)
+        return (alive_ids, alive_logp, finished_ids, finished_scores, done), cache
+
+    ids = ops.tile(start_ids[:, None, :], (1, k, 1))  # (batch, beam, T + 1)
+    first_beam_only = ops.convert_to_tensor([0.0] + [NEG_INF] * (k - 1))  # the k starts are one
+    state = (
+        ids,
+        ops.tile(first_beam_only[None, :], (batch, 1)),  # (batch, beam)
+        ops.zeros_like(ids),
+        ops.full((batch, k), NEG_INF, "float32"),
+        limits < 1,
+    )
+    state = decode_loop(
+        body, state, cache, max_len, finished=lambda state: state[-1], offset=offset
+    )
+    _, _, finished_ids, finished_scores, _ = state
+    return finished_ids, finished_scores
+
+
+def _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses) -> int:
+    """Checks beam search's settings; returns the number of hypotheses it must finish."""
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1")
+    if not length_penalty >= 0:
+        raise ValueError(f"length_penalty={length_penalty} must be >= 0")
+    if finish_rule not in FINISH_RULES:
+        raise ValueError(f"finish_rule={finish_rule!r} must be one of {FINISH_RULES}")
+    if stopping not in STOPPING:
+        raise ValueError(f"stopping={stopping!r} must be one of {STOPPING}")
+    n_best = 1 if num_hypotheses is None else num_hypotheses
+    if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+        raise ValueError(
+            f"num_hypotheses={num_hypotheses!r} must be None or an integer from 1 to "
+            f"beam_size={beam_size}"
+        )
+    return n_best
+
+
+def greedy_choice(log_probs, t):
+    """The most likely token of each row: int32 `[batch]`."""
+    return backends.argmax(log_probs)
+
+
+def sampling_choice(temperature, top_k, top_p, seed, vocab):
+    """Checks sampling's settings; returns `choose(log_probs [batch, vocab], t)`, a token
+    drawn per row from softmax(log_probs / temperature) over the top k (0: all) and then the
+    nucleus of mass top_p (1: all), with the stateless seed `(seed, t)`."""
+    if not temperature > 0:
+        raise ValueError(f"temperature={temperature} must be > 0")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k={top_k!r} must be an integer >= 0")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p} must be in (0, 1]")
+    seed = ops.cast(backends.random_seed() if seed is None else seed, "int32")
+    top_k = min(top_k, vocab)
+
+    def choose(log_probs, t):
+        logits = log_probs / temperature  # (batch, vocab)
+        if top_k:
+            kth_best = ops.top_k(logits, top_k)[0][:, -1:]  # (batch, 1)
+            logits = ops.where(logits < kth_best, NEG_INF, logits)
+        if top_p < 1:
+            ranked = ops.top_k(logits, vocab)[0]  # (batch, vocab), descending
+            probs = ops.softmax(ranked, axis=-1)
+            # A token stays if the tokens ranked above it hold less than top_p: the first
+            # always does.
+            stays = ops.cumsum(probs, axis=-1) - probs < top_p
+            smallest = ops.min(ops.where(stays, ranked, -NEG_INF), axis=-1, keepdims=True)
+            logits = ops.where(logits < smallest, NEG_INF, logits)
+        return backends.stateless_categorical(logits, ops.stack([seed, t]))
+
+    return choose
+
+
+def _translation(bos_id, eos_id) -> dict:
+    """What the translation searches pass `_single_path` and `_beam`: padding and the start
+    token never chosen, EOS the one stop token, forced at the length limit."""
+    return {"never": (PAD_ID, bos_id), "stops": (eos_id,), "force_stop": True}
+
+
+def _is_stop(tokens, stops):
+    """Boolean, True where `tokens` is one of `stops` (a tuple of ints; none: all False)."""
+    if not stops:
+        return ops.zeros_like(tokens, "bool")
+    result = tokens == stops[0]
+    for stop in stops[1:]:
+        result = result | (tokens == stop)
+    return result
 
 
 def _prepare(model, source_ids, max_extra_length, max_length):
@@ -443,9 +537,12 @@ def _start_ids(batch, max_len, bos_id):
     )
 
 
-def _allowed_tokens(vocab, bos_id, eos_id, at_limit):
-    """Boolean `[..., vocab]`: never padding or the start token (an OPUS-MT model's start is
-    its padding, which transformers never generates either); only EOS where `at_limit`
-    (broadcast)."""
+def _allowed_tokens(vocab, never, stops, at_limit=None):
+    """Boolean `[..., vocab]`: never a token of `never` (padding and the start token when
+    translating: an OPUS-MT model's start is its padding, which transformers never generates
+    either); only a token of `stops` where `at_limit` (broadcast), if given."""
     token = ops.arange(vocab, dtype="int32")
-    return (token != PAD_ID) & (token != bos_id) & (~at_limit | (token == eos_id))
+    allowed = ~_is_stop(token, never)
+    if at_limit is None:
+        return allowed
+    return allowed & (~at_limit | _is_stop(token, stops))

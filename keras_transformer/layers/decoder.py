@@ -107,7 +107,11 @@ class DecoderLayer(TransformerBlock):
             cache: `DecoderLayerCache` or None: incremental decoding (inference). `inputs`
                 are then the new positions `cache_index .. cache_index + new_len - 1`
                 (usually one), and the outputs at those positions equal those of the full
-                `call` on the whole prefix. Defaults to None.
+                `call` on the whole prefix. `padding_mask` is then over the positions the
+                self-attention buffers hold, `[batch, cache length]`, True at those that may
+                be attended to: a batch of left-padded prompts passes False at each row's
+                padding, which is then never attended to (`kt.decoding.generate`).
+                Defaults to None.
             cache_index: scalar int (tensor): the position of the first new token. Needed
                 with a cache. Defaults to None.
             return_weights: bool. Also return the float32 attention weights
@@ -134,7 +138,7 @@ class DecoderLayer(TransformerBlock):
         h = self.self_attention_residual.normalize_input(x)
         self_attention = self.self_attention.forward(
             h,
-            padding_mask=None if cache is not None else padding_mask,
+            padding_mask=padding_mask,
             use_causal_mask=True,
             cache=self_cache,
             cache_index=cache_index,

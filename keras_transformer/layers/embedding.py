@@ -12,6 +12,18 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
 
+def position_ids(length, start_index=0, max_length=None):
+    """The positions of `length` tokens whose first is at `start_index`: int `[len]` for a
+    scalar start; `[batch, len]` for a start per row (`[batch]`), there clipped to 0 ..
+    `max_length` - 1 (a left-padded row's padding, before its first token, takes position
+    0; a finished row's steps past the table, its last position: both masked or discarded
+    by their callers, `kt.decoding.generate`)."""
+    if len(getattr(start_index, "shape", ())) == 1:
+        positions = ops.maximum(ops.arange(length)[None, :] + start_index[:, None], 0)
+        return positions if max_length is None else ops.minimum(positions, max_length - 1)
+    return ops.arange(length) + start_index
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class SinusoidalPositionEncoding(keras.layers.Layer):
     """The fixed sinusoidal position encodings of the paper (section 3.5).
@@ -34,8 +46,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Call arguments:
         inputs: tensor `[batch, len, d_model]`, the embeddings the encodings will be added to;
             only its shape is used. `d_model` must be known and even.
-        start_index: int or scalar int tensor. Position of the first element, used by
-            incremental decoding. Defaults to 0.
+        start_index: int, scalar int tensor, or int tensor `[batch]`. Position of the first
+            element (incremental decoding), or of each row's first element (prompts of
+            different lengths: `kt.decoding.generate`). Defaults to 0.
 
     Returns:
         The encodings, `[batch, len, d_model]` in the compute dtype.
@@ -62,13 +75,13 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
             raise ValueError(
                 f"SinusoidalPositionEncoding needs an even, known d_model; got {depth}"
             )
-        positions = ops.cast(ops.arange(length) + start_index, "float32")  # (len,)
+        positions = ops.cast(position_ids(length, start_index), "float32")  # ([batch,] len)
         if self.layout == "interleaved":
             even_dims = ops.cast(ops.arange(depth) // 2 * 2, "float32")  # 0, 0, 2, 2, 4, 4...
         else:
             even_dims = ops.cast(ops.arange(depth) % (depth // 2) * 2, "float32")  # 0, 2, .. 0, 2
         inverse_wavelengths = ops.power(self.max_wavelength, -even_dims / depth)  # (d_model,)
-        angles = positions[:, None] * inverse_wavelengths[None, :]  # (len, d_model)
+        angles = positions[..., None] * inverse_wavelengths  # ([batch,] len, d_model)
         if self.layout == "interleaved":
             is_sine = ops.arange(depth) % 2 == 0
         else:
@@ -123,8 +136,11 @@ class TransformerEmbedding(keras.layers.Layer):
     Call arguments:
         inputs: int tensor `[batch, len]` of token ids or, with `reverse=True`, a float tensor
             `[batch, len, d_model]`.
-        start_index: int or scalar int tensor. Position of the first token (incremental
-            decoding). Defaults to 0.
+        start_index: int or scalar int tensor: the position of the first token (incremental
+            decoding); or int `[batch]`: each row's (left-padded prompts, whose positions
+            start at their first real token: `kt.decoding.generate`; the padding before it,
+            at negative positions, takes position 0's encoding, and a learned table's
+            positions past its end its last). Defaults to 0.
         reverse: bool. Project `[batch, len, d_model]` to logits instead of embedding ids.
             Defaults to False.
         training: bool. Whether dropout is active.
@@ -238,10 +254,12 @@ class TransformerEmbedding(keras.layers.Layer):
 
     def positions(self, x, start_index=0):
         """The position encodings `[len, d_model]` or `[batch, len, d_model]` added to the
-        embedded tokens `x [batch, len, d_model]` whose first token is at `start_index`."""
+        embedded tokens `x [batch, len, d_model]` whose first token is at `start_index`
+        (a scalar, or `[batch]`: each row's)."""
         if self.positional == "learned":
             length = ops.shape(x)[-2]
-            return self.position_embedding(ops.arange(length) + start_index)  # (len, d_model)
+            # ([batch,] len, d_model)
+            return self.position_embedding(position_ids(length, start_index, self.max_length))
         return self.position_embedding(x, start_index=start_index)
 
     def get_config(self):

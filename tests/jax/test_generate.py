@@ -1,0 +1,42 @@
+"""`kt.decoding.generate` on JAX (compiled by `jax.jit`, as every search there): each row of
+a mixed-length batch generates what it generates alone, the cached steps give the uncached
+model's log-probabilities, and seeded sampling repeats. The exhaustive checks run on
+TensorFlow (tests/test_generate.py)."""
+
+import numpy as np
+import pytest
+
+from keras_transformer.decoding import generate
+from keras_transformer.decoding.language_model import prompt_tensor
+from tests.language_models import PROMPTS, language_model, log_prob_of
+
+SHORT = {"max_new_tokens": 6}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return language_model()
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_each_row_generates_as_alone_and_as_the_uncached_model(model, method):
+    settings = {**SHORT, "method": method, "beam_size": 3, "length_penalty": 0.0}
+    ids, scores = generate(model, PROMPTS, **settings)
+    batch = prompt_tensor(PROMPTS)
+    for row in range(len(PROMPTS)):  # alone, in a batch of one of the same width: one program
+        alone_ids, alone_scores = generate(model, batch[row : row + 1], **settings)
+        np.testing.assert_array_equal(ids[row], alone_ids[0])
+        np.testing.assert_allclose(scores[row], alone_scores[0], atol=1e-5)
+    full_ids, full_scores = generate(model, PROMPTS, use_cache=False, **settings)
+    np.testing.assert_array_equal(ids, full_ids)
+    np.testing.assert_allclose(scores, full_scores, atol=1e-5)
+    np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, ids), atol=1e-4)
+
+
+def test_seeded_sampling_repeats_and_top_k_1_is_greedy(model):
+    settings = {**SHORT, "method": "sample", "top_p": 0.9, "seed": 3}
+    first, scores = generate(model, PROMPTS, **settings)
+    np.testing.assert_array_equal(generate(model, PROMPTS, **settings)[0], first)
+    np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, first), atol=1e-4)
+    greedy = generate(model, PROMPTS, **SHORT)[0]
+    np.testing.assert_array_equal(generate(model, PROMPTS, **settings, top_k=1)[0], greedy)

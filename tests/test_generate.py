@@ -1,0 +1,155 @@
+"""`kt.decoding.generate` on a decoder-only language model: each row of a batch of prompts
+of different lengths generates what it generates alone (greedy and beam, eager and under
+XLA), the cached steps give the uncached model's log-probabilities, sampling's settings,
+stop and never ids, length limits and errors. The same on JAX: tests/jax/test_generate.py.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.decoding import generate
+from keras_transformer.decoding.language_model import prompt_tensor
+from tests.language_models import PROMPTS, language_model, log_prob_of
+
+SHORT = {"max_new_tokens": 6}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return language_model()
+
+
+def _alone(model, **settings):
+    """Each prompt generated alone: `(ids, scores)` stacked."""
+    results = [generate(model, [prompt], **settings) for prompt in PROMPTS]
+    return tuple(np.concatenate([np.asarray(r[i]) for r in results]) for i in range(2))
+
+
+XLA_SETTINGS = [
+    ("greedy", {}),
+    ("beam", {"beam_size": 3}),
+    ("beam", {"beam_size": 3, "num_hypotheses": 2, "stopping": "early"}),
+]
+
+
+@pytest.mark.parametrize("method, extra", XLA_SETTINGS, ids=["greedy", "beam", "beam-n-best"])
+def test_each_row_of_a_mixed_batch_generates_what_it_generates_alone(model, method, extra):
+    settings = {**SHORT, "method": method, **extra}
+    ids, scores = generate(model, PROMPTS, **settings)
+    alone_ids, alone_scores = _alone(model, **settings)
+    np.testing.assert_array_equal(ids, alone_ids)
+    np.testing.assert_allclose(scores, alone_scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("method, extra", XLA_SETTINGS[::2], ids=["greedy", "beam-n-best"])
+def test_under_xla_with_unknown_shapes_each_row_is_as_alone(model, method, extra):
+    settings = {**SHORT, "method": method, **extra}
+    compiled = tf.function(
+        lambda prompts: generate(model, prompts, **settings),
+        jit_compile=True,
+        autograph=False,
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+    batch = prompt_tensor(PROMPTS)  # (3, 6)
+    ids, scores = compiled(tf.constant(batch))
+    # Alone, each in a batch of one of the same width (one program for the three; alone and
+    # unpadded: the eager test above).
+    alone = [compiled(tf.constant(batch[row : row + 1])) for row in range(len(PROMPTS))]
+    np.testing.assert_array_equal(ids, np.concatenate([a[0] for a in alone]))
+    np.testing.assert_allclose(scores, np.concatenate([a[1] for a in alone]), atol=1e-5)
+    eager_ids, eager_scores = generate(model, PROMPTS, **settings)
+    np.testing.assert_array_equal(ids, eager_ids)
+    np.testing.assert_allclose(scores, eager_scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_cached_steps_give_the_uncached_models_log_probabilities(model, method):
+    settings = {**SHORT, "method": method, "beam_size": 3, "length_penalty": 0.0}
+    ids, scores = generate(model, PROMPTS, **settings)
+    full_ids, full_scores = generate(model, PROMPTS, use_cache=False, **settings)
+    np.testing.assert_array_equal(ids, full_ids)
+    np.testing.assert_allclose(scores, full_scores, atol=1e-5)
+    # And the user's own model, called on each prompt + continuation alone, without padding.
+    np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, ids), atol=1e-4)
+
+
+def test_a_ragged_tensor_a_padded_array_and_wider_padding_give_the_same(model):
+    ids, _ = generate(model, PROMPTS, **SHORT)
+    ragged = tf.ragged.constant(PROMPTS, dtype=tf.int32)
+    np.testing.assert_array_equal(generate(model, ragged, **SHORT)[0], ids)
+    wider = np.pad(prompt_tensor(PROMPTS), [[0, 0], [0, 3]])
+    np.testing.assert_array_equal(generate(model, wider, **SHORT)[0], ids)
+
+
+def test_sampling_is_seeded_ignores_padding_and_narrows_to_greedy(model):
+    settings = {**SHORT, "method": "sample", "seed": 7}
+    first, scores = generate(model, PROMPTS, **settings)
+    np.testing.assert_array_equal(generate(model, PROMPTS, **settings)[0], first)
+    wider = np.pad(prompt_tensor(PROMPTS), [[0, 0], [0, 2]])
+    np.testing.assert_array_equal(generate(model, wider, **settings)[0], first)
+    np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, first), atol=1e-4)
+    greedy, _ = generate(model, PROMPTS, **SHORT)
+    for narrow in ({"top_k": 1}, {"top_p": 1e-6}, {"temperature": 1e-4}):
+        np.testing.assert_array_equal(generate(model, PROMPTS, **settings, **narrow)[0], greedy)
+    draws = {tuple(np.asarray(generate(model, PROMPTS, **SHORT, method="sample", seed=s)[0])[0])
+             for s in range(6)}  # fmt: skip
+    assert len(draws) > 1
+
+
+def test_top_p_samples_only_from_the_nucleus(model):
+    # At the first step of prompt 0: the fewest likeliest tokens holding 60% of the mass.
+    log_probs = np.asarray(keras.ops.log_softmax(model(np.array([PROMPTS[0]]))[0, -1]))
+    order = np.argsort(-log_probs)
+    mass = np.cumsum(np.exp(log_probs[order]))
+    nucleus = set(order[: int(np.searchsorted(mass, 0.6)) + 1].tolist())
+    firsts = {
+        int(np.asarray(generate(model, [PROMPTS[0]], max_new_tokens=1, method="sample",
+                                top_p=0.6, seed=s)[0])[0, 0])
+        for s in range(24)
+    }  # fmt: skip
+    assert firsts <= nucleus and len(nucleus) > 1
+
+
+def test_stop_ids_end_a_row_and_never_ids_are_never_generated(model):
+    ids = np.asarray(generate(model, PROMPTS, **SHORT, stop_ids=())[0])
+    assert (ids != 0).all()  # no stop token: every row runs to its limit
+    stop = int(ids[0, 2])
+    stopped = np.asarray(generate(model, PROMPTS, **SHORT, stop_ids=(stop, 99))[0])
+    for row, full in zip(stopped, ids, strict=True):
+        hits = np.flatnonzero(full == stop)
+        end = hits[0] + 1 if hits.size else len(full)
+        np.testing.assert_array_equal(row[:end], full[:end])
+        assert (row[end:] == 0).all()
+    banned = tuple(int(i) for i in np.unique(ids))
+    avoided = np.asarray(generate(model, PROMPTS, **SHORT, never_ids=banned, stop_ids=())[0])
+    assert not np.isin(avoided, banned).any() and (avoided != 0).all()
+
+
+def test_a_row_ends_where_the_positions_end(model):
+    # max_length 16: the 9-token prompt has room for 7 tokens, the others for all 10.
+    long_prompt = [2, *range(10, 18)]
+    ids, _ = generate(model, [long_prompt, PROMPTS[1]], max_new_tokens=10, stop_ids=())
+    assert (np.asarray(ids) != 0).sum(axis=1).tolist() == [7, 10]
+    with pytest.raises(ValueError, match="leave no room under the embedding's max_length=16"):
+        generate(model, [list(range(2, 18))], max_new_tokens=1)
+
+
+def test_bad_models_prompts_and_settings_are_refused(model):
+    translator = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=20))
+    with pytest.raises(ValueError, match="has encoder-decoder attention.*greedy_search"):
+        generate(translator, PROMPTS)
+    with pytest.raises(ValueError, match="prompt 1 has a token after padding"):
+        generate(model, [[2, 5, 0], [2, 0, 6]])
+    with pytest.raises(ValueError, match="prompt 0 has no token"):
+        generate(model, [[], [2, 5]])
+    with pytest.raises(ValueError, match="method='nucleus' must be one of"):
+        generate(model, PROMPTS, method="nucleus")
+    with pytest.raises(ValueError, match="top_p=0 must be in"):
+        generate(model, PROMPTS, method="sample", top_p=0)
+    with pytest.raises(ValueError, match="max_new_tokens=0 must be >= 1"):
+        generate(model, PROMPTS, max_new_tokens=0)
+    with pytest.raises(ValueError, match="beam_size=0"):
+        generate(model, PROMPTS, method="beam", beam_size=0)
