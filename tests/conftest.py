@@ -91,6 +91,61 @@ def reversal_model(tmp_path_factory, worker_id):
     )
 
 
+@pytest.fixture(scope="session")
+def tiny_export(tmp_path_factory, worker_id):
+    """An untrained tiny model (seed 3, the bundled vocabulary, max_length 24) and its
+    SavedModel, exported with the defaults as `trainers.export` traces them (speed switch on;
+    for tests/test_export.py, which holds its translations to the library's, and
+    tests/test_example_serve_client.py): `(model, directory, version, calls)`, `calls` the
+    searches its tracing called, as (name, stopping) pairs. Exported once for the whole run:
+    an export traces each signature twice (about a minute)."""
+    import json
+    from pathlib import Path
+
+    import keras_transformer as kt
+    from keras_transformer import decoding, export
+    from tests import bible
+
+    def make():
+        keras.utils.set_random_seed(3)
+        config = kt.TransformerConfig.preset(
+            "tiny", vocab_size=bible.vocabularies().target.vocabulary_size(), max_length=24
+        )
+        model = kt.build_transformer(config)
+        directory = tmp_path_factory.mktemp("saved_models") / "tiny"
+        calls = []
+
+        def recorded(search):
+            def call(*args, **kwargs):
+                calls.append((search.__name__, kwargs.get("stopping")))
+                return search(*args, **kwargs)
+
+            return call
+
+        with pytest.MonkeyPatch.context() as patch, kt.fast.switched(True):
+            for name in ("beam_search", "translate_ids"):
+                patch.setattr(export.savedmodel.decoding, name, recorded(getattr(decoding, name)))
+            version = export.export_saved_model(
+                model, bible.vocabularies(), directory, manifest={"note": "test"}
+            )
+        return model, directory, version, calls
+
+    def save(result, path):
+        model, directory, version, calls = result
+        path.mkdir()
+        model.save(path / "model.keras")
+        record = {"directory": str(directory), "version": str(version), "calls": calls}
+        (path / "export.json").write_text(json.dumps(record))
+
+    def load(path):
+        record = json.loads((path / "export.json").read_text())
+        calls = [tuple(call) for call in record["calls"]]
+        model = keras.saving.load_model(path / "model.keras")
+        return model, Path(record["directory"]), Path(record["version"]), calls
+
+    return shared(tmp_path_factory, worker_id, "tiny_export", make, save, load)
+
+
 def shared(tmp_path_factory, worker_id, name: str, make, save, load):
     """`make()`'s result once for the whole run: under pytest-xdist the first worker that
     needs it makes and saves it, the others load it (pytest-xdist's recipe for a session

@@ -16,7 +16,6 @@ import json
 import re
 import threading
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -155,18 +154,10 @@ def test_grpc_outputs_parse():
 
 
 @pytest.fixture(scope="module")
-def saved_model(tmp_path_factory):
-    """An untrained tiny model exported as `trainers.export` does (greedy, to export fast)."""
-    keras.utils.set_random_seed(3)
-    vocabularies = bible.vocabularies()
-    config = kt.TransformerConfig.preset(
-        "tiny", vocab_size=vocabularies.target.vocabulary_size(), max_length=24
-    )
-    directory = tmp_path_factory.mktemp("saved_models") / MODEL
-    version = kt.export.export_saved_model(
-        kt.build_transformer(config), vocabularies, directory, beam_size=1
-    )
-    return tf.saved_model.load(str(version))
+def saved_model(tiny_export):
+    """An untrained tiny model exported as `trainers.export` does (conftest's `tiny_export`,
+    shared with tests/test_export.py), named MODEL, loaded."""
+    return tf.saved_model.load(str(tiny_export[2]))
 
 
 def _from_json(value):

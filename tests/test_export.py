@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,6 +18,7 @@ import keras_transformer as kt
 from keras_transformer import decoding, evaluation, export
 from keras_transformer.export.savedmodel import decode_sorted_in_chunks, pad_to_bucket
 from tests import bible
+from tests.cli import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -27,37 +27,17 @@ SENTENCES = ["In the beginning God created the heavens.", "Amen.", "And God said
 
 
 @pytest.fixture(scope="module")
-def model():
-    keras.utils.set_random_seed(3)
-    config = kt.TransformerConfig.preset(
-        "tiny", vocab_size=bible.vocabularies().target.vocabulary_size(), max_length=MAX_LENGTH
-    )
-    return kt.build_transformer(config)
+def model(tiny_export):
+    """The untrained tiny model of conftest's `tiny_export` (max_length MAX_LENGTH)."""
+    return tiny_export[0]
 
 
 @pytest.fixture(scope="module")
-def traced_export(model, tmp_path_factory):
-    """The model exported with the defaults: (directory, version, the searches its tracing
-    called, as (name, stopping) pairs)."""
-    directory = tmp_path_factory.mktemp("saved_models") / "tiny"
-    calls = []
-
-    def recorded(search):
-        def call(*args, **kwargs):
-            calls.append((search.__name__, kwargs.get("stopping")))
-            return search(*args, **kwargs)
-
-        return call
-
-    # With the speed switch, as trainers.export traces it by default: the tests below hold
-    # its translations to the library's, traced with the switch off.
-    with pytest.MonkeyPatch.context() as patch, kt.fast.switched(True):
-        for name in ("beam_search", "translate_ids"):
-            patch.setattr(export.savedmodel.decoding, name, recorded(getattr(decoding, name)))
-        version = export.export_saved_model(
-            model, bible.vocabularies(), directory, manifest={"note": "test"}
-        )
-    return directory, version, calls
+def traced_export(tiny_export):
+    """The model exported with the defaults, as `trainers.export` traces it (speed switch
+    on: the tests below hold its translations to the library's, traced with the switch off):
+    (directory, version, the searches its tracing called, as (name, stopping) pairs)."""
+    return tiny_export[1:]
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +77,11 @@ def test_layout_and_manifest(exported, model, loaded):
 
 
 def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
-    exported, model, monkeypatch
+    exported, model, monkeypatch, tmp_path
 ):
-    directory, first = exported
+    directory = tmp_path / "tiny"  # a copy: the session's export stays as it was made
+    shutil.copytree(exported[0], directory)
+    first = directory / "1"
 
     class Rewrite:
         """Writes the fixture's SavedModel again (tracing is the fixture's, tested above)."""
@@ -420,18 +402,15 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     directory, _ = exported
     lines = b"Amen.\n\xff\xfe not UTF-8\n\nGod said.\r\nA fifth\rline.\nGod said.\n"
     (tmp_path / "in.txt").write_bytes(lines)
-    result = _cli(
-        sys.executable,
-        "-m",
+    result = run_main(
         "trainers.translate",
         "--saved-model",
-        str(directory),
+        directory,
         "--input",
-        str(tmp_path / "in.txt"),
+        tmp_path / "in.txt",
         "--batch-size",
         "2",
     )
-    assert result.returncode == 0, result.stderr[-2000:]
     translations = result.stdout.split("\n")[:-1]
     assert len(translations) == 6
     assert translations[3] == translations[5]  # "God said." with and without "\\r"
@@ -450,23 +429,21 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
 
 def test_translate_cli_n_best(exported):
     directory, _ = exported
-    translate = (sys.executable, "-m", "trainers.translate", "--model", str(directory))
-    result = _cli(*translate, "--n-best", "3", input="Amen.\nGod said.\n")
-    assert result.returncode == 0, result.stderr[-2000:]
+    translate = ("trainers.translate", "--model", directory)
+    result = run_main(*translate, "--n-best", "3", stdin=b"Amen.\nGod said.\n")
     lines = [line.split(" ||| ") for line in result.stdout.splitlines()]
     assert [line[0] for line in lines] == ["0", "0", "0", "1", "1", "1"]
     for first in (lines[:3], lines[3:]):
         scores = [float(line[2]) for line in first]
         assert scores == sorted(scores, reverse=True)
-    too_many = _cli(*translate, "--n-best", "5", "--input", os.devnull)
-    assert too_many.returncode == 0  # no input line: nothing asked of the model
-    too_many = _cli(*translate, "--n-best", "5", input="Amen.\n")
+    run_main(*translate, "--n-best", "5", "--input", os.devnull)  # nothing asked of the model
+    too_many = run_main(*translate, "--n-best", "5", stdin=b"Amen.\n", check=False)
     assert too_many.returncode == 2
     assert "--n-best 5: the SavedModel keeps 4 hypotheses" in too_many.stderr
 
 
 def test_translate_cli_reports_a_missing_export(tmp_path):
-    result = _cli(sys.executable, "-m", "trainers.translate", "--saved-model", str(tmp_path))
+    result = run_main("trainers.translate", "--saved-model", tmp_path, check=False)
     assert result.returncode == 2 and "no saved_model.pb, no version folder" in result.stderr
 
 
@@ -481,15 +458,8 @@ def test_translate_cli_reports_a_missing_export(tmp_path):
     ],
 )
 def test_export_cli_refuses_options_of_the_other_format(tmp_path, options, message):
-    result = _cli(
-        sys.executable,
-        "-m",
-        "trainers.export",
-        "--model-dir",
-        str(tmp_path),
-        "--out",
-        str(tmp_path / "out"),
-        *options,
+    result = run_main(
+        "trainers.export", "--model-dir", tmp_path, "--out", tmp_path / "out", *options, check=False
     )
     assert result.returncode == 2
     assert message in result.stderr

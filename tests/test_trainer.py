@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli import run_main
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "bible-en-es"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
@@ -200,14 +202,18 @@ def test_training_writes_the_run_and_its_summary(trained):
 def test_the_same_command_again_does_not_retrain(trained):
     model_dir, config, _ = trained
     before = (model_dir / "model.keras").stat().st_mtime_ns
-    result = train_cli(config, model_dir)
+    # In this process: the run is found finished before anything process-wide is set.
+    result = run_main("trainers.train", "--config", config, "--model-dir", model_dir)
     assert "already holds this run, trained for 40 steps" in result.stdout
     assert (model_dir / "model.keras").stat().st_mtime_ns == before
 
 
 def test_another_experiment_in_the_same_directory_is_refused(trained):
     model_dir, config, _ = trained
-    result = train_cli(config, model_dir, "--set", "model.d_ff=256", check=False)
+    result = run_main(  # in this process: refused before anything process-wide is set
+        "trainers.train", "--config", config, "--model-dir", model_dir, "--set",
+        "model.d_ff=256", check=False,
+    )  # fmt: skip
     assert result.returncode == 2
     assert "belongs to another experiment (model.d_ff: 512 there, 256 here)" in result.stderr
 
@@ -218,7 +224,7 @@ def test_averaging_the_last_checkpoints(trained):
     import keras_transformer  # noqa: F401
 
     model_dir, _, _ = trained
-    run("-m", "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "2")
+    run_main("trainers.average_checkpoints", "--model-dir", model_dir, "--last", "2")
     averaged = keras.saving.load_model(model_dir / "model.averaged.keras")
     checkpoints = []
     for name in ("ckpt-00000020.weights.h5", "ckpt-00000040.weights.h5"):
@@ -227,8 +233,8 @@ def test_averaging_the_last_checkpoints(trained):
     averaged = keras.saving.load_model(model_dir / "model.averaged.keras")
     for weight, first, second in zip(averaged.weights, *checkpoints, strict=True):
         np.testing.assert_allclose(weight.numpy(), (first + second) / 2, rtol=1e-6, atol=1e-7)
-    result = run(
-        "-m", "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "3", check=False
+    result = run_main(
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "3", check=False
     )
     assert result.returncode == 2 and "has 2 checkpoints; --last 3 needs that many" in result.stderr
 
@@ -239,8 +245,7 @@ def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
     from tests import bible
 
     model_dir, _, _ = trained
-    result = run(
-        "-m",
+    result = run_main(
         "trainers.evaluate",
         "--model-dir",
         model_dir,
@@ -271,8 +276,7 @@ def test_evaluate_own_files(trained, tmp_path):
     model_dir, _, _ = trained
     (tmp_path / "src.txt").write_text("God said.\nAmen.\n")
     (tmp_path / "ref.txt").write_text("Dijo Dios.\nAmén.\n")
-    result = run(
-        "-m",
+    result = run_main(
         "trainers.evaluate",
         "--model-dir",
         model_dir,
@@ -293,7 +297,7 @@ def test_evaluate_own_files(trained, tmp_path):
 def test_export_then_translate_through_the_saved_model(trained, tmp_path):
     model_dir, _, _ = trained
     out = tmp_path / "saved_models" / "slice"
-    run("-m", "trainers.export", "--model-dir", model_dir, "--out", out, "--stopping", "early")
+    run_main("trainers.export", "--model-dir", model_dir, "--out", out, "--stopping", "early")
     manifest = json.loads((out / "1" / "assets.extra" / "manifest.json").read_text())
     assert manifest["decoding"]["stopping"] == "early"
     assert manifest["decoding"]["length_penalty"] == 0.8  # the directory's decoding section
@@ -309,8 +313,7 @@ def test_export_then_translate_through_the_saved_model(trained, tmp_path):
         "A fourth line.",
     ]
     (tmp_path / "input.txt").write_text("\n".join(lines) + "\n")
-    result = run(
-        "-m",
+    result = run_main(
         "trainers.translate",
         "--saved-model",
         out,
@@ -331,8 +334,7 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
 
     model_dir, _, _ = trained
     out = tmp_path / "attention.png"
-    result = run(
-        "-m",
+    result = run_main(
         "trainers.visualize",
         "--model-dir",
         model_dir,
@@ -348,8 +350,7 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
     # A 2 x 2 grid of heat maps, each sized by the longer of the two piece sequences.
     side = int(2 * (0.28 * max(int(target), int(source)) + 2) * 100)
     assert matplotlib.image.imread(out).shape == (side, side, 4)
-    result = run(
-        "-m",
+    result = run_main(
         "trainers.visualize",
         "--model-dir",
         model_dir,

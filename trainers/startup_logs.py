@@ -112,8 +112,8 @@ def filtered_stderr(level: int):
         finally:
             sys.stderr.flush()
             os.dup2(terminal, 2)
-            if faulthandler_was_on:
-                faulthandler.enable()
+            if faulthandler_was_on:  # on descriptor 2: `sys.stderr` may have none (Jupyter)
+                faulthandler.enable(file=2)
             else:
                 faulthandler.disable()
             os.close(terminal)
