@@ -17,10 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
 import sys
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -31,7 +28,9 @@ import numpy as np  # noqa: E402
 import keras_transformer as kt  # noqa: E402
 from benchmarks.synthetic import (  # noqa: E402
     PRESET_VOCAB,
+    peer_record,
     synthetic_batch,
+    timed,
     train_flops_per_token,
 )
 
@@ -61,16 +60,6 @@ def compiled(function):
     return tf.function(function, jit_compile=True)
 
 
-def timed(step, args):
-    times = []
-    for index in range(args.warmup + args.steps):
-        started = time.perf_counter()
-        result = step()
-        if index >= args.warmup:
-            times.append(time.perf_counter() - started)
-    return times, result
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     keras.utils.set_random_seed(0)
@@ -89,7 +78,7 @@ def main(argv=None) -> int:
             loss=kt.losses.LabelSmoothedCrossEntropy(),
             jit_compile=True,
         )
-        times, _ = timed(lambda: model.train_on_batch(x, y), args)
+        times, _ = timed(lambda: model.train_on_batch(x, y), args.warmup, args.steps)
         tokens = int((y != 0).sum())
     else:
         source = x["source_ids"]
@@ -104,33 +93,28 @@ def main(argv=None) -> int:
                     model, s, beam_size=args.beam_size, max_extra_length=max(extra, 0)
                 )
             )
-        times, ids = timed(lambda: keras.ops.convert_to_numpy(search(source)[0]), args)
-        tokens = int((np.asarray(ids) != 0).sum())
-    step_s = statistics.median(times)
-    print(
-        json.dumps(
-            {
-                "impl": f"keras_transformer[{BACKEND}]",
-                "preset": args.preset,
-                "mode": args.mode,
-                "params": model.count_params(),
-                "batch_size": args.batch_size,
-                "src_len": args.src_len,
-                "tgt_len": args.tgt_len,
-                "jit_compile": True,
-                "cache": args.mode != "train",
-                "step_ms_median": round(step_s * 1e3, 2),
-                "step_ms_min": round(min(times) * 1e3, 2),
-                "tokens_per_s": round(tokens / step_s, 1),
-                "sentences_per_s": round(args.batch_size / step_s, 1),
-                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-                "train_gflops_per_token": round(
-                    train_flops_per_token(config, args.src_len, args.tgt_len) / 1e9, 4
-                ),
-                "tensorflow_imported": "tensorflow" in sys.modules,
-            }
+        times, ids = timed(
+            lambda: keras.ops.convert_to_numpy(search(source)[0]), args.warmup, args.steps
         )
+        tokens = int((np.asarray(ids) != 0).sum())
+    record = peer_record(
+        times,
+        tokens,
+        impl=f"keras_transformer[{BACKEND}]",
+        preset=args.preset,
+        mode=args.mode,
+        params=model.count_params(),
+        batch_size=args.batch_size,
+        src_len=args.src_len,
+        tgt_len=args.tgt_len,
+        jit_compile=True,
+        cache=args.mode != "train",
     )
+    record["train_gflops_per_token"] = round(
+        train_flops_per_token(config, args.src_len, args.tgt_len) / 1e9, 4
+    )
+    record["tensorflow_imported"] = "tensorflow" in sys.modules
+    print(json.dumps(record))
     return 0
 
 

@@ -19,10 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
 import sys
-import time
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -31,6 +28,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
+from benchmarks.synthetic import peer_record, timed  # noqa: E402
 
 BACKEND = keras.config.backend()
 
@@ -89,34 +87,22 @@ def main(argv=None) -> int:
             autograph=False,
         )
         run = lambda: keras.ops.convert_to_numpy(compiled(tf.constant(prompts))[0])  # noqa: E731
-    times = []
-    for index in range(args.warmup + args.steps):
-        started = time.perf_counter()
-        ids = run()
-        if index >= args.warmup:
-            times.append(time.perf_counter() - started)
+    times, ids = timed(run, args.warmup, args.steps)
     tokens = int((np.asarray(ids) != 0).sum())
-    step_s = statistics.median(times)
-    print(
-        json.dumps(
-            {
-                "impl": f"keras_transformer[{BACKEND}]",
-                "preset": args.preset,
-                "mode": f"generate-{args.mode}",
-                "params": model.count_params(),
-                "batch_size": args.batch_size,
-                "src_len": args.src_len,
-                "tgt_len": args.tgt_len,
-                "jit_compile": True,
-                "cache": args.cache == "on",
-                "step_ms_median": round(step_s * 1e3, 2),
-                "step_ms_min": round(min(times) * 1e3, 2),
-                "tokens_per_s": round(tokens / step_s, 1),
-                "sentences_per_s": round(args.batch_size / step_s, 1),
-                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            }
-        )
+    record = peer_record(
+        times,
+        tokens,
+        impl=f"keras_transformer[{BACKEND}]",
+        preset=args.preset,
+        mode=f"generate-{args.mode}",
+        params=model.count_params(),
+        batch_size=args.batch_size,
+        src_len=args.src_len,
+        tgt_len=args.tgt_len,
+        jit_compile=True,
+        cache=args.cache == "on",
     )
+    print(json.dumps(record))
     return 0
 
 

@@ -1,5 +1,10 @@
 """What the benchmarks share, on any backend (benchmarks/gpu.py runs where only JAX is
-installed): the peer's preset vocabularies, its synthetic batches, and its FLOPs count."""
+installed): the peer's preset vocabularies, its synthetic batches, its FLOPs count, and its
+JSON record."""
+
+import resource
+import statistics
+import time
 
 import numpy as np
 
@@ -27,3 +32,31 @@ def train_flops_per_token(config, src_len, tgt_len) -> float:
         2 * (8 * d**2 + 2 * d * ff) + 4 * tgt_len * d + 4 * src_len * d
     )
     return 3 * (enc * src_len / tgt_len + dec + 2 * d * vocab)
+
+
+def peer_record(times: list[float], tokens: int, **fields) -> dict:
+    """The peer's JSON record of timed steps (seconds) that each handled `tokens` tokens:
+    `fields` (impl, preset, mode, params, batch_size, src_len, tgt_len, jit_compile, cache,
+    and any of a benchmark's own), then the step times, tokens/s, sentences/s and the
+    process's peak resident memory."""
+    step_s = statistics.median(times)
+    return {
+        **fields,
+        "step_ms_median": round(step_s * 1e3, 2),
+        "step_ms_min": round(min(times) * 1e3, 2),
+        "tokens_per_s": round(tokens / step_s, 1),
+        "sentences_per_s": round(fields["batch_size"] / step_s, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
+def timed(step, warmup: int, steps: int) -> tuple:
+    """`step()` called `warmup` times untimed (compilation), then `steps` times timed:
+    `(seconds of each timed call, the last call's result)`."""
+    times, result = [], None
+    for index in range(warmup + steps):
+        started = time.perf_counter()
+        result = step()
+        if index >= warmup:
+            times.append(time.perf_counter() - started)
+    return times, result
