@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     train = tf.data.Dataset.from_tensor_slices((encode(tokenizer, texts, args.max_length), labels))
     train = train.shuffle(len(texts), seed=args.seed).repeat().batch(args.batch_size)
-    model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=2)
+    model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=2, shuffle=False)  # it shuffles
 
     majority = int(np.bincount(labels).argmax())  # the baseline's answer, from training
     figures = {"train_verses": len(texts), "vocab_size": tokenizer.vocabulary_size()}
