@@ -219,3 +219,26 @@ def test_decoder_only_and_encoder_decoder_refuse_the_other_call():
         translation(TARGET)
     with pytest.raises(ValueError, match="needs encoder_output"):
         translation.init_cache(length=4, batch_size=2)
+
+
+@pytest.mark.parametrize("cls", [layers.DecoderLayer, layers.Decoder])
+def test_a_cached_left_padded_row_gives_what_it_gives_alone(cls):
+    # Decoder-only: row 1 is row 0's first 3 positions after 2 padding slots, which the
+    # mask over the cache's slots hides (kt.decoding.generate's left padding).
+    decoder = _decoder(cls)
+    alone = decoder(TARGET[:1, :3])  # (1, 3, d): the full call, no padding
+    padded = np.stack([TARGET[0], np.concatenate([np.zeros((2, 16)), TARGET[0, :3]])])
+    padded = padded.astype("float32")  # (2, 5, d)
+    real = np.array([[True] * 5, [False] * 2 + [True] * 3])
+    cache = decoder.init_cache(length=6, batch_size=2)
+    prefix, cache, _ = decoder.forward(
+        padded[:, :4], padding_mask=np.pad(real[:, :4], [[0, 0], [0, 2]]), cache=cache,
+        cache_index=0,
+    )  # fmt: skip
+    last, cache, _ = decoder.forward(
+        padded[:, 4:], padding_mask=np.pad(real, [[0, 0], [0, 1]]), cache=cache, cache_index=4
+    )
+    np.testing.assert_allclose(ops.concatenate([prefix, last], 1)[1, 2:], alone[0], atol=1e-5)
+    np.testing.assert_allclose(
+        ops.concatenate([prefix, last], 1)[0], decoder(TARGET[:1])[0], atol=1e-5
+    )
