@@ -1,6 +1,6 @@
 """README's "Using the library" walkthrough runs as written: its code block, in a fresh
-process, from a folder that has the bundled corpus (with fewer steps and dev sentences and no
-XLA, the only edits, so that it takes seconds rather than minutes)."""
+process, from a folder that has the bundled corpus (with fewer steps, dev batches and dev
+sentences and no XLA, the only edits, so that it takes seconds rather than minutes)."""
 
 import os
 import re
@@ -12,11 +12,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKER = {  # text in the block -> the test's: fewer steps, no XLA (it would compile each
-    # length bucket of so short a run), fewer dev sentences
+    # length bucket of so short a run), fewer dev sentences, two dev batches for validation
     "epochs=2, steps_per_epoch=100": "epochs=1, steps_per_epoch=20",
     "metrics=[kt.metrics.MaskedAccuracy()],": "metrics=[kt.metrics.MaskedAccuracy()],"
     " jit_compile=False,",
     "dev.sources[:50]), dev.targets[:50]": "dev.sources[:5]), dev.targets[:5]",
+    "validation_data=dev_set)": "validation_data=dev_set.take(2))",
 }
 
 
