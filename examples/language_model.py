@@ -120,10 +120,7 @@ def continue_prompts(
         [*prompt, *(int(t) for t in row if t != 0)]
         for prompt, row in zip(prompt_ids, np.asarray(continuations), strict=True)
     ]
-    padded = np.zeros((len(rows), max(map(len, rows))), "int32")
-    for i, row in enumerate(rows):
-        padded[i, : len(row)] = row
-    return kt.text.detokenize(tokenizer, padded)
+    return kt.text.detokenize(tokenizer, kt.decoding.language_model.prompt_tensor(rows))
 
 
 def main(argv: list[str] | None = None) -> dict:

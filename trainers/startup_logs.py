@@ -51,15 +51,14 @@ import re
 import sys
 import tempfile
 
-# Abseil's "I0000 00:00:1795580723.601126   14929 port.cc:153] ..." and TensorFlow's older
-# "2025-01-01 00:00:00.000000: I tensorflow/core/...cc:42] ...": the severity letter.
+# Abseil's "I0000 00:00:1795580723.601126   14929 port.cc:153] ...", TensorFlow's older
+# "2025-01-01 00:00:00.000000: I tensorflow/core/...cc:42] ..." and tensorflow-text's
+# SentencePiece's "normalizer.cc(51) LOG(INFO) precompiled_charsmap is ...": the severity.
 _LOG_LINE = re.compile(
-    rb"^(?:(?P<absl>[IWEF])\d{4} [\d:.]+ +\d+ |[\d-]+ [\d:.]+: (?P<tf>[IWEF]) )\S+:\d+\] "
+    rb"^(?:(?:(?P<absl>[IWEF])\d{4} [\d:.]+ +\d+ |[\d-]+ [\d:.]+: (?P<tf>[IWEF]) )\S+:\d+\] "
+    rb"|\S+\.cc\(\d+\) LOG\((?P<piece>[IWEF])(?:NFO|ARNING|RROR|ATAL)\) )"
 )
-# SentencePiece's "normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. ...".
-_SENTENCEPIECE_LINE = re.compile(rb"^\S+\.cc\(\d+\) LOG\((?P<severity>[A-Z]+)\) ")
 _SEVERITY = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
-_SENTENCEPIECE_SEVERITY = {b"INFO": 0, b"WARNING": 1, b"ERROR": 2, b"FATAL": 3}
 _ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called"
 _NO_GPU = b"failed call to cuInit"
 
@@ -78,11 +77,8 @@ def hidden(line: bytes, level: int) -> bool:
         return True
     match = _LOG_LINE.match(line)
     if match is None:
-        piece = _SENTENCEPIECE_LINE.match(line)
-        if piece is None or piece["severity"] not in _SENTENCEPIECE_SEVERITY:
-            return False
-        return _SENTENCEPIECE_SEVERITY[piece["severity"]] < min(level, _SEVERITY[b"F"])
-    severity = _SEVERITY[match["absl"] or match["tf"]]
+        return False
+    severity = _SEVERITY[match["absl"] or match["tf"] or match["piece"]]
     if severity == _SEVERITY[b"E"] and _NO_GPU in line:
         severity = _SEVERITY[b"W"]
     return severity < min(level, _SEVERITY[b"F"])

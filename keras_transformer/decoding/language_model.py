@@ -258,8 +258,7 @@ def _generate(
     rules = {"never": (PAD_ID, *never_ids), "stops": stop_ids, "force_stop": False}
     offset = width - 1  # slots written before the loop
     if method == "beam":
-        n_best = 1 if num_hypotheses is None else num_hypotheses
-        finished_ids, finished_scores = search._beam(
+        return search._beam(
             step,
             cache,
             limits,
@@ -269,13 +268,10 @@ def _generate(
             length_penalty=length_penalty,
             finish_rule=finish_rule,
             stopping=stopping,
-            n_best=n_best,
+            num_hypotheses=num_hypotheses,
             offset=offset,
             **rules,
         )
-        if num_hypotheses is None:
-            return finished_ids[:, 0, 1:], finished_scores[:, 0]
-        return finished_ids[:, :n_best, 1:], finished_scores[:, :n_best]
     if method == "sample":
         choose = search.sampling_choice(temperature, top_k, top_p, seed, embedding.vocab_size)
     else:
@@ -297,8 +293,8 @@ def _language_model_decoder(embedding, decoder, left, pads, copies, max_len, use
     offset = width - 1
     pads_n = ops.repeat(pads, copies, axis=0)  # (n,)
 
-    def real_slots(length):  # (n, length): False at each row's padding
-        return ops.arange(length, dtype="int32")[None, :] >= pads_n[:, None]
+    def real_slots(length, pads=pads_n):  # (rows, length): False at each row's padding
+        return ops.arange(length, dtype="int32")[None, :] >= pads[:, None]
 
     if not use_cache:
         left_n = ops.repeat(left, copies, axis=0)  # (n, width)
@@ -316,7 +312,7 @@ def _language_model_decoder(embedding, decoder, left, pads, copies, max_len, use
     cache = decoder.init_cache(length=offset + search._phase_lengths(max_len)[0], batch_size=batch)
     if not (isinstance(width, int) and width == 1):  # the prompt but its last token
         x = embedding(left[:, :-1], start_index=-pads, training=False)
-        mask = ops.arange(cache.length, dtype="int32")[None, :] >= pads[:, None]
+        mask = real_slots(cache.length, pads)
         _, cache, _ = decoder.forward(
             x, padding_mask=mask, cache=cache, cache_index=0, training=False
         )

@@ -189,28 +189,24 @@ def beam_search(
     >>> ids.shape, scores.shape  # out_len = src_len + 50
     (TensorShape([2, 54]), TensorShape([2]))
     """
-    n_best = _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses)
+    _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses)
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
-    batch = _batch_size(source_ids)
     # Rows of the decoder are hypotheses, sentence-major: hypothesis j of sentence b is row
     # b * k + j.
     step, cache = _decoder(model, source_ids, beam_size, max_len, use_cache)
-    finished_ids, finished_scores = _beam(
+    return _beam(
         step,
         cache,
         limits,
-        _start_ids(batch, max_len, bos_id),
+        _start_ids(_batch_size(source_ids), max_len, bos_id),
         beam_size=beam_size,
         vocab=model.config.target_vocab,
         length_penalty=length_penalty,
         finish_rule=finish_rule,
         stopping=stopping,
-        n_best=n_best,
+        num_hypotheses=num_hypotheses,
         **_translation(bos_id, eos_id),
     )
-    if num_hypotheses is None:
-        return finished_ids[:, 0, 1:], finished_scores[:, 0]
-    return finished_ids[:, :n_best, 1:], finished_scores[:, :n_best]
 
 
 def translate_ids(
@@ -349,7 +345,7 @@ def _beam(
     length_penalty,
     finish_rule,
     stopping,
-    n_best,
+    num_hypotheses,
     never,
     stops,
     force_stop,
@@ -358,9 +354,10 @@ def _beam(
     """Beam search's loop (see `beam_search`) over `step` on `batch * beam_size` rows,
     sentence-major, from `start_ids` `[batch, max_len + 1]`. A hypothesis ends with a token
     of `stops`, or at its row's limit (with a stop token there when `force_stop`).
-    Returns `(finished_ids [batch, beam, max_len + 1], finished_scores [batch, beam])`, best
-    first, the start token included."""
+    Returns what `beam_search` returns: each row's best `(ids [batch, max_len], scores
+    [batch])`, or with `num_hypotheses=n` its n best `([batch, n, max_len], [batch, n])`."""
     k = beam_size
+    n_best = 1 if num_hypotheses is None else num_hypotheses
     batch, max_len = ops.shape(start_ids)[0], ops.shape(start_ids)[1] - 1
     first_row = ops.arange(batch, dtype="int32")[:, None] * k  # (batch, 1)
 
@@ -414,11 +411,13 @@ def _beam(
         body, state, cache, max_len, finished=lambda state: state[-1], offset=offset
     )
     _, _, finished_ids, finished_scores, _ = state
-    return finished_ids, finished_scores
+    if num_hypotheses is None:
+        return finished_ids[:, 0, 1:], finished_scores[:, 0]
+    return finished_ids[:, :n_best, 1:], finished_scores[:, :n_best]
 
 
-def _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses) -> int:
-    """Checks beam search's settings; returns the number of hypotheses it must finish."""
+def _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses) -> None:
+    """Checks beam search's settings."""
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1")
     if not length_penalty >= 0:
@@ -433,7 +432,6 @@ def _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses
             f"num_hypotheses={num_hypotheses!r} must be None or an integer from 1 to "
             f"beam_size={beam_size}"
         )
-    return n_best
 
 
 def greedy_choice(log_probs, t):
