@@ -83,27 +83,23 @@ def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
     shutil.copytree(exported[0], directory)
     first = directory / "1"
 
-    class Rewrite:
+    def rewrite(path, *args):
         """Writes the fixture's SavedModel again (tracing is the fixture's, tested above)."""
+        shutil.copytree(first, path, ignore=shutil.ignore_patterns("assets.extra"))
 
-        def write_out(self, path, **kwargs):
-            shutil.copytree(first, path, ignore=shutil.ignore_patterns("assets.extra"))
-
-    monkeypatch.setattr(export.savedmodel, "make_export_archive", lambda *a, **k: Rewrite())
+    monkeypatch.setattr(export.savedmodel, "write_saved_model", rewrite)
     second = export.export_saved_model(model, bible.vocabularies(), directory)
     assert second.name == "2" and (second / "assets.extra" / export.MANIFEST).exists()
     with pytest.raises(FileExistsError, match="versions are never overwritten"):
         export.export_saved_model(model, bible.vocabularies(), directory, version=1)
 
-    class HalfWritten:
+    def half_written(path, *args):
         """Writes part of a SavedModel, then fails, as a full disk would."""
+        Path(path).mkdir()
+        (Path(path) / "saved_model.pb").write_bytes(b"partial")
+        raise OSError("No space left on device")
 
-        def write_out(self, path, **kwargs):
-            Path(path).mkdir()
-            (Path(path) / "saved_model.pb").write_bytes(b"partial")
-            raise OSError("No space left on device")
-
-    monkeypatch.setattr(export.savedmodel, "make_export_archive", lambda *a, **k: HalfWritten())
+    monkeypatch.setattr(export.savedmodel, "write_saved_model", half_written)
     with pytest.raises(OSError, match="No space left"):
         export.export_saved_model(model, bible.vocabularies(), directory)
     assert sorted(p.name for p in directory.iterdir()) == ["1", "2"]  # no temporary left

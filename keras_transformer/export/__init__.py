@@ -15,8 +15,9 @@ import importlib
 from keras_transformer.export.savedmodel import (
     MANIFEST,
     export_saved_model,
-    make_export_archive,
     next_version,
+    translation_endpoints,
+    write_saved_model,
 )
 
 
@@ -27,4 +28,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["MANIFEST", "ctranslate2", "export_saved_model", "make_export_archive", "next_version"]
+__all__ = [
+    "MANIFEST",
+    "ctranslate2",
+    "export_saved_model",
+    "next_version",
+    "translation_endpoints",
+    "write_saved_model",
+]
