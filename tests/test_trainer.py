@@ -425,7 +425,10 @@ def test_a_bad_corpus_fails_before_anything_is_written(tmp_path):
     bad.write_bytes(b"en\tes\nGod said.\tDijo Dios.\nAmen\xff.\tAmen.\n")
     config = tmp_path / "bad.yaml"
     config.write_text(f"model: {{preset: tiny}}\ndata: {{train: {bad}, vocab_size: 300}}\n")
-    result = train_cli(config, tmp_path / "model", check=False)
+    # In this process: refused while reading the corpus, before anything process-wide is set.
+    result = run_main(
+        "trainers.train", "--config", config, "--model-dir", tmp_path / "model", check=False
+    )
     assert result.returncode == 2
     assert f"{bad}:3: invalid UTF-8 at byte 5 (0xff)" in result.stderr
     assert not (tmp_path / "model").exists()
@@ -439,7 +442,9 @@ def test_misaligned_text_files_are_reported_by_name(tmp_path):
         f"model: {{preset: tiny}}\ndata: {{format: text, train: "
         f"{tmp_path / 'train'}, vocab_size: 300}}\n"
     )
-    result = train_cli(config, tmp_path / "model", check=False)
+    result = run_main(  # in this process, as above
+        "trainers.train", "--config", config, "--model-dir", tmp_path / "model", check=False
+    )
     assert result.returncode == 2
     assert "train.en has 3 lines but" in result.stderr and "train.es has 2" in result.stderr
     assert not (tmp_path / "model").exists()
