@@ -15,6 +15,13 @@ def tiny(**overrides):
     return kt.TransformerConfig.preset("tiny", **{"vocab_size": VOCAB, **overrides})
 
 
+def shallow(**overrides):
+    """The tiny preset with one encoder and one decoder layer, for the training tests: what
+    they check (the loss, its scaling, accumulation, XLA) does not depend on depth, and each
+    fit traces its model (and its gradient) anew: half the layers, about half the time."""
+    return tiny(num_encoder_layers=1, num_decoder_layers=1, **overrides)
+
+
 def ids(batch, length, seed):
     return np.random.default_rng(seed).integers(1, VOCAB, (batch, length)).astype("int32")
 
@@ -140,7 +147,7 @@ def test_encode_equals_the_encoder_inside_the_model(model):
 
 
 def test_fit_with_xla_the_paper_loss_and_schedule():
-    model = kt.build_transformer(tiny(dropout=0.0))
+    model = kt.build_transformer(shallow(dropout=0.0))
     model.compile(
         optimizer=keras.optimizers.Adam(
             kt.WarmupSchedule(128, warmup_steps=50),
@@ -173,7 +180,7 @@ def test_build_transformer_wants_a_config():
 
 @pytest.mark.parametrize("policy, scaled", [("mixed_float16", True), ("mixed_bfloat16", False)])
 def test_float16_training_uses_loss_scaling(policy, scaled):
-    model = kt.build_transformer(tiny(dtype=policy))
+    model = kt.build_transformer(shallow(dtype=policy))
     model.compile(optimizer="adam", loss=kt.losses.LabelSmoothedCrossEntropy())
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) is scaled
     target = np.pad(TARGET, ((0, 0), (0, 1)))
@@ -227,7 +234,7 @@ def test_fit_and_evaluate_report_the_loss_per_token(distributed, request):
     strategy = request.getfixturevalue("mirrored") if distributed else tf.distribute.get_strategy()
     keras.utils.set_random_seed(3)
     with strategy.scope():
-        model = kt.build_transformer(tiny(dropout=0.0))
+        model = kt.build_transformer(shallow(dropout=0.0))
         loss = kt.losses.LabelSmoothedCrossEntropy(0.1)
         model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss)
     batches = [slice(0, 4), slice(4, 5)]
@@ -247,7 +254,7 @@ def test_fit_and_evaluate_report_the_loss_per_token(distributed, request):
 
 def test_other_losses_keep_keras_loss():
     x, y = _uneven_batches()
-    model = kt.build_transformer(tiny(dropout=0.0))
+    model = kt.build_transformer(shallow(dropout=0.0))
     model.compile(optimizer=keras.optimizers.SGD(0.0), loss="sparse_categorical_crossentropy")
     model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
     assert [m.name for m in model.metrics].count("loss") == 1
@@ -266,7 +273,7 @@ def test_an_accumulated_update_is_the_mean_over_all_its_tokens():
 
     def updated(batches, accumulation):
         keras.utils.set_random_seed(3)
-        model = kt.build_transformer(tiny(dropout=0.0))
+        model = kt.build_transformer(shallow(dropout=0.0))
         optimizer = keras.optimizers.SGD(1.0, gradient_accumulation_steps=accumulation)
         loss = kt.losses.LabelSmoothedCrossEntropy(0.1)
         # No XLA: one or two steps, and each run would compile its own program.
@@ -291,7 +298,7 @@ def test_fit_on_a_dataset_does_not_warn_that_it_ignores_shuffle():
 
     x, y = _uneven_batches()
     batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
-    model = kt.build_transformer(tiny(dropout=0.0))
+    model = kt.build_transformer(shallow(dropout=0.0))
     model.compile(optimizer=keras.optimizers.SGD(0.0), loss=kt.losses.LabelSmoothedCrossEntropy())
     for kwargs, warned in (({}, False), ({"shuffle": True}, True)):
         with warnings.catch_warnings(record=True) as caught:
