@@ -29,7 +29,10 @@ VERSES = 100  # test verses translated by each artifact
 
 @pytest.fixture(scope="module")
 def trained():
-    """The tiny preset trained briefly on the bundled corpus: enough for a few BLEU points."""
+    """The tiny preset with one encoder and one decoder layer, trained briefly on the bundled
+    corpus: enough for a few BLEU points (greedy 2.2 on the test verses, as two layers each
+    reach in twice the time). The weight mapping of deeper models is
+    test_token_log_probabilities_equal_ours'."""
     keras.utils.set_random_seed(7)
     vocabularies = bible.vocabularies()
     config = kt.TransformerConfig.preset(
@@ -38,6 +41,8 @@ def trained():
         max_length=MAX_LENGTH,
         dropout=0.0,
         norm_first=True,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
     )
     model = kt.build_transformer(config)
     model.compile(
@@ -240,10 +245,12 @@ def test_n_best_of_a_short_sentence_batched_with_a_long_one_as_the_saved_model(t
         ours, served["translations"].numpy(), served["scores"].numpy(), strict=True
     ):
         assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
-        assert hypotheses[0].text == texts[0].decode()
         theirs = dict(zip((t.decode() for t in texts), scores, strict=True))
         shared = [h for h in hypotheses if h.text in theirs]
+        # The two beams finish hypotheses by different rules (see the test above), so their
+        # sets can differ; those both hold, they rank alike and score alike.
         assert len(shared) >= 2
+        assert [h.text for h in shared] == [t for t in theirs if t in {h.text for h in shared}]
         # To 0.1%: CTranslate2 removes the suppressed padding before its softmax.
         np.testing.assert_allclose(
             [h.score for h in shared], [theirs[h.text] for h in shared], rtol=1e-3
