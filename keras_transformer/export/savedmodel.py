@@ -268,6 +268,13 @@ def _tokenizers(vocabularies) -> list:
     return list(tokenizers)
 
 
+class _Root(tf.Module):
+    """The SavedModel's root object. Its variable lists are attributes, saved as Keras's
+    `ExportArchive` saves them (`loaded.variables`...), not `tf.Module`'s properties."""
+
+    variables = trainable_variables = non_trainable_variables = ()
+
+
 def write_saved_model(path, endpoints: dict, model, tokenizers) -> None:
     """Writes `endpoints` (name -> (function, input signature)) as a SavedModel at `path`,
     laid out as Keras's `ExportArchive` lays it out (the endpoints as signatures and as
@@ -284,7 +291,7 @@ def write_saved_model(path, endpoints: dict, model, tokenizers) -> None:
         ).get_concrete_function()
         for name, (function, signature) in endpoints.items()
     }
-    root = tf.__internal__.tracking.AutoTrackable()
+    root = _Root()
     root.variables = list(model.variables)
     root.trainable_variables = list(model.trainable_variables)
     root.non_trainable_variables = list(model.non_trainable_variables)
