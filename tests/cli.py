@@ -1,10 +1,10 @@
 """A command-line program's `main` run in the test's own process: what its process would
 print and return, without starting Python, TensorFlow and the library again (seconds a
 call). For the programs that leave no process-wide state behind (evaluate, export,
-translate, average_checkpoints, visualize: `kt.fast` only inside `fast.switched`), and for
-`trainers.train` where it stops before setting any (a finished run, a refused one). Training
-runs (seeds, the speed switch, op determinism), and each program's start-up and exit in a
-process of its own, stay subprocesses."""
+translate, average_checkpoints, visualize, import_marian: `kt.fast` only inside
+`fast.switched`), and for `trainers.train` where it stops before setting any (a finished
+run, a refused one). Training runs (seeds, the speed switch, op determinism), and each
+program's start-up and exit in a process of its own, stay subprocesses."""
 
 import contextlib
 import importlib

@@ -185,3 +185,36 @@ def uninterrupted(tmp_path_factory, worker_id):
         lambda summary, path: path.write_text(json.dumps(summary)),
         lambda path: json.loads(path.read_text()),
     )
+
+
+@pytest.fixture(scope="session")
+def killed(tmp_path_factory, worker_id):
+    """A run with the settings RESUME_REFERENCE killed in its second epoch, after its first
+    backup (update 20): `(config, model directory)`, for the tests that resume it
+    (tests/test_reliability.py, tests/test_resume.py). Tests work on copies of the directory."""
+    import json
+    import signal
+    import time
+    from pathlib import Path
+
+    from tests.test_reliability import wait_for_backup
+    from tests.test_trainer import RESUME_REFERENCE, slice_config, start_training
+
+    def make():
+        tmp = tmp_path_factory.mktemp("killed")
+        config = slice_config(tmp, **RESUME_REFERENCE)  # uninterrupted: 40 updates
+        process = start_training(config, tmp / "run")
+        wait_for_backup(tmp / "run", process)
+        time.sleep(0.3)  # into the second epoch (of 20 updates, about 2 s)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        return config, tmp / "run"
+
+    return shared(
+        tmp_path_factory,
+        worker_id,
+        "killed.json",
+        make,
+        lambda paths, path: path.write_text(json.dumps([str(p) for p in paths])),
+        lambda path: tuple(Path(p) for p in json.loads(path.read_text())),
+    )

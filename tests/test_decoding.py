@@ -467,18 +467,17 @@ def test_searches_decode_the_same_with_the_fast_path(large_vocab_model, compiled
     vocab = 16,000 scores a step. The switch is read when the search is traced."""
     model, source = large_vocab_model, tf.constant(LARGE_VOCAB_SOURCE[:2], tf.int32)
 
-    def decode():
-        def search(source):
-            return SEARCHES[name](model, source, max_extra_length=4)
+    def search(source):
+        return SEARCHES[name](model, source, max_extra_length=4)
 
-        return (tf.function(search, jit_compile=True) if compiled else search)(source)
-
-    with fast_path(False):
-        ids, scores = decode()
+    with fast_path(False):  # the reference: eager (XLA without the fast path: tests above)
+        ids, scores = search(source)
     with fast_path(True):
-        fast_ids, fast_scores = decode()
+        fast_ids, fast_scores = (tf.function(search, jit_compile=True) if compiled else search)(
+            source
+        )
     np.testing.assert_array_equal(fast_ids, ids)
-    np.testing.assert_allclose(fast_scores, scores, atol=1e-6)
+    np.testing.assert_allclose(fast_scores, scores, atol=1e-6 if not compiled else 1e-4)
 
 
 @pytest.mark.parametrize("search", SEARCHES)
@@ -488,7 +487,9 @@ def test_parallel_search_decodes_as_the_whole_batch(reversal_model, search):
     settings = {"max_extra_length": 5}
     expected_ids, expected_scores = SEARCHES[search](model, source, **settings)
     parallel = parallel_search(lambda s: SEARCHES[search](model, s, **settings), shards=3)
-    for rows in (len(source), 1):  # 8 sentences as 3 + 3 + 2; 1 as 1 + 0 + 0
+    # XLA compiles each slice shape once: 4 sentences as 2 + 1 + 1, then 2 as 1 + 1 + 0 (an
+    # empty slice): three programs.
+    for rows in (4, 2):
         ids, scores = parallel(source[:rows])
         np.testing.assert_array_equal(ids, np.asarray(expected_ids)[:rows])
         np.testing.assert_allclose(scores, np.asarray(expected_scores)[:rows], atol=1e-4)

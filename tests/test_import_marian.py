@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_trainer import run, slice_config, summary_line, train_cli
+from tests.cli import run_main
+from tests.test_trainer import slice_config, summary_line, train_cli
 from trainers.experiment import DecodingConfig, load_experiment
 
 pytestmark = pytest.mark.slow
@@ -24,8 +25,7 @@ def reference(name="shared") -> dict:
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("import") / "opus"
-    result = run(
-        "-m",
+    result = run_main(
         "trainers.import_marian",
         FIXTURES / "shared",
         "--model-dir",
@@ -60,16 +60,16 @@ def test_the_import_writes_a_model_directory_with_its_provenance(imported):
 
 def test_a_second_import_or_a_bad_checkpoint_writes_nothing(imported, tmp_path):
     model_dir, _ = imported
-    again = run(
-        "-m", "trainers.import_marian", FIXTURES / "shared", "--model-dir", model_dir, check=False
+    again = run_main(
+        "trainers.import_marian", FIXTURES / "shared", "--model-dir", model_dir, check=False
     )
     assert again.returncode == 2 and "exists and is not empty" in again.stderr
     broken = tmp_path / "broken"
     shutil.copytree(FIXTURES / "separate", broken)
     config = json.loads((broken / "config.json").read_text())
     (broken / "config.json").write_text(json.dumps({**config, "d_model": 48}))
-    result = run(
-        "-m", "trainers.import_marian", broken, "--model-dir", tmp_path / "new", check=False
+    result = run_main(
+        "trainers.import_marian", broken, "--model-dir", tmp_path / "new", check=False
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "model.safetensors: model.encoder.layers.0.self_attn.q_proj.weight has shape" in (
@@ -100,8 +100,7 @@ def test_both_exports_translate_as_transformers_generate(imported, tmp_path):
     assert len(items) >= 10
     sources = [item["source"] for item in items]
     expected = [item["text"] for item in items]
-    run(
-        "-m",
+    run_main(
         "trainers.export",
         "--model-dir",
         model_dir,
@@ -113,8 +112,7 @@ def test_both_exports_translate_as_transformers_generate(imported, tmp_path):
     saved = SavedModelTranslator(tmp_path / "sm" / "1")
     got = [h[0].text for h in saved.translate([s.encode() for s in sources])]
     assert got == expected
-    run(
-        "-m",
+    run_main(
         "trainers.export",
         "--model-dir",
         model_dir,

@@ -82,7 +82,10 @@ print(json.dumps({"scores": scores, "keras_hub": "keras_hub" in sys.modules}))
 
 @pytest.mark.slow
 def test_a_compiled_model_loads_after_importing_the_package_alone(tmp_path):
-    config = kt.TransformerConfig.preset("tiny", vocab_size=60)
+    # One layer each: loading, not depth, is under test (each fit and evaluate traces anew).
+    config = kt.TransformerConfig.preset(
+        "tiny", vocab_size=60, num_encoder_layers=1, num_decoder_layers=1
+    )
     model = kt.build_transformer(config)
     model.compile(
         optimizer=keras.optimizers.Adam(kt.WarmupSchedule(config.d_model, warmup_steps=10)),

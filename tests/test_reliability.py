@@ -4,7 +4,6 @@ the last good state, configuration errors come before any work."""
 
 import json
 import shutil
-import signal
 import time
 from pathlib import Path
 
@@ -16,8 +15,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.files import temporary_path
 from tests import bible
-from tests.test_trainer import RESUME_REFERENCE, slice_config, summary_line, train_cli
-from tests.test_trainer import start_training as start
+from tests.test_trainer import slice_config, summary_line, train_cli
 from trainers import checkpointing, run_dir
 from trainers.checkpointing import Progress
 from trainers.errors import ConfigError
@@ -183,20 +181,6 @@ def wait_for_backup(path: Path, process, timeout=300):
             pass
         time.sleep(0.2)
     raise AssertionError("no backup appeared")
-
-
-@pytest.fixture(scope="module")
-def killed(tmp_path_factory):
-    """A run of RESUME_REFERENCE's settings killed in its second epoch, after its first backup:
-    `(config, model directory)`. Tests work on copies of the directory."""
-    tmp = tmp_path_factory.mktemp("killed")
-    config = slice_config(tmp, **RESUME_REFERENCE)  # uninterrupted: 40 updates
-    process = start(config, tmp / "run")
-    wait_for_backup(tmp / "run", process)
-    time.sleep(0.3)  # into the second epoch (of 20 updates, about 2 s)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    return config, tmp / "run"
 
 
 def files(directory: Path) -> dict:

@@ -3,6 +3,7 @@ another epoch size or gradient accumulation continues the run to its planned upd
 epoch size that cannot is refused before any work), never silently from scratch."""
 
 import json
+import shutil
 
 import keras
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 import keras_transformer as kt
 from tests.test_reliability import snapshot
-from tests.test_trainer import RESUME_REFERENCE, slice_config, summary_line, train_cli
+from tests.test_trainer import slice_config, summary_line, train_cli
 from trainers import checkpointing
 from trainers.checkpointing import Progress
 from trainers.run_dir import BackupFolder, CheckpointFolder
@@ -18,17 +19,16 @@ from trainers.run_dir import BackupFolder, CheckpointFolder
 
 @pytest.mark.slow
 def test_resumes_with_another_epoch_size_or_accumulation_train_the_planned_updates(
-    tmp_path, capsys, uninterrupted
+    tmp_path, capsys, uninterrupted, killed
 ):
     from trainers import train
 
-    config = slice_config(tmp_path, **RESUME_REFERENCE)  # uninterrupted: 40 updates
-    # 20 updates in epochs of 10, then epochs of 20 up to 40: the uninterrupted run of 40,
-    # bit for bit (the epoch size only says when checkpoints, backups and log lines happen).
-    model_dir = tmp_path / "changed"
-    first = ("--set", "training.steps=20", "--set", "training.steps_per_epoch=10")
-    train_cli(config, model_dir, *first)
-    result = train_cli(config, model_dir)
+    config, model_dir = killed[0], tmp_path / "changed"
+    shutil.copytree(killed[1], model_dir)
+    # Killed after 20 updates in epochs of 20, resumed in epochs of 10 up to 40: the
+    # uninterrupted run of 40, bit for bit (the epoch size only says when checkpoints,
+    # backups and log lines happen).
+    result = train_cli(config, model_dir, "--set", "training.steps_per_epoch=10")
     resumed = summary_line(result.stdout)
     assert resumed["steps"] == 40
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]

@@ -162,12 +162,14 @@ def summary_line(output: str) -> dict:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A model directory trained on the slice with the default strategy, whose experiment
-    records a length penalty for evaluate and export. Without XLA, which would compile each
-    of the six length buckets, a minute of this run's 100 s (training under XLA, the
-    default: tests/test_wmt14_recipe.py)."""
+    """A model directory trained on the slice with the default strategy, updates of two
+    batches and dev BLEU every 16 updates, whose experiment records a length penalty for
+    evaluate and export. Without XLA, which would compile each of the six length buckets, a
+    minute of this run's 100 s (training under XLA, the default: tests/test_wmt14_recipe.py)."""
     tmp = tmp_path_factory.mktemp("run")
-    config = slice_config(tmp, jit_compile="false")
+    config = slice_config(
+        tmp, jit_compile="false", gradient_accumulation_steps=2, bleu_every_steps=16
+    )
     result = train_cli(
         config, tmp / "model", "--verbose", "2", "--set", "decoding.length_penalty=0.8"
     )
@@ -391,23 +393,14 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path, capsys):
     assert not (tmp_path / "xla").exists() or not any((tmp_path / "xla").iterdir())
 
 
-def test_gradient_accumulation_counts_optimizer_updates(tmp_path):
-    config = slice_config(
-        tmp_path,
-        steps=10,
-        steps_per_epoch=10,
-        gradient_accumulation_steps=3,
-        bleu_max_sentences=1,
-        bleu_every_steps=4,
-        jit_compile="false",  # XLA would compile every length bucket: a slow start
-    )
-    result = train_cli(config, tmp_path / "model", "--verbose", "2")
+def test_gradient_accumulation_counts_optimizer_updates(trained):
+    _, _, result = trained
     summary = summary_line(result.stdout)
-    assert summary["steps"] == 10  # updates; 30 batches went through
-    assert "30/30" in result.stdout
+    assert summary["steps"] == 40  # updates; 80 batches went through, 40 an epoch
+    assert "40/40" in result.stdout
     assert summary["final_loss"] < summary["initial_loss"]
-    # Dev BLEU once at updates 4 and 8 and at the end, not once a batch of each update.
-    assert re.findall(r"step (\d+): dev BLEU", result.stdout) == ["4", "8", "10"]
+    # Dev BLEU at updates 16 and 32 and at the end, not once a batch of each update.
+    assert re.findall(r"step (\d+): dev BLEU", result.stdout) == ["16", "32", "40"]
 
 
 def free_ports(count):
