@@ -39,16 +39,17 @@ def held_out_data(n=500):
     return source[unseen], target[unseen]
 
 
-def train_reversal_model(epochs: int = 8):
-    """A small model (the tiny preset at half its width: d_model 64, d_ff 256) trained 8
-    epochs (800 updates) on the task: about 35 s on 2 cores.
+def train_reversal_model(epochs: int = 6):
+    """A small model (the tiny preset at half its width: d_model 64, d_ff 256) trained 6
+    epochs (600 updates) on the task: about 30 s on 2 cores.
 
     The learning rate warms up over 100 updates to 5e-3, then decays to zero on a cosine, so
     the run ends settled. With the paper's schedule, which never decays to zero, how well one
     seed's run learned moved with the float rounding of the gradients: across epochs 10-22
     the held-out exact-reversal rate of greedy decoding swung between 0.85 and 0.98. With
-    this one it was 0.98 after 4 epochs and 1.0 from 6 on (seed 0), clear of the tests'
-    thresholds. Tests compare single sentences with the model's own decode.
+    this one, over 8 epochs, it was 0.98 after 4 and 1.0 from 6 on (seed 0); over 6, 1.0 at
+    the end (token accuracy too), clear of the tests' thresholds. Tests compare single
+    sentences with the model's own decode.
     """
     keras.utils.set_random_seed(0)
     source, target = training_data()
