@@ -97,8 +97,8 @@ def tiny_export(tmp_path_factory, worker_id):
     SavedModel, exported with the defaults as `trainers.export` traces them (speed switch on;
     for tests/test_export.py, which holds its translations to the library's, and
     tests/test_example_serve_client.py): `(model, directory, version, calls)`, `calls` the
-    searches its tracing called, as (name, stopping) pairs. Exported once for the whole run:
-    an export traces each signature twice (about a minute)."""
+    searches its tracing called, as (name, stopping) pairs. Exported once for the whole run
+    (tracing the four signatures takes a while)."""
     import json
     from pathlib import Path
 

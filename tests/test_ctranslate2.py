@@ -30,9 +30,8 @@ VERSES = 100  # test verses translated by each artifact
 @pytest.fixture(scope="module")
 def trained():
     """The tiny preset with one encoder and one decoder layer, trained briefly on the bundled
-    corpus: enough for a few BLEU points (greedy 2.2 on the test verses, as two layers each
-    reach in twice the time). The weight mapping of deeper models is
-    test_token_log_probabilities_equal_ours'."""
+    corpus: enough for a few BLEU points (as many as two layers each reach in twice the
+    time). The weight mapping of deeper models is test_token_log_probabilities_equal_ours'."""
     keras.utils.set_random_seed(7)
     vocabularies = bible.vocabularies()
     config = kt.TransformerConfig.preset(

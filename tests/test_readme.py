@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-QUICKER = {  # text in the block -> the test's: a vocabulary learned on 6,000 pairs (11 of the
-    # walkthrough's 46 s were SentencePiece's on all 30,000), fewer steps, no XLA (it would
-    # compile each length bucket of so short a run), fewer dev sentences, two dev batches
+QUICKER = {  # text in the block -> the test's: a vocabulary learned on 6,000 pairs (on all
+    # 30,000, SentencePiece took a quarter of the walkthrough's time), fewer steps, no XLA (it
+    # would compile each length bucket of so short a run), fewer dev sentences and dev batches
     "Vocabularies.train(train.sources, train.targets, 2000)": (
         "Vocabularies.train(train.sources[:6000], train.targets[:6000], 2000)"
     ),

@@ -284,7 +284,7 @@ def write_saved_model(path, endpoints: dict, model, tokenizers) -> None:
     uses, then again inside `tf.saved_model.save`, which retraces every `tf.function` it
     saves because the save context is part of a trace's cache key (TensorFlow issue 56370).
     Here each endpoint is traced once into a concrete function, and the concrete functions
-    are what is saved: half the time of an export of the translation endpoints."""
+    are what is saved (an export's time: BENCHMARKS.md)."""
     functions = {
         name: tf.function(
             function, input_signature=signature, autograph=False
