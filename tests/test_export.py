@@ -106,6 +106,37 @@ def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
     assert tf.saved_model.load(str(directory / "2")).signatures["serving_default"] is not None
 
 
+def test_endpoints_of_ones_own_are_written_beside_the_translation_ones(model, tmp_path):
+    """`write_saved_model` takes any endpoints: here one of the user's (the source pieces and
+    the encoder's output for text) beside `translation_endpoints`' greedy translate_ids."""
+    vocabularies = bible.vocabularies()
+
+    def encode(text):
+        source_ids = vocabularies.source(text).to_tensor()
+        memory, _ = model.encode(source_ids)
+        return {"source_ids": source_ids, "memory": memory}
+
+    greedy = export.translation_endpoints(model, vocabularies, beam_size=1)
+    endpoints = {
+        "encode": (encode, [tf.TensorSpec([None], tf.string, "text")]),
+        "translate_ids": greedy["translate_ids"],
+    }
+    tokenizers = [vocabularies.source, vocabularies.target]
+    export.write_saved_model(tmp_path / "custom", endpoints, model, tokenizers)
+    loaded = tf.saved_model.load(str(tmp_path / "custom"))
+    assert sorted(loaded.signatures) == ["encode", "translate_ids"]
+    assert len(loaded.variables) == len(model.variables)
+    encoded = loaded.signatures["encode"](text=tf.constant(SENTENCES[:2]))
+    for row, sentence in zip(encoded["source_ids"].numpy().tolist(), SENTENCES[:2], strict=True):
+        pieces = np.asarray(vocabularies.source.tokenize(sentence)).tolist()
+        assert row == pieces + [0] * (len(row) - len(pieces))
+    memory, _ = model.encode(encoded["source_ids"])
+    np.testing.assert_allclose(encoded["memory"], memory, atol=1e-5)
+    ids = loaded.translate_ids(tf.constant([[5, 6, 3]], tf.int32))["ids"]  # an attribute too
+    expected, _ = decoding.translate_ids(model, tf.constant([[5, 6, 3]], tf.int32), beam_size=1)
+    np.testing.assert_array_equal(ids, expected)
+
+
 def test_serving_gives_the_library_translations(loaded, model):
     served = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     vocabularies = bible.vocabularies()

@@ -166,10 +166,20 @@ def translation_endpoints(
     max_extra_length: int = 50,
     stopping: str = "early",
 ) -> dict:
-    """The four endpoints of a translation model (see the module doc): name -> (function,
-    input signature), as `export_saved_model` writes them (`write_saved_model`). To add
-    endpoints of your own, hand them with these to `write_saved_model`, or each to a
-    `keras.export.ExportArchive`'s `add_endpoint` (whose `write_out` traces each twice)."""
+    """The four endpoints of a translation model (see the module doc), as
+    `export_saved_model` writes them. To serve endpoints of your own beside them, add yours
+    to the dictionary and hand it to `write_saved_model` (or each endpoint to a
+    `keras.export.ExportArchive`'s `add_endpoint`, whose `write_out` traces each twice).
+
+    Args:
+        model: a `keras_transformer.Transformer`.
+        vocabularies: its `keras_transformer.text.Vocabularies`.
+        beam_size, length_penalty, max_extra_length, stopping: the decoding settings baked
+            into the graph, as `export_saved_model` takes them.
+
+    Returns:
+        A dict name -> (function, input signature: a list of `tf.TensorSpec`).
+    """
     max_length = model.config.max_length
 
     def search(source_ids):
@@ -259,8 +269,8 @@ def translation_endpoints(
 
 
 def _tokenizers(vocabularies) -> list:
-    """The distinct tokenizers of `vocabularies`, built (they have no weights; a
-    `keras.export.ExportArchive` only tracks built layers)."""
+    """The distinct tokenizers of `vocabularies` (one when the vocabulary is shared), built
+    as every layer of a saved model is (they have no weights)."""
     tokenizers = {id(t): t for t in (vocabularies.source, vocabularies.target)}.values()
     for tokenizer in tokenizers:
         if not tokenizer.built:
@@ -276,15 +286,25 @@ class _Root(tf.Module):
 
 
 def write_saved_model(path, endpoints: dict, model, tokenizers) -> None:
-    """Writes `endpoints` (name -> (function, input signature)) as a SavedModel at `path`,
-    laid out as Keras's `ExportArchive` lays it out (the endpoints as signatures and as
-    attributes; the model's variables; the tokenizers' resources), each endpoint traced once.
+    """Writes `endpoints` as a SavedModel at `path`, laid out as Keras's `ExportArchive` lays
+    it out (each endpoint as a signature and as an attribute of the loaded object; the
+    model's variables as `variables`, `trainable_variables`, `non_trainable_variables`; the
+    tokenizers' resources, e.g. their SentencePiece models), each endpoint traced once.
 
     `ExportArchive.write_out` traces every endpoint twice: once to list the variables it
     uses, then again inside `tf.saved_model.save`, which retraces every `tf.function` it
     saves because the save context is part of a trace's cache key (TensorFlow issue 56370).
     Here each endpoint is traced once into a concrete function, and the concrete functions
-    are what is saved (an export's time: BENCHMARKS.md)."""
+    are what is saved (an export's time: BENCHMARKS.md).
+
+    Args:
+        path: str or path. The folder to write (`export_saved_model` writes a version
+            folder atomically with it).
+        endpoints: dict name -> (function, input signature), e.g. `translation_endpoints`'.
+        model: the Keras model whose variables the endpoints use.
+        tokenizers: the tokenizer layers the endpoints call (e.g. `[vocabularies.source,
+            vocabularies.target]`), whose resources the SavedModel must hold.
+    """
     functions = {
         name: tf.function(
             function, input_signature=signature, autograph=False
