@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from tests.test_reliability import random_updates
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -82,7 +83,7 @@ print(json.dumps({"scores": scores, "keras_hub": "keras_hub" in sys.modules}))
 
 @pytest.mark.slow
 def test_a_compiled_model_loads_after_importing_the_package_alone(tmp_path):
-    # One layer each: loading, not depth, is under test (each fit and evaluate traces anew).
+    # One layer each: loading, not depth, is under test (evaluate traces the model).
     config = kt.TransformerConfig.preset(
         "tiny", vocab_size=60, num_encoder_layers=1, num_decoder_layers=1
     )
@@ -94,11 +95,7 @@ def test_a_compiled_model_loads_after_importing_the_package_alone(tmp_path):
         jit_compile=False,  # loading, not compiling, is under test (XLA: twice, seconds each)
     )
     inputs, labels = labelled_batch()
-    # The optimizer's state from one eager update of random gradients (no training step
-    # traced): the file holds it too.
-    rng = np.random.default_rng(1)
-    gradients = [rng.normal(size=v.shape).astype("float32") for v in model.trainable_variables]
-    model.optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+    random_updates(model, seed=1)  # optimizer state, which the file holds too
     expected = model.evaluate(inputs, labels, verbose=0, return_dict=True)
     model.save(tmp_path / "model.keras")
     loaded = json.loads(run_python(LOAD, tmp_path / "model.keras"))

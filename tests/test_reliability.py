@@ -30,12 +30,17 @@ def tiny_compiled_model():
         )
     )
     model.compile(optimizer="adam", loss=kt.losses.LabelSmoothedCrossEntropy(), jit_compile=False)
-    # One update of random gradients, applied eagerly: the optimizer's step and moments are
-    # real state, without tracing a training step (backups, not training, are under test).
-    rng = np.random.default_rng(0)
-    gradients = [rng.normal(size=v.shape).astype("float32") for v in model.trainable_variables]
-    model.optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+    random_updates(model)  # backups, not training, are under test
     return model
+
+
+def random_updates(model, updates: int = 1, seed: int = 0) -> None:
+    """`updates` optimizer updates of random gradients, applied eagerly: the optimizer's step
+    and moments become real state without tracing a training step (seconds a test)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(updates):
+        gradients = [rng.normal(size=v.shape).astype("float32") for v in model.trainable_variables]
+        model.optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
 
 
 def snapshot(model):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.test_reliability import snapshot
+from tests.test_reliability import random_updates, snapshot
 from tests.test_trainer import slice_config, summary_line, train_cli
 from trainers import checkpointing
 from trainers.checkpointing import Progress
@@ -102,10 +102,7 @@ def test_a_backup_resumes_under_another_accumulation(tmp_path):
         return model, schedule
 
     (model, _), backup = compiled(1), BackupFolder(tmp_path)
-    rng = np.random.default_rng(1)
-    for _ in range(3):  # 3 updates of random gradients, eagerly (no training step traced)
-        gradients = [rng.normal(size=v.shape).astype("float32") for v in model.trainable_variables]
-        model.optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+    random_updates(model, updates=3, seed=1)
     checkpointing.save_state(model, backup, Progress(updates=3, batches=3))
     saved = snapshot(model)
 
