@@ -122,6 +122,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     train = tf.data.Dataset.from_tensor_slices((encode(tokenizer, texts, args.max_length), labels))
     train = train.shuffle(len(texts), seed=args.seed).repeat().batch(args.batch_size)
+    # Its variables now, not in fit's first trace, which TensorFlow would then trace twice.
+    model.optimizer.build(model.trainable_variables)
     model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=2, shuffle=False)  # it shuffles
 
     majority = int(np.bincount(labels).argmax())  # the baseline's answer, from training

@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> dict:
         metrics=[kt.metrics.Perplexity()],
     )
     train = make_dataset(tokenizer, texts, args.max_length, args.batch_size, seed=args.seed)
+    # Its variables now, not in fit's first trace, which TensorFlow would then trace twice.
+    model.optimizer.build(model.trainable_variables)
     model.fit(train, steps_per_epoch=args.steps, verbose=2, shuffle=False)  # it shuffles itself
     dev = make_dataset(tokenizer, read_verses(args.data, "dev"), args.max_length, 64)
     perplexity = model.evaluate(dev, return_dict=True, verbose=0)["perplexity"]

@@ -12,6 +12,8 @@ is here, chosen once from Keras's backend, so that no other module tests the bac
 - **decoding's few ops**: gathering rows per sentence, the argmax of a step and seeded
   categorical draws, each in TensorFlow's own op there (the speed the decoding benchmarks
   measured) and in `keras.ops` or `jax.random` elsewhere.
+- **the optimizer's variables**: on TensorFlow they are created before `fit` traces its
+  first step, which would otherwise be traced twice (`build_optimizer`).
 - **what needs TensorFlow**: `kt.data`, `kt.corpus`, `kt.text`, `kt.evaluation`, `kt.export`,
   `kt.pretrained`'s tokenizers, `parallel_search`, the `kt.fast` switch and `trainers/` use
   tf.data, tensorflow-text, tf.distribute or SavedModel; `require_tensorflow` gives their
@@ -104,6 +106,20 @@ if BACKEND == "tensorflow":
         by the int32 `seed` `[2]` alone."""
         return tf.random.stateless_categorical(logits, 1, seed, tf.int32)[:, 0]
 
+    def build_optimizer(model):
+        """Creates the optimizer's variables now, eagerly, under the model's distribution
+        strategy, if `fit` would create them in its first step.
+
+        Without a `tf.distribute` strategy Keras builds the optimizer while it traces the
+        training step, and a `tf.function` whose first trace creates variables is traced a
+        second time (TensorFlow issue 48851): the whole step, forward, gradients and every
+        variable's update, twice. Built beforehand, as Keras itself does under a strategy,
+        the step is traced once, with the same variables.
+        """
+        if model.optimizer is not None and not model.optimizer.built:
+            with model.distribute_strategy.scope():
+                model.optimizer.build(model.trainable_variables)
+
     def compiled_search(search):
         """`search` itself: on TensorFlow a search runs eagerly, or compiled where the caller
         wraps it (`tf.function`, `jit_compile=True`, `parallel_search`)."""
@@ -149,6 +165,9 @@ elif BACKEND == "jax":
     def step_result(model, result):
         """What `Transformer.train_step`/`test_step` return: Keras's `(logs, state)`."""
         return result
+
+    def build_optimizer(model):
+        """Nothing: on JAX, Keras's `fit` builds the optimizer before it traces a step."""
 
     _COMPILED = weakref.WeakKeyDictionary()  # model -> {(search, settings): jitted}
 

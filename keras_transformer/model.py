@@ -161,13 +161,19 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
         return [self.token_loss] + [m for m in keras_metrics if m.name != "loss"]
 
     def fit(self, x=None, *args, **kwargs):
-        """`keras.Model.fit`. A `tf.data.Dataset` shuffles itself (`kt.data.make_dataset`'s
-        do), and Keras ignores `fit`'s `shuffle` for one, warning when it is True, its
-        default: for a dataset, the default here is False, so nothing is ignored or warned
-        about. Everything else is Keras's own."""
+        """`keras.Model.fit`, with two differences.
+
+        A `tf.data.Dataset` shuffles itself (`kt.data.make_dataset`'s do), and Keras ignores
+        `fit`'s `shuffle` for one, warning when it is True, its default: for a dataset, the
+        default here is False, so nothing is ignored or warned about.
+
+        On TensorFlow the optimizer's variables are created before the training step is
+        traced, so that it is traced once, not twice (`backends.build_optimizer`): the first
+        step comes sooner, the training is the same. Everything else is Keras's own."""
         shuffle_given = "shuffle" in kwargs or len(args) >= 8  # fit(x, y, ..., shuffle, ...)
         if not shuffle_given and _is_tf_dataset(x):
             kwargs["shuffle"] = False
+        backends.build_optimizer(self)
         return super().fit(x, *args, **kwargs)
 
     def train_step(self, *args):

@@ -305,3 +305,31 @@ def test_fit_on_a_dataset_does_not_warn_that_it_ignores_shuffle():
             warnings.simplefilter("always")
             model.fit(batches, epochs=1, verbose=0, **kwargs)
         assert any("`shuffle=True` was passed" in str(w.message) for w in caught) == warned
+
+
+def test_fit_traces_the_training_step_once_and_trains_as_keras_fit(monkeypatch):
+    """Without a tf.distribute strategy Keras creates the optimizer's variables inside the
+    first trace of the training step, and TensorFlow then traces the step a second time
+    (its issue 48851). `Transformer.fit` creates them first: one trace, and the weights that
+    `keras.Model.fit` itself reaches."""
+    traced = []
+    step = kt.Transformer.train_step
+
+    def counted(self, *args):
+        traced.append(self)
+        return step(self, *args)
+
+    monkeypatch.setattr(kt.Transformer, "train_step", counted)
+    x, y = _uneven_batches()
+    models = []
+    for fit in (kt.Transformer.fit, keras.Model.fit):
+        keras.utils.set_random_seed(5)
+        model = kt.build_transformer(shallow(dropout=0.0))
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3), loss=kt.losses.LabelSmoothedCrossEntropy()
+        )
+        fit(model, x, y, batch_size=5, epochs=3, shuffle=False, verbose=0)
+        models.append(model)
+    assert [sum(m is model for m in traced) for model in models] == [1, 2]
+    for ours, theirs in zip(*(model.get_weights() for model in models), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
