@@ -176,6 +176,11 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
         backends.build_optimizer(self)
         return super().fit(x, *args, **kwargs)
 
+    def train_on_batch(self, *args, **kwargs):
+        """`keras.Model.train_on_batch`, its step traced once as `fit`'s is."""
+        backends.build_optimizer(self)
+        return super().train_on_batch(*args, **kwargs)
+
     def train_step(self, *args):
         """Keras's training step (`(data)` on TensorFlow, `(state, data)` on JAX), with the
         token count of `kt.data.accumulation_groups` taken out of the inputs for

@@ -333,3 +333,9 @@ def test_fit_traces_the_training_step_once_and_trains_as_keras_fit(monkeypatch):
     assert [sum(m is model for m in traced) for model in models] == [1, 2]
     for ours, theirs in zip(*(model.get_weights() for model in models), strict=True):
         np.testing.assert_array_equal(ours, theirs)
+    # train_on_batch too.
+    model = kt.build_transformer(shallow(dropout=0.0))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=kt.losses.LabelSmoothedCrossEntropy())
+    for _ in range(2):
+        model.train_on_batch(x, y)
+    assert sum(m is model for m in traced) == 1
