@@ -38,6 +38,7 @@ export leaves earlier versions intact and TF Serving never sees a half-written o
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -182,6 +183,13 @@ def translation_endpoints(
     """
     max_length = model.config.max_length
 
+    # One search, traced once, for any batch and length: `serving_default` and
+    # `translate_ids` call it, and `serving_xla`'s compiled search is a call of it that XLA
+    # compiles (inlined) for each bucket's shape. Traced into each of them instead, it was
+    # traced three times and stored three times in the SavedModel.
+    @functools.partial(
+        tf.function, input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False
+    )
     def search(source_ids):
         return decoding.translate_ids(
             model,
@@ -192,7 +200,7 @@ def translation_endpoints(
             stopping=stopping,
         )
 
-    compiled_search = tf.function(search, jit_compile=True, autograph=False)
+    compiled_search = tf.function(lambda ids: search(ids), jit_compile=True, autograph=False)
 
     # Greedy search decodes at least two rows: with one, XLA:CPU turns every matrix product of
     # a step into a matrix-vector loop fused with the layer norm before it (its
