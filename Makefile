@@ -33,7 +33,7 @@ demo: $(STAMP)
 # Two pytest workers, each taking whole test files (module fixtures train once), on
 # TensorFlow; then the JAX pass (the layer contracts and tests/jax/: the model, decoding,
 # DataParallel on two host devices, and the package with TensorFlow hidden). About 17 min
-# on 2 cores (d567a90: the TensorFlow pass 14.2, the JAX pass 3.0); the target is 15.
+# on 2 cores (aa3af08: the TensorFlow pass 13.5, the JAX pass 3.2); the target is 15.
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 	KERAS_BACKEND=jax $(BIN)/python -m pytest -n 2 --dist loadfile tests/jax \
