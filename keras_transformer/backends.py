@@ -121,9 +121,16 @@ if BACKEND == "tensorflow":
                 model.optimizer.build(model.trainable_variables)
 
     def compiled_search(search):
-        """`search` itself: on TensorFlow a search runs eagerly, or compiled where the caller
-        wraps it (`tf.function`, `jit_compile=True`, `parallel_search`)."""
-        return search
+        """`search`, marked for AutoGraph to leave as it is: on TensorFlow a search runs
+        eagerly, or compiled where the caller wraps it (`tf.function`, `jit_compile=True`,
+        `parallel_search`).
+
+        A search's loops and branches are explicit (`keras.ops.while_loop`, Python `if`s on
+        settings), so AutoGraph's conversion of its source, and of every function it calls,
+        would change nothing but the time a `tf.function` takes to trace it. Keras marks its
+        own training step the same way.
+        """
+        return tf.autograph.experimental.do_not_convert(search)
 
     def step_result(model, logs):
         """What `Transformer.train_step`/`test_step` return: Keras's logs, in a form Keras

@@ -7,6 +7,7 @@ two logical CPU devices for MirroredStrategy, two XLA host devices for Keras's
 """
 
 import os
+import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -56,6 +57,25 @@ def compiled(function):
 
         return jax.jit(function)
     return tf.function(function, jit_compile=True)
+
+
+@pytest.fixture
+def as_written(monkeypatch):
+    """`as_written(module, name)` replaces `module.name` with a call that records, in the
+    list it returns, whether it ran as written (True) or as AutoGraph's conversion of it
+    (False; AutoGraph converts whatever a converted function calls)."""
+
+    def spy_on(module, name):
+        original, record = getattr(module, name), []
+
+        def spy(*args, **kwargs):
+            record.append(sys._getframe().f_code.co_filename == __file__)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+        return record
+
+    return spy_on
 
 
 @pytest.fixture(scope="session")

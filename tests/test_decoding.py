@@ -444,6 +444,21 @@ def test_graph_mode_and_xla_match_eager(reversal_model, search):
     assert graph.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.parametrize("name", ["greedy_search", "sample", "beam_search", "translate_ids"])
+def test_a_plain_tf_function_traces_the_searches_without_autograph(random_model, name, as_written):
+    """`tf.function` converts the Python it reaches with AutoGraph unless told otherwise; the
+    searches need no conversion (their loops are explicit), so they are marked to be left as
+    they are, and a user's `tf.function` around one traces it as written (and so does every
+    function it calls)."""
+    from keras_transformer.decoding import search as module
+
+    calls = as_written(module, "_decoder")
+    search = getattr(kt.decoding, name)
+    traced = tf.function(lambda s: search(random_model, s, max_extra_length=2))
+    ids, _ = traced(tf.constant(RANDOM_SOURCE, tf.int32))
+    assert ids.shape == (3, 8) and calls == [True]
+
+
 @pytest.mark.parametrize("model", ["random", "large_vocab"])
 def test_greedy_under_xla_decodes_as_eagerly(request, model):
     """The random models' near-uniform scores run to the length limits (the cache grown

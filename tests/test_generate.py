@@ -66,6 +66,18 @@ def test_under_xla_with_unknown_shapes_each_row_is_as_alone(model, method, extra
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_a_plain_tf_function_traces_generate_without_autograph(model, method, as_written):
+    """As the translation searches (tests/test_decoding.py): `generate` is left as it is by
+    AutoGraph, and so is every function it calls."""
+    from keras_transformer.decoding import language_model as module
+
+    calls = as_written(module, "_language_model_decoder")
+    traced = tf.function(lambda p: generate(model, p, method=method, **SHORT))
+    ids, _ = traced(tf.constant(prompt_tensor(PROMPTS)))
+    assert ids.shape[0] == len(PROMPTS) and calls == [True]
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
 def test_cached_steps_give_the_uncached_models_log_probabilities(model, method):
     settings = {**SHORT, "method": method, "beam_size": 3, "length_penalty": 0.0}
     ids, scores = generate(model, PROMPTS, **settings)

@@ -6,7 +6,8 @@ The model is a `kt.layers.Decoder` built without an encoder output, fed by a
 `logits = embedding(decoder(embedding(ids)), reverse=True)` (`examples/language_model.py`).
 The loops are those of the encoder-decoder searches (`search.py`: `_single_path`, `_beam`,
 `decode_loop`, `DecoderCache`), so everything said there holds here: `keras.ops` only, eager,
-inside `tf.function` (with `autograph=False` and `jit_compile=True` too) and under `jax.jit`.
+inside `tf.function` (AutoGraph leaves it as written; `jit_compile=True` too) and under
+`jax.jit`.
 
 **Prompts of different lengths: left padding, positions per row.** Prompts arrive 0-padded
 at the end (this library's convention for ids), as lists of lists, or as a `tf.RaggedTensor`.

@@ -6,9 +6,10 @@ once) and projects to float32 log-probabilities. Loops are `keras.ops.while_loop
 static-shaped state (only the batch may be unknown), written with `keras.ops` (the few ops
 that differ: `keras_transformer.backends`), so every function here runs on TensorFlow (eagerly,
 inside `tf.function` with unknown batch and length, and under XLA) and on JAX (eagerly and
-under `jax.jit`). The control flow is explicit, so a `tf.function` around a search needs no
-AutoGraph: `autograph=False` skips its source conversion, most of a first trace's time (15 of
-25 s for the tiny model's greedy search, whose trace reaches 158 functions).
+under `jax.jit`). The control flow is explicit, so the searches need no AutoGraph: they are
+marked for AutoGraph to leave as they are (`backends.compiled_search`), and a `tf.function`
+around one, with AutoGraph on or off, traces it as written (BENCHMARKS.md, "Tracing without
+AutoGraph").
 
 Output length: a sentence may have at most its own number of source tokens +
 `max_extra_length` output tokens (paper 6.1: "maximum output length to input length + 50"),
@@ -182,9 +183,7 @@ def beam_search(
     Example:
     >>> from keras_transformer import TransformerConfig, build_transformer
     >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
-    >>> search = tf.function(
-    ...     lambda source: beam_search(model, source), jit_compile=True, autograph=False
-    ... )
+    >>> search = tf.function(lambda source: beam_search(model, source), jit_compile=True)
     >>> ids, scores = search(tf.constant([[5, 6, 7, 0], [8, 9, 0, 0]]))
     >>> ids.shape, scores.shape  # out_len = src_len + 50
     (TensorShape([2, 54]), TensorShape([2]))
