@@ -113,7 +113,8 @@ def reversal_model(tmp_path_factory, worker_id):
 
 @pytest.fixture(scope="session")
 def tiny_export(tmp_path_factory, worker_id):
-    """An untrained tiny model (seed 3, the bundled vocabulary, max_length 24) and its
+    """An untrained tiny model (seed 3, the bundled vocabulary, max_length 24, one layer each
+    side: an export holds the model's variables whatever its depth) and its
     SavedModel, exported with the defaults as `trainers.export` traces them (speed switch on;
     for tests/test_export.py, which holds its translations to the library's, and
     tests/test_example_serve_client.py): `(model, directory, version, calls)`, `calls` the
@@ -129,7 +130,11 @@ def tiny_export(tmp_path_factory, worker_id):
     def make():
         keras.utils.set_random_seed(3)
         config = kt.TransformerConfig.preset(
-            "tiny", vocab_size=bible.vocabularies().target.vocabulary_size(), max_length=24
+            "tiny",
+            vocab_size=bible.vocabularies().target.vocabulary_size(),
+            max_length=24,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
         )
         model = kt.build_transformer(config)
         directory = tmp_path_factory.mktemp("saved_models") / "tiny"

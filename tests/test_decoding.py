@@ -50,9 +50,13 @@ def random_model():
 
 @pytest.fixture(scope="module")
 def large_vocab_model():
-    """A random tiny model over 4,000 pieces: close scores over a large vocabulary."""
+    """A random tiny model over 4,000 pieces, one layer each side: close scores over a large
+    vocabulary (the searches' handling of several layers: the other models' tests)."""
     keras.utils.set_random_seed(0)
-    return kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=4000))
+    config = kt.TransformerConfig.preset(
+        "tiny", vocab_size=4000, num_encoder_layers=1, num_decoder_layers=1
+    )
+    return kt.build_transformer(config)
 
 
 LARGE_VOCAB_SOURCE = np.random.default_rng(0).integers(4, 4000, (4, 6))

@@ -107,7 +107,10 @@ def main(argv=None) -> int:
         _, vocabularies, model = RunDirectory(args.model_dir).load_trained(args.model)
         layers = model.config.num_decoder_layers
         if not -layers <= args.layer < layers:
-            raise ConfigError(f"--layer={args.layer}: the decoder has {layers} layers")
+            raise ConfigError(
+                f"--layer={args.layer}: the decoder has {layers} layer{'s' * (layers != 1)}"
+                f" (0 to {layers - 1}, or counted from the end: -1 to {-layers})"
+            )
     except errors.USER_ERRORS as error:
         return errors.fail(error)
     source, target, weights = cross_attention(

@@ -72,9 +72,12 @@ def test_greedy_scores_are_the_log_probabilities_of_its_ids(model):
         assert row[end] == EOS_ID and (row[:end] != 0).all() and (row[end + 1 :] == 0).all()
 
 
-@pytest.mark.parametrize("finish_rule", kt.decoding.FINISH_RULES)
-@pytest.mark.parametrize("stopping", kt.decoding.STOPPING)
+@pytest.mark.parametrize(
+    "stopping, finish_rule", list(zip(kt.decoding.STOPPING, kt.decoding.FINISH_RULES, strict=True))
+)
 def test_beam_search_rules_and_n_best(model, finish_rule, stopping):
+    """Each finish rule and each stopping rule once (each is a program of its own to
+    compile; the four combinations: tests/test_decoding.py)."""
     rules = {"finish_rule": finish_rule, "stopping": stopping, **SHORT}
     best_ids, best_scores = beam_search(model, SOURCE, **rules)
     ids, scores = beam_search(model, SOURCE, num_hypotheses=3, **rules)
