@@ -449,17 +449,19 @@ def test_graph_mode_and_xla_match_eager(reversal_model, search):
 
 
 @pytest.mark.parametrize("name", ["greedy_search", "sample", "beam_search", "translate_ids"])
-def test_a_plain_tf_function_traces_the_searches_without_autograph(random_model, name, as_written):
+def test_autograph_leaves_the_searches_as_written(random_model, name, as_written):
     """`tf.function` converts the Python it reaches with AutoGraph unless told otherwise; the
     searches need no conversion (their loops are explicit), so they are marked to be left as
     they are, and a user's `tf.function` around one traces it as written (and so does every
-    function it calls)."""
+    function it calls). Shown with `tf.autograph.to_graph`, the conversion `tf.function`
+    applies, run eagerly (a trace would add seconds, not a check); a `tf.function` itself:
+    test_generate.py."""
     from keras_transformer.decoding import search as module
 
     calls = as_written(module, "_decoder")
     search = getattr(kt.decoding, name)
-    traced = tf.function(lambda s: search(random_model, s, max_extra_length=2))
-    ids, _ = traced(tf.constant(RANDOM_SOURCE, tf.int32))
+    converted = tf.autograph.to_graph(lambda s: search(random_model, s, max_extra_length=2))
+    ids, _ = converted(tf.constant(RANDOM_SOURCE, tf.int32))
     assert ids.shape == (3, 8) and calls == [True]
 
 
