@@ -24,7 +24,10 @@ import keras_transformer as kt
 
 assert keras.config.backend() == "jax"
 keras.utils.set_random_seed(0)
-model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=30, max_length=16))
+config = kt.TransformerConfig.preset(
+    "tiny", vocab_size=30, max_length=16, num_encoder_layers=1, num_decoder_layers=1
+)
+model = kt.build_transformer(config)
 model.compile(optimizer="adam", loss=kt.losses.LabelSmoothedCrossEntropy(),
               metrics=[kt.metrics.MaskedAccuracy(), kt.metrics.Perplexity()])
 ids = np.random.default_rng(0).integers(4, 30, (8, 6)).astype("int32")
