@@ -34,7 +34,7 @@ demo: $(STAMP)
 # TensorFlow; beside them, in a process of its own, the JAX pass (the layer contracts and
 # tests/jax/: the model, decoding, DataParallel on two host devices, and the package with
 # TensorFlow hidden), whose report follows the TensorFlow pass's. Side by side the two
-# passes keep both cores busy to the end (BENCHMARKS.md has the suite's times; the target
+# passes keep both cores busy to the end (README "Tests" has the suite's times; the target
 # is 15 min on 2 cores). Either pass failing fails the target.
 test: $(STAMP) lint
 	@jax_log=$$(mktemp); \
