@@ -1,7 +1,8 @@
 """Test setup: the Keras backend, two devices, seeds and a clean dtype policy.
 
-`make test` runs the suite twice: on TensorFlow (every test but tests/jax/), then on JAX
-(`KERAS_BACKEND=jax`: tests/jax/ and the layer contract tests), with two devices either way:
+`make test` runs the suite twice, side by side: on TensorFlow (every test but tests/jax/),
+and on JAX (`KERAS_BACKEND=jax`: tests/jax/ and the layer contract tests), with two devices
+either way:
 two logical CPU devices for MirroredStrategy, two XLA host devices for Keras's
 `DataParallel`. On JAX nothing here imports TensorFlow.
 """
