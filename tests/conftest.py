@@ -2,8 +2,7 @@
 
 `make test` runs the suite twice, side by side: on TensorFlow (every test but tests/jax/),
 and on JAX (`KERAS_BACKEND=jax`: tests/jax/ and the layer contract tests), with two devices
-either way:
-two logical CPU devices for MirroredStrategy, two XLA host devices for Keras's
+either way: two logical CPU devices for MirroredStrategy, two XLA host devices for Keras's
 `DataParallel`. On JAX nothing here imports TensorFlow.
 """
 
