@@ -1,5 +1,5 @@
 """The Keras backends the package runs on (TensorFlow and JAX): a clear error at import on
-any other. The JAX pass itself: tests/test_jax.py."""
+any other. The JAX pass itself: tests/jax/."""
 
 import json
 import os
