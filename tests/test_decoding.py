@@ -3,9 +3,10 @@ scores, EOS and padding, length limits, batch independence, beam search's two fi
 and two stopping rules, graph mode and XLA, the `kt.fast` path, mixed precision, and the
 trained reversal model decoding reversed sequences. The cache itself: tests/test_cache.py.
 
-Most tests run on the session's `reversal_model` (tests/conftest.py), whose distributions are
-peaked as a trained model's are; some on a random tiny model, whose near-uniform ones rarely
-produce EOS, so it runs into the length limits.
+Most tests run on the session's `reversal_model` (tests/conftest.py, one layer each side),
+whose distributions are peaked as a trained model's are; some on a random tiny model (two
+layers each side), whose near-uniform ones rarely produce EOS, so it runs into the length
+limits.
 """
 
 import itertools
@@ -51,7 +52,7 @@ def random_model():
 @pytest.fixture(scope="module")
 def large_vocab_model():
     """A random tiny model over 4,000 pieces, one layer each side: close scores over a large
-    vocabulary (the searches' handling of several layers: the other models' tests)."""
+    vocabulary (the searches' handling of several layers: `random_model`'s tests)."""
     keras.utils.set_random_seed(0)
     config = kt.TransformerConfig.preset(
         "tiny", vocab_size=4000, num_encoder_layers=1, num_decoder_layers=1
@@ -406,7 +407,7 @@ def test_model_max_length_caps_the_output():
 def test_limit_of_zero_extra_tokens_cuts_the_decode_short(reversal_model):
     """A reversal takes length + 1 tokens; with no extra tokens allowed the first length - 1
     are the unlimited decode's and EOS replaces the last symbol. Compared with the model's own
-    decode, not with the true reversal, which a model 94-96% exact need not produce."""
+    decode, not with the true reversal, which a model not 100% exact need not produce."""
     unlimited, _ = greedy_search(reversal_model, SOURCE)
     ids, _ = greedy_search(reversal_model, SOURCE, max_extra_length=0)
     lengths = _source_lengths(SOURCE)
