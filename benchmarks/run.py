@@ -37,20 +37,17 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
-from benchmarks.synthetic import train_flops_per_token  # noqa: E402
+from benchmarks import synthetic  # noqa: E402
+from benchmarks.synthetic import PRESET_VOCAB, train_flops_per_token  # noqa: E402
 
-PRESET_VOCAB = {"tiny": 8000, "small": 16000, "base": 37000, "big": 37000}  # the peer's sizes
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def synthetic_batch(rng, vocab, batch, src_len, tgt_len):
-    """The peer's batches: random ids, a random quarter of each row padded on average."""
-    src = rng.integers(1, vocab, (batch, src_len)).astype("int32")
-    tgt = rng.integers(1, vocab, (batch, tgt_len + 1)).astype("int32")
-    for i in range(batch):
-        src[i, rng.integers(src_len // 2, src_len + 1) :] = 0
-        tgt[i, rng.integers(tgt_len // 2, tgt_len + 2) :] = 0
-    return src, tgt[:, :-1], tgt[:, 1:]
+    """The peer's batches (`benchmarks.synthetic.synthetic_batch`) as `(source ids, target
+    ids, labels)`."""
+    inputs, labels = synthetic.synthetic_batch(rng, vocab, batch, src_len, tgt_len)
+    return inputs["source_ids"], inputs["target_ids"], labels
 
 
 def time_steps(fn, warmup: int, steps: int) -> list[float]:
