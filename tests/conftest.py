@@ -28,9 +28,18 @@ if BACKEND == "tensorflow":
         _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
     )
 elif BACKEND == "jax":
-    # Two host devices for keras.distribution.DataParallel; before JAX starts.
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    # Two host devices for keras.distribution.DataParallel; before JAX starts. XLA's CPU
+    # programs run on one thread each: `make test` runs this pass beside the TensorFlow
+    # pass's two workers on two cores, where XLA's own thread pool only competes with them
+    # (the flags of JAX's issues 743 and 1539; README "Tests" has what they save). The
+    # programs tests start inherit both settings.
+    os.environ["XLA_FLAGS"] = " ".join(
+        [
+            os.environ.get("XLA_FLAGS", ""),
+            "--xla_force_host_platform_device_count=2",
+            "--xla_cpu_multi_thread_eigen=false",
+            "intra_op_parallelism_threads=1",
+        ]
     ).strip()
 
 import keras  # noqa: E402
