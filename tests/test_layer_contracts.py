@@ -104,8 +104,9 @@ def test_xla_training_step(name):
         jit_compile=True,
     )
     batch = next(iter(tensors.values())).shape[0]
-    history = model.fit(tensors, np.zeros((batch, 1), "float32"), epochs=1, verbose=0)
+    # train_on_batch runs the training step that fit compiles, without fit's dataset.
+    loss = model.train_on_batch(tensors, np.zeros((batch, 1), "float32"))
     assert model.jit_compile
-    assert np.isfinite(history.history["loss"]).all()
+    assert np.isfinite(loss)
     after = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
     assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
