@@ -31,8 +31,11 @@ elif BACKEND == "jax":
     # Two host devices for keras.distribution.DataParallel; before JAX starts. XLA's CPU
     # programs run on one thread each: `make test` runs this pass beside the TensorFlow
     # pass's two workers on two cores, where XLA's own thread pool only competes with them
-    # (the flags of JAX's issues 743 and 1539; README "Tests" has what they save). The
-    # programs tests start inherit both settings.
+    # (the flags of JAX's issues 743 and 1539). And XLA compiles them without LLVM's
+    # optimizations, JAX's own setting for smoke tests (its PR 3208): the tests' programs
+    # are small and run a few times, so compiling is most of their cost (README "Tests" has
+    # what both save). The programs tests start inherit these settings.
+    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
     os.environ["XLA_FLAGS"] = " ".join(
         [
             os.environ.get("XLA_FLAGS", ""),
