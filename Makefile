@@ -11,10 +11,19 @@ DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 
 .PHONY: demo test lint format clean
 
+# uv fills the virtualenv: it fetches and unpacks the wheels in parallel, where pip does one
+# at a time (BENCHMARKS.md, "The test suite's time", has both). It writes the bytecode
+# (`--compile-bytecode`) as pip does, because where PYTHONDONTWRITEBYTECODE is set nothing
+# else would, and every process would compile TensorFlow's sources again to import it. A
+# plain `pip install -r requirements.txt` installs the same packages.
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
+
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	$(UV) --compile-bytecode -r requirements.txt
+	$(UV) --no-deps -e .
 	touch $(STAMP)
 
 # Train the tiny preset on the bundled corpus, average its last checkpoints, score the test
