@@ -14,16 +14,21 @@ DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 # uv fills the virtualenv: it fetches and unpacks the wheels in parallel, where pip does one
 # at a time (BENCHMARKS.md, "The test suite's time", has both). It writes the bytecode
 # (`--compile-bytecode`) as pip does, because where PYTHONDONTWRITEBYTECODE is set nothing
-# else would, and every process would compile TensorFlow's sources again to import it. A
-# plain `pip install -r requirements.txt` installs the same packages.
+# else would, and every process would compile TensorFlow's sources again to import it. uv
+# reads its own settings (UV_DEFAULT_INDEX, UV_INDEX), not pip's: where it cannot install
+# (an index that only pip is configured for, say), pip installs the same packages instead.
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
+PIP := $(BIN)/python -m pip install --quiet
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
-	$(UV) --compile-bytecode -r requirements.txt
-	$(UV) --no-deps -e .
+	if $(PIP) uv==$(UV_VERSION) && $(UV) --compile-bytecode -r requirements.txt; then \
+		$(UV) --no-deps -e .; \
+	else \
+		echo "uv could not fill $(VENV) (it reads UV_DEFAULT_INDEX, not pip's settings): pip will"; \
+		$(PIP) -r requirements.txt && $(PIP) --no-deps -e .; \
+	fi
 	touch $(STAMP)
 
 # Train the tiny preset on the bundled corpus, average its last checkpoints, score the test
