@@ -18,16 +18,16 @@ DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 # reads its own settings (UV_DEFAULT_INDEX, UV_INDEX), not pip's: where it cannot install
 # (an index that only pip is configured for, say), pip installs the same packages instead.
 UV_VERSION := 0.13.9
-UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
-PIP := $(BIN)/python -m pip install --quiet
+UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python
+PIP_INSTALL := $(BIN)/python -m pip install --quiet
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	if $(PIP) uv==$(UV_VERSION) && $(UV) --compile-bytecode -r requirements.txt; then \
-		$(UV) --no-deps -e .; \
+	if $(PIP_INSTALL) uv==$(UV_VERSION) && $(UV_INSTALL) --compile-bytecode -r requirements.txt; then \
+		$(UV_INSTALL) --no-deps -e .; \
 	else \
 		echo "uv could not fill $(VENV) (it reads UV_DEFAULT_INDEX, not pip's settings): pip will"; \
-		$(PIP) -r requirements.txt && $(PIP) --no-deps -e .; \
+		$(PIP_INSTALL) -r requirements.txt && $(PIP_INSTALL) --no-deps -e .; \
 	fi
 	touch $(STAMP)
 
