@@ -78,6 +78,37 @@ def test_a_second_import_or_a_bad_checkpoint_writes_nothing(imported, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+def test_generation_settings_are_checked_before_any_work_and_the_unapplied_ones_named(tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(FIXTURES / "separate", checkpoint)
+    generation = json.loads((checkpoint / "generation_config.json").read_text())
+    (checkpoint / "generation_config.json").write_text(json.dumps({**generation, "num_beams": 0}))
+    refused = run_main(
+        "trainers.import_marian", checkpoint, "--model-dir", tmp_path / "new", check=False
+    )
+    assert refused.returncode == 2
+    assert "generation_config.json: num_beams=0 must be >= 1" in refused.stderr
+    assert not (tmp_path / "new").exists()
+    # Settings that the decoders do not apply: imported, with a note and their record.
+    sampled = {**generation, "do_sample": True, "no_repeat_ngram_size": 3}
+    (checkpoint / "generation_config.json").write_text(json.dumps(sampled))
+    result = run_main("trainers.import_marian", checkpoint, "--model-dir", tmp_path / "new")
+    note = "does not apply: do_sample=True, no_repeat_ngram_size=3"
+    assert note in result.stderr
+    record = json.loads((tmp_path / "new" / "pretrained.json").read_text())
+    assert record["ignored_generation_settings"] == ["do_sample=True", "no_repeat_ngram_size=3"]
+
+
+def test_a_file_as_the_model_directory_is_refused_and_kept(tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    result = run_main(
+        "trainers.import_marian", FIXTURES / "separate", "--model-dir", file, check=False
+    )
+    assert result.returncode == 2 and f"--model-dir {file} is a file" in result.stderr
+    assert file.read_text() == "mine"
+
+
 def natural_ends(items):
     """The greedy items whose transformers translation ended with EOS within every length
     limit (ours: source + 50 tokens, EOS included; transformers': 63 after the start)."""

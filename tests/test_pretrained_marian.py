@@ -244,6 +244,16 @@ def test_a_directory_with_only_pytorch_weights_names_the_files_it_needs(tmp_path
         ({"activation_function": "gelu_new"}, "activation_function='gelu_new' is not supported"),
         ({"decoder_ffn_dim": 256}, "encoder_ffn_dim=128 differs from decoder_ffn_dim=256"),
         ({"d_model": 32}, "has shape"),
+        ({"vocab_size": "1575"}, "vocab_size='1575' is not an integer"),
+        ({"encoder_layers": 1.5}, "encoder_layers=1.5 is not an integer"),
+        ({"dropout": [0.1]}, r"dropout=\[0.1\] is not a number"),
+        ({"share_encoder_decoder_embeddings": "yes"}, "is not a boolean"),
+        ({"eos_token_id": 5}, "eos_token_id=5, but .*vocab.json gives </s> the id 0"),
+        # A config.json that has fewer layers than the weights: refused, not cut short.
+        (
+            {"encoder_layers": 1},
+            "weights that config.json has no place for, such as model.encoder.layers.1",
+        ),
     ],
 )
 def test_an_unsupported_config_is_refused_naming_the_key(tmp_path, change, message):
@@ -252,6 +262,122 @@ def test_an_unsupported_config_is_refused_naming_the_key(tmp_path, change, messa
     (path / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(marian.MarianError, match=message):
         marian.load_marian(path)
+
+
+def test_a_missing_key_means_transformers_default(tmp_path):
+    """config.json without `activation_function` is transformers' gelu; without
+    `scale_embedding` it would be unscaled embeddings, which is not Marian's: refused."""
+    path = copy_of(tmp_path, "separate")
+    config = json.loads((path / "config.json").read_text())
+    del config["activation_function"]
+    assert marian.transformer_config(config).activation == "gelu"
+    del config["scale_embedding"]
+    with pytest.raises(marian.MarianError, match="no 'scale_embedding'; transformers then"):
+        marian.transformer_config(config)
+
+
+def write_vocab(path: Path, name: str, pairs: list) -> None:
+    """`pairs` as a JSON object in `path / name`, in their order, repeats kept."""
+    body = ", ".join(f"{json.dumps(piece)}: {json.dumps(i)}" for piece, i in pairs)
+    (path / name).write_text("{" + body + "}")
+
+
+def vocab_pairs(name="separate", file="vocab.json") -> list:
+    return list(json.loads((FIXTURES / name / file).read_text()).items())
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda v: v + [v[5]], r"vocab.json: '.*' appears twice"),
+        (lambda v: v[:5] + [(v[5][0], 5.0)] + v[6:], "has the id 5.0, not an integer"),
+        (lambda v: v[:5] + [(v[5][0], 6)] + v[6:], "and '.*' have the same id 6"),
+        (lambda v: v[:5] + [(v[5][0], 999)] + v[6:], "must be 0..394; '.*' has 999"),
+        (lambda v: [p for p in v if p[0] != "</s>"] + [("x", 0)], "no </s> piece"),
+        # Our name of the decoder start, which Marian's vocabularies do not have as a piece.
+        (lambda v: v[:5] + [("<s>", 5)] + v[6:], r"vocab.json: pieces\[.*\]='<s>' repeats"),
+    ],
+)
+def test_a_bad_vocabulary_is_refused_naming_the_file(tmp_path, change, message):
+    path = copy_of(tmp_path, "separate")
+    write_vocab(path, "vocab.json", change(vocab_pairs()))
+    with pytest.raises(marian.MarianError, match=message):
+        marian.load_marian(path)
+
+
+def test_a_file_that_is_not_a_sentencepiece_model_is_refused(tmp_path):
+    path = copy_of(tmp_path, "separate")
+    (path / "target.spm").write_bytes(b"not a model")
+    with pytest.raises(marian.MarianError, match="target.spm: not a SentencePiece model"):
+        marian.load_marian(path)
+
+
+def test_a_source_vocabulary_of_its_own_takes_its_own_special_pieces(tmp_path):
+    """With separate vocabularies the source's <pad> and </s> are its own (as
+    `MarianTokenizer` reads them), not config.json's ids, which are the target's: a source
+    vocabulary one piece longer, its <pad> last, imports, and a sentence keeps its ids."""
+    path = copy_of(tmp_path, "separate")
+    pairs = vocab_pairs()
+    pad = dict(pairs)["<pad>"]  # the last id
+    extended = [p for p in pairs if p[0] != "<pad>"] + [("▁zzz", pad), ("<pad>", pad + 1)]
+    write_vocab(path, "vocab.json", extended)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "vocab_size": pad + 2}))
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(str(path / "model.safetensors"))
+    table = weights["model.encoder.embed_tokens.weight"]
+    weights["model.encoder.embed_tokens.weight"] = np.concatenate([table, table[-1:]])
+    save_file(weights, str(path / "model.safetensors"))
+    _, vocabularies = marian.load_marian(path)
+    original = marian.load_vocabularies(FIXTURES / "separate")
+    text = tf.constant(["Hello world </s> <pad>"])
+    np.testing.assert_array_equal(
+        vocabularies.source.tokenize(text).to_list(), original.source.tokenize(text).to_list()
+    )
+    assert vocabularies.source.vocabulary_size() == original.source.vocabulary_size() + 1
+
+
+@pytest.mark.parametrize("copy", ["lm_head.weight", "model.encoder.embed_tokens.weight"])
+def test_tied_copies_must_equal_their_table(tmp_path, copy):
+    """Some checkpoints store the copies of the embedding table that transformers ties to
+    it: the same values import; other values (an untied output projection) are refused."""
+    from safetensors.numpy import load_file, save_file
+
+    path = copy_of(tmp_path)
+    weights = load_file(str(path / "model.safetensors"))
+    weights[copy] = weights["model.shared.weight"].copy()
+    save_file(weights, str(path / "model.safetensors"))
+    marian.load_marian(path)
+    weights[copy][5] += 1.0
+    save_file(weights, str(path / "model.safetensors"))
+    with pytest.raises(marian.MarianError, match=f"{copy} differs from model.shared.weight"):
+        marian.load_marian(path)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"num_beams": 0}, "num_beams=0 must be >= 1"),
+        ({"num_beams": "four"}, "num_beams='four' is not an integer"),
+        ({"length_penalty": -0.5}, "length_penalty=-0.5 is not supported"),
+        ({"max_length": 1}, "max_length=1 must be >= 2"),
+    ],
+)
+def test_generation_settings_the_decoders_cannot_take_are_refused(setting, message):
+    with pytest.raises(marian.MarianError, match=message):
+        marian.decoding_defaults({"num_beams": 4, **setting})
+
+
+def test_generation_settings_the_decoders_do_not_apply_are_named():
+    generation = json.loads((FIXTURES / "shared" / "generation_config.json").read_text())
+    assert marian.ignored_generation_settings(generation, 1574) == []  # OPUS-MT's own
+    generation.update(do_sample=True, no_repeat_ngram_size=3, bad_words_ids=[[1574], [7, 8]])
+    assert marian.ignored_generation_settings(generation, 1574) == [
+        "do_sample=True",
+        "no_repeat_ngram_size=3",
+        "bad_words_ids=[[1574], [7, 8]]",
+    ]
 
 
 def test_missing_files_and_non_checkpoints_are_refused(tmp_path):

@@ -20,10 +20,11 @@ works on it: `evaluate`, `export` (SavedModel and CTranslate2), `translate`, `vi
                           vocabularies in this library's ids), and their sha256
     DIR/model.keras       the imported model (this library's ids: keras_transformer.pretrained
                           .marian's docstring)
-    DIR/pretrained.json   where it came from: the config's name, each file's sha256, and
-                          what generation_config.json sets (beam size, length limit: 511
-                          tokens for OPUS-MT, never binding, since the 512 positions
-                          already cap an output)
+    DIR/pretrained.json   where it came from: the config's name, each file's sha256,
+                          what generation_config.json sets (beam size, length penalty,
+                          length limit: 511 tokens for OPUS-MT, never binding, since the
+                          512 positions already cap an output), and the settings it has
+                          that this library's decoding does not apply (also printed)
 
 The fine-tuning schedule is the paper's warmup and inverse square root (`WarmupSchedule`),
 scaled so that it peaks at `--peak-learning-rate` (5e-5) after `--warmup-steps` (500)
@@ -94,6 +95,8 @@ def import_marian(
     from trainers.run_dir import RunDirectory, save_model, write_json
 
     model_dir = Path(model_dir)
+    if model_dir.exists() and not model_dir.is_dir():
+        raise ConfigError(f"--model-dir {model_dir} is a file; choose a new directory")
     if model_dir.exists() and any(model_dir.iterdir()):
         raise ConfigError(f"--model-dir {model_dir} exists and is not empty; choose a new one")
     if not peak_learning_rate > 0:
@@ -102,18 +105,29 @@ def import_marian(
         raise ConfigError(f"--warmup-steps={warmup_steps} must be >= 1")
     try:
         checkpoint = marian.read_checkpoint(path)
+        decoding = marian.decoding_defaults(checkpoint.generation)
         with startup_logs.native_logs():
-            model, vocabularies = marian.load_marian(path)
+            model, vocabularies = marian.load_marian(checkpoint)
     except marian.MarianError as error:
         raise ConfigError(str(error)) from None
-    experiment = _experiment(checkpoint, model.config, peak_learning_rate, warmup_steps)
+    ignored = marian.ignored_generation_settings(
+        checkpoint.generation, checkpoint.config.get("pad_token_id")
+    )
+    if ignored:
+        print(
+            "note: generation_config.json sets what this library's decoding does not apply: "
+            f"{', '.join(ignored)}",
+            file=sys.stderr,
+        )
+    experiment = _experiment(checkpoint, model.config, decoding, peak_learning_rate, warmup_steps)
     record = {
         "format": "marian (Hugging Face transformers)",
         "source": str(Path(path).resolve()),
         "name_or_path": checkpoint.config.get("_name_or_path"),
         "transformers_version": checkpoint.config.get("transformers_version"),
         "files": {p.name: sha256(p) for p in checkpoint.files},
-        "decoding": marian.decoding_defaults(checkpoint.generation),
+        "decoding": decoding,
+        "ignored_generation_settings": ignored,
         "imported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if model_dir.exists():
@@ -128,10 +142,11 @@ def import_marian(
     return model_dir
 
 
-def _experiment(checkpoint, config, peak_learning_rate: float, warmup_steps: int):
+def _experiment(checkpoint, config, decoding: dict, peak_learning_rate: float, warmup_steps: int):
     """The experiment of an imported model: its config, no training data yet (fine-tuning
-    sets data.train), the languages of tokenizer_config.json and the fine-tuning schedule."""
-    from keras_transformer.pretrained import marian
+    sets data.train), the languages of tokenizer_config.json, the fine-tuning schedule and
+    the decoding defaults of generation_config.json (`decoding`, as
+    `marian.decoding_defaults` reads them)."""
     from trainers.experiment import DataConfig, DecodingConfig, Experiment, TrainingConfig
 
     languages = _read_optional_json(checkpoint.path / "tokenizer_config.json")
@@ -154,12 +169,11 @@ def _experiment(checkpoint, config, peak_learning_rate: float, warmup_steps: int
     )
     # generation_config.json's beam, and transformers' length penalty exponent (1.0 unless it
     # sets one; transformers divides by |Y| ** alpha, we by ((5 + |Y|) / 6) ** alpha).
-    generation = checkpoint.generation
-    decoding = DecodingConfig(
-        beam_size=marian.decoding_defaults(generation).get("beam_size", 4),
-        length_penalty=float(generation.get("length_penalty", 1.0)),
+    defaults = DecodingConfig(
+        beam_size=decoding.get("beam_size", 4),
+        length_penalty=decoding.get("length_penalty", 1.0),
     )
-    return Experiment("base", config, data, training, decoding)
+    return Experiment("base", config, data, training, defaults)
 
 
 def _read_optional_json(path: Path) -> dict:

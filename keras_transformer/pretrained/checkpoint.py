@@ -85,11 +85,23 @@ def read_checkpoint(path) -> Checkpoint:
 
 
 def read_json(path: Path) -> dict:
-    """A JSON object from `path`; `MarianError` when it is missing or not one."""
+    """A JSON object from `path`; `MarianError` when it is missing or not one, or names a key
+    twice (Python's JSON reader would keep the last: in a vocabulary, a piece listed twice)."""
+
+    def unique(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise MarianError(f"{path}: {key!r} appears twice")
+            seen.add(key)
+        return dict(pairs)
+
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique)
     except FileNotFoundError:
         raise MarianError(f"{path}: missing") from None
+    except MarianError:
+        raise
     except ValueError as error:
         raise MarianError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(value, dict):

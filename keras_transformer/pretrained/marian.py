@@ -48,7 +48,9 @@ LANGUAGE_TOKEN = ">>.*?<<"
 # the text, and our ids for them: its pad is a real token in an input (its start row, our
 # <s>), never our padding id.
 SPECIAL_TOKENS = {"</s>": EOS_ID, "<unk>": UNK_ID, "<pad>": BOS_ID}
-# Config values our model computes as transformers' Marian does; any other value is refused.
+# Config values our model computes as transformers' Marian does; any other value is refused,
+# and so is a config.json that leaves out `scale_embedding` (transformers' default, false,
+# is not Marian's layout).
 _EXPECTED = {
     "model_type": "marian",
     "scale_embedding": True,
@@ -58,42 +60,93 @@ _EXPECTED = {
     "static_position_embeddings": True,
     "tie_word_embeddings": True,
 }
+# transformers' `MarianConfig` defaults: what a key config.json leaves out means there.
+_DEFAULTS = {
+    "vocab_size": 58101,
+    "decoder_vocab_size": None,
+    "max_position_embeddings": 1024,
+    "encoder_layers": 12,
+    "encoder_ffn_dim": 4096,
+    "encoder_attention_heads": 16,
+    "decoder_layers": 12,
+    "decoder_ffn_dim": 4096,
+    "decoder_attention_heads": 16,
+    "activation_function": "gelu",
+    "d_model": 1024,
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "share_encoder_decoder_embeddings": True,
+}
 # transformers' activation names -> Keras's (the same functions).
 _ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 
 
+def number(settings: dict, key: str, kind=int, where: str = "config.json", default=None):
+    """`settings[key]` as `kind` (int or float), `default` when absent (or null, as
+    transformers reads it); `MarianError` names the key when the value is not a number of that
+    kind (a string, a list, a boolean, 2.5 for an int)."""
+    value = settings.get(key)
+    if value is None:
+        if default is None:
+            raise MarianError(f"{where}: no {key!r}")
+        return default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (kind is int and value != int(value))
+    ):
+        noun = "an integer" if kind is int else "a number"
+        raise MarianError(f"{where}: {key}={value!r} is not {noun}")
+    return kind(value)
+
+
 def transformer_config(config: dict, where: str = "config.json") -> TransformerConfig:
     """The `TransformerConfig` of a Marian config.json (vocabulary sizes in our ids: one more
-    row than Marian's, for the second copy of its start row)."""
+    row than Marian's, for the second copy of its start row). A key it leaves out takes
+    transformers' `MarianConfig` default."""
+    if "scale_embedding" not in config:
+        raise MarianError(
+            f"{where}: no 'scale_embedding'; transformers then reads it as false, which is "
+            "not Marian's model (embeddings scaled by sqrt(d_model))"
+        )
     for key, expected in _EXPECTED.items():
         if key in config and config[key] != expected:
             raise MarianError(
                 f"{where}: {key}={config[key]!r} is not supported (expected {expected!r}): "
                 "the weights would be laid out for another architecture"
             )
+
+    def get(key, kind=int):
+        return number(config, key, kind, where, _DEFAULTS[key])
+
     pairs = [
         ("encoder_attention_heads", "decoder_attention_heads"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
     ]
     for encoder_key, decoder_key in pairs:
-        if config.get(encoder_key) != config.get(decoder_key):
+        if get(encoder_key) != get(decoder_key):
             raise MarianError(
-                f"{where}: {encoder_key}={config.get(encoder_key)} differs from "
-                f"{decoder_key}={config.get(decoder_key)}; one value for both stacks is supported"
+                f"{where}: {encoder_key}={get(encoder_key)} differs from "
+                f"{decoder_key}={get(decoder_key)}; one value for both stacks is supported"
             )
-    activation = config.get("activation_function", "swish")
+    activation = config.get("activation_function", _DEFAULTS["activation_function"])
     if activation not in _ACTIVATIONS:
         raise MarianError(
             f"{where}: activation_function={activation!r} is not supported "
             f"(supported: {', '.join(sorted(_ACTIVATIONS))})"
         )
-    shared = bool(config.get("share_encoder_decoder_embeddings", True))
-    source_size = int(config["vocab_size"]) + 1
-    target_size = int(config.get("decoder_vocab_size") or config["vocab_size"]) + 1
+    shared = config.get(
+        "share_encoder_decoder_embeddings", _DEFAULTS["share_encoder_decoder_embeddings"]
+    )
+    if not isinstance(shared, bool):
+        raise MarianError(f"{where}: share_encoder_decoder_embeddings={shared!r} is not a boolean")
+    source_size = get("vocab_size") + 1
+    target_size = number(config, "decoder_vocab_size", int, where, source_size - 1) + 1
     if shared and source_size != target_size:
         raise MarianError(
             f"{where}: share_encoder_decoder_embeddings is true but vocab_size="
-            f"{config['vocab_size']} != decoder_vocab_size={config.get('decoder_vocab_size')}"
+            f"{source_size - 1} != decoder_vocab_size={target_size - 1}"
         )
     try:
         return TransformerConfig(
@@ -101,15 +154,15 @@ def transformer_config(config: dict, where: str = "config.json") -> TransformerC
             source_vocab_size=None if shared else source_size,
             target_vocab_size=None if shared else target_size,
             share_embeddings=shared,
-            d_model=int(config["d_model"]),
-            num_heads=int(config["encoder_attention_heads"]),
-            d_ff=int(config["encoder_ffn_dim"]),
-            num_encoder_layers=int(config["encoder_layers"]),
-            num_decoder_layers=int(config["decoder_layers"]),
-            dropout=float(config.get("dropout", 0.1)),
-            attention_dropout=float(config.get("attention_dropout", 0.0)),
-            activation_dropout=float(config.get("activation_dropout", 0.0)),
-            max_length=int(config["max_position_embeddings"]),
+            d_model=get("d_model"),
+            num_heads=get("encoder_attention_heads"),
+            d_ff=get("encoder_ffn_dim"),
+            num_encoder_layers=get("encoder_layers"),
+            num_decoder_layers=get("decoder_layers"),
+            dropout=get("dropout", float),
+            attention_dropout=get("attention_dropout", float),
+            activation_dropout=get("activation_dropout", float),
+            max_length=get("max_position_embeddings"),
             norm_first=False,
             activation=_ACTIVATIONS[activation],
             positional="sinusoidal",
@@ -117,33 +170,54 @@ def transformer_config(config: dict, where: str = "config.json") -> TransformerC
             output_bias=True,
             layer_norm_epsilon=1e-5,
         )
-    except KeyError as error:
-        raise MarianError(f"{where}: no {error.args[0]!r}") from None
     except ValueError as error:
         raise MarianError(f"{where}: {error}") from None
 
 
-def vocabulary_order(vocab: dict, config: dict, where: str = "vocab.json") -> list[int]:
+def vocabulary_order(
+    vocab: dict, config: dict | None = None, where: str = "vocab.json"
+) -> list[int]:
     """`order[i]` is the Marian id of our id i: pad, unk, bos (the decoder start), eos, then
-    the other pieces in Marian's order. Marian's start row appears twice (pad and bos)."""
+    the other pieces in Marian's order. Marian's start row appears twice (pad and bos).
+
+    The special pieces are the vocabulary's own `<pad>`, `<unk>` and `</s>`, as transformers'
+    `MarianTokenizer` reads them (a source vocabulary of its own may place them elsewhere than
+    the target's). `config`, given for the target side, must agree where it sets them: the
+    decoder starts with `<pad>` (pad_token_id, decoder_start_token_id) and ends with `</s>`
+    (eos_token_id)."""
+    owners: dict = {}
+    for piece, i in vocab.items():
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise MarianError(f"{where}: {piece!r} has the id {i!r}, not an integer")
+        owners.setdefault(i, []).append(piece)
+    for i, names in owners.items():
+        if len(names) > 1:
+            raise MarianError(f"{where}: {names[0]!r} and {names[1]!r} have the same id {i}")
     size = len(vocab)
-    ids = sorted(vocab.values())
-    if ids != list(range(size)):
-        raise MarianError(f"{where}: the ids are not 0..{size - 1}, each once")
-    pad = int(config.get("pad_token_id", size - 1))
-    start = int(config.get("decoder_start_token_id", pad))
-    eos = int(config.get("eos_token_id", 0))
-    if "<unk>" not in vocab:
-        raise MarianError(f"{where}: no <unk> piece")
-    unk = int(vocab["<unk>"])
-    for name, value in (("pad_token_id", pad), ("eos_token_id", eos)):
-        if not 0 <= value < size:
-            raise MarianError(f"{where}: {name}={value} is outside its {size} ids")
-    if start != pad:
+    outside = sorted(i for i in owners if not 0 <= i < size)
+    if outside:
         raise MarianError(
-            f"{where}: decoder_start_token_id={start} differs from pad_token_id={pad}; "
-            "only Marian's own convention (the decoder starts with pad) is supported"
+            f"{where}: the ids of its {size} pieces must be 0..{size - 1}; "
+            f"{owners[outside[0]][0]!r} has {outside[0]}"
         )
+    for piece in ("<pad>", "<unk>", "</s>"):
+        if piece not in vocab:
+            raise MarianError(f"{where}: no {piece} piece")
+    pad, unk, eos = vocab["<pad>"], vocab["<unk>"], vocab["</s>"]
+    if len({pad, unk, eos}) < 3:
+        raise MarianError(f"{where}: <pad>, <unk> and </s> must have three different ids")
+    checks = (
+        ("pad_token_id", "<pad>"),
+        ("decoder_start_token_id", "<pad>"),
+        ("eos_token_id", "</s>"),
+    )
+    for key, piece in checks if config is not None else ():
+        if config.get(key) is not None and number(config, key) != vocab[piece]:
+            raise MarianError(
+                f"config.json: {key}={config[key]}, but {where} gives {piece} the id "
+                f"{vocab[piece]}; only Marian's own convention (the decoder starts with <pad> "
+                "and ends with </s>) is supported"
+            )
     return [pad, unk, pad, eos] + [i for i in range(size) if i not in {pad, unk, eos}]
 
 
@@ -169,38 +243,105 @@ def _vocabularies(directory: Path):
     config = read_json(directory / "config.json") if (directory / "config.json").exists() else {}
     target_file = directory / "target_vocab.json"
     sides = []
-    for spm, file in (
-        ("source.spm", directory / "vocab.json"),
-        ("target.spm", target_file if target_file.exists() else directory / "vocab.json"),
+    for spm, file, side_config in (
+        ("source.spm", directory / "vocab.json", None),
+        ("target.spm", target_file if target_file.exists() else directory / "vocab.json", config),
     ):
         vocab = read_json(file)
-        order = vocabulary_order(vocab, config, str(file))
-        tokenizer = PieceVocabularyTokenizer(
-            (directory / spm).read_bytes(),
-            pieces(vocab, order),
-            prefix_pattern=LANGUAGE_TOKEN,
-            special_tokens=SPECIAL_TOKENS,
-        )
+        order = vocabulary_order(vocab, side_config, str(file))
+        proto = _sentencepiece_model(directory / spm)
+        try:
+            tokenizer = PieceVocabularyTokenizer(
+                proto,
+                pieces(vocab, order),
+                prefix_pattern=LANGUAGE_TOKEN,
+                special_tokens=SPECIAL_TOKENS,
+            )
+        except ValueError as error:  # a piece named as one of this library's special ones
+            raise MarianError(f"{file}: {error} (in this library's ids)") from None
         sides.append((tokenizer, order))
     (source, source_order), (target, target_order) = sides
     return Vocabularies(source, target), source_order, target_order
 
 
-def decoding_defaults(generation: dict) -> dict:
+def _sentencepiece_model(path: Path) -> bytes:
+    """The bytes of a SentencePiece model file; `MarianError` when they are not one."""
+    import sentencepiece
+
+    proto = path.read_bytes()
+    try:
+        sentencepiece.SentencePieceProcessor(model_proto=proto)
+    except (RuntimeError, OSError) as error:
+        raise MarianError(f"{path}: not a SentencePiece model ({error})") from None
+    return proto
+
+
+def decoding_defaults(generation: dict, where: str = "generation_config.json") -> dict:
     """Decoding settings that generation_config.json sets, in this library's terms:
-    `beam_size` (num_beams) and `max_length` (the longest output, in tokens with EOS:
-    transformers' max_length counts the decoder start too)."""
+    `beam_size` (num_beams), `length_penalty` (its exponent, applied to this library's
+    penalty) and `max_length` (the longest output, in tokens with EOS: transformers'
+    max_length counts the decoder start too). `MarianError` names a value this library's
+    decoding cannot take."""
     defaults = {}
-    if "num_beams" in generation:
-        defaults["beam_size"] = int(generation["num_beams"])
-    if "max_length" in generation:
-        defaults["max_length"] = int(generation["max_length"]) - 1
+    if generation.get("num_beams") is not None:
+        defaults["beam_size"] = number(generation, "num_beams", int, where)
+        if defaults["beam_size"] < 1:
+            raise MarianError(f"{where}: num_beams={defaults['beam_size']} must be >= 1")
+    if generation.get("length_penalty") is not None:
+        defaults["length_penalty"] = number(generation, "length_penalty", float, where)
+        if defaults["length_penalty"] < 0:
+            raise MarianError(
+                f"{where}: length_penalty={defaults['length_penalty']} is not supported (this "
+                "library's length penalty takes exponents >= 0)"
+            )
+    if generation.get("max_length") is not None:
+        defaults["max_length"] = number(generation, "max_length", int, where) - 1
+        if defaults["max_length"] < 1:
+            raise MarianError(f"{where}: max_length={defaults['max_length'] + 1} must be >= 2")
     return defaults
 
 
+# generation_config.json settings whose other values this library's searches do not apply,
+# with the value at which transformers' generate decodes as they do.
+_NEUTRAL_GENERATION = {
+    "do_sample": False,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "max_new_tokens": None,
+    "forced_bos_token_id": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "sequence_bias": None,
+    "constraints": None,
+    "force_words_ids": None,
+}
+
+
+def ignored_generation_settings(generation: dict, target_pad: int | None = None) -> list[str]:
+    """The settings of generation_config.json that this library's decoding does not apply,
+    as "key=value": those above, and `bad_words_ids` beyond Marian's pad (which it never
+    generates, as the import's output bias has it)."""
+    ignored = []
+    for key, neutral in _NEUTRAL_GENERATION.items():
+        value = generation.get(key)
+        if value is not None and value != neutral and value not in ([], {}):
+            ignored.append(f"{key}={value!r}")
+    bad = generation.get("bad_words_ids")
+    if bad and bad != [[target_pad]]:
+        ignored.append(f"bad_words_ids={bad!r}")
+    return ignored
+
+
 def load_marian(path):
-    """A Marian checkpoint directory as `(model, vocabularies)`: a `keras_transformer.Transformer`
-    holding its weights (in our ids, see the module doc) and its tokenizers.
+    """A Marian checkpoint directory (or the `Checkpoint` that `read_checkpoint` made of it)
+    as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its weights (in our
+    ids, see the module doc) and its tokenizers.
 
     Example:
     >>> # model, vocabularies = load_marian("opus-mt-en-es")
@@ -208,7 +349,7 @@ def load_marian(path):
     """
     from keras_transformer.model import build_transformer
 
-    checkpoint = read_checkpoint(path)
+    checkpoint = path if isinstance(path, Checkpoint) else read_checkpoint(path)
     where = str(checkpoint.path / "config.json")
     config = transformer_config(checkpoint.config, where)
     vocabularies, source_order, target_order = _vocabularies(checkpoint.path)
@@ -231,10 +372,12 @@ def assign_weights(model, checkpoint: Checkpoint, source_order, target_order) ->
     config = model.config
     d = config.d_model
     values = []  # (variable, value), all checked before the first assignment
+    used = set()
 
     def take(name, shape):
         if name not in weights:
             raise MarianError(f"{path}: no weight {name!r}")
+        used.add(name)
         value = np.asarray(weights[name], "float32")
         if value.shape != tuple(shape):
             raise MarianError(
@@ -288,21 +431,56 @@ def assign_weights(model, checkpoint: Checkpoint, source_order, target_order) ->
     bias = take("final_logits_bias", (1, marian_target))[0][target_order]
     bias[PAD_ID] = EXCLUDED  # the second copy of the start row: out of the softmax
     values.append((model.target_embedding.logits_bias, bias))
-    _check_positions(model, weights, path)
+    used.update(_check_positions(model, weights, path))
+    used.update(_check_tied_copies(weights, path, config.share_embeddings))
+    unused = sorted(set(weights) - used)
+    if unused:
+        raise MarianError(
+            f"{path}: {len(unused)} weights that config.json has no place for, such as "
+            f"{', '.join(unused[:3])} (it says {config.num_encoder_layers} encoder and "
+            f"{config.num_decoder_layers} decoder layers); importing without them would "
+            "lose part of the model"
+        )
     for variable, value in values:
         variable.assign(value)
 
 
-def _check_positions(model, weights: dict, path: Path) -> None:
+def _check_tied_copies(weights: dict, path: Path, shared: bool) -> list[str]:
+    """The names of the copies of an embedding table that transformers ties to it (some
+    checkpoints store them): each must hold the table's values, since the model has one
+    table (an untied output projection is another architecture)."""
+    if shared:
+        table = "model.shared.weight"
+        copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+        pairs = [(copy, table) for copy in (*copies, "lm_head.weight")]
+    else:
+        pairs = [("lm_head.weight", "model.decoder.embed_tokens.weight")]
+    checked = []
+    for copy, table in pairs:
+        if copy not in weights:
+            continue
+        if not np.array_equal(np.asarray(weights[copy]), np.asarray(weights[table])):
+            raise MarianError(
+                f"{path}: {copy} differs from {table}, to which transformers ties it; "
+                "untied embeddings are not supported"
+            )
+        checked.append(copy)
+    return checked
+
+
+def _check_positions(model, weights: dict, path: Path) -> list[str]:
     """Where the checkpoint stores its sinusoid tables (tf_model.h5 does), they must be the
-    ones our layer computes: a checkpoint laid out otherwise is refused, not mistranslated."""
+    ones our layer computes: a checkpoint laid out otherwise is refused, not mistranslated.
+    Returns the names of the tables checked."""
     import keras
 
+    checked = []
     stacks = (("encoder", model.source_embedding), ("decoder", model.target_embedding))
     for stack, embedding in stacks:
         stored = weights.get(f"model.{stack}.embed_positions.weight")
         if stored is None:
             continue
+        checked.append(f"model.{stack}.embed_positions.weight")
         rows = min(stored.shape[0], embedding.max_length)
         ours = keras.ops.convert_to_numpy(
             embedding.positions(keras.ops.zeros((1, rows, embedding.d_model), "float32"))
@@ -312,3 +490,4 @@ def _check_positions(model, weights: dict, path: Path) -> None:
                 f"{path}: the {stack}'s position table is not the sinusoid of sines then "
                 "cosines that Marian uses; this checkpoint's positions are not supported"
             )
+    return checked
