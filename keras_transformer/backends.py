@@ -195,8 +195,11 @@ elif BACKEND == "jax":
         def run(model, source_ids, **settings):
             if isinstance(source_ids, jax.core.Tracer):
                 return search(model, source_ids, **settings)
+            settings_given = set(settings)
+            # Drawn only for a call that samples (one that passes `seed`): a greedy or beam
+            # call leaves Keras's global random state as it was.
             seed = settings.pop("seed", None)
-            if uses_seed and seed is None:
+            if uses_seed and "seed" in settings_given and seed is None:
                 seed = random_seed()
             key = (search, tuple(sorted(settings.items())))
             programs = _COMPILED.setdefault(model, {})

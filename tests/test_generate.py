@@ -148,6 +148,45 @@ def test_a_row_ends_where_the_positions_end(model):
         generate(model, [list(range(2, 18))], max_new_tokens=1)
 
 
+def test_padding_up_to_the_positional_limit_and_the_uncached_reference_there(model):
+    """Prompts padded to the embedding's whole max_length still leave room (the limit is
+    on each prompt's tokens, not the buffer's width); the uncached reference, whose buffer
+    holds padding slots past the table's length, gives the cached ids up to each row's end."""
+    ids, _ = generate(model, PROMPTS, max_new_tokens=12, stop_ids=())
+    padded = np.pad(prompt_tensor(PROMPTS), [[0, 0], [0, 16 - 6]])  # width 16 = max_length
+    np.testing.assert_array_equal(generate(model, padded, max_new_tokens=12, stop_ids=())[0], ids)
+    uncached, _ = generate(model, PROMPTS, max_new_tokens=12, stop_ids=(), use_cache=False)
+    np.testing.assert_array_equal(uncached, ids)
+    assert (np.asarray(ids) != 0).sum(axis=1).tolist() == [10, 12, 12]  # 16 - 6 for the first
+
+
+def test_no_temperature_draws_an_excluded_token(model):
+    """Excluded tokens (padding, never_ids) stay excluded however flat the temperature makes
+    the rest; the smallest temperatures are greedy; none outside float32's normal range."""
+    hot = {"max_new_tokens": 6, "method": "sample", "never_ids": (1, 2), "stop_ids": (), "seed": 1}
+    ids = np.asarray(generate(model, [[2, 11]] * 32, temperature=1e9, **hot)[0])
+    assert not np.isin(ids, [0, 1, 2]).any() and len(np.unique(ids)) > 10  # near uniform
+    greedy, _ = generate(model, PROMPTS, max_new_tokens=6, never_ids=(1, 2), stop_ids=())
+    cold = generate(model, PROMPTS, **{**hot, "temperature": 1.2e-38})[0]
+    np.testing.assert_array_equal(cold, greedy)
+    for temperature, message in ((float("inf"), "must be a finite number"), (1e-39, "below")):
+        with pytest.raises(ValueError, match=message):
+            generate(model, PROMPTS, **{**hot, "temperature": temperature})
+
+
+def test_prompts_as_tensors_are_checked_as_lists_are(model):
+    with pytest.raises(ValueError, match="prompt 0 has a token after padding"):
+        generate(model, tf.constant([[0, 0, 2, 11]]))
+    with pytest.raises(ValueError, match="prompt 1 has no token"):
+        generate(model, tf.constant([[2, 11], [0, 0]]))
+    with pytest.raises(ValueError, match="prompt 1 has no token"):
+        generate(model, tf.ragged.constant([[2, 11], []]))
+    with pytest.raises(ValueError, match="prompt 0 holds the padding id 0"):
+        generate(model, tf.ragged.constant([[2, 0, 11]]))
+    ids, scores = generate(model, [], max_new_tokens=4)  # no prompts: nothing to generate
+    assert ids.shape == (0, 4) and scores.shape == (0,)
+
+
 def test_bad_models_prompts_and_settings_are_refused(model):
     translator = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=20))
     with pytest.raises(ValueError, match="has encoder-decoder attention.*greedy_search"):

@@ -74,7 +74,9 @@ def generate(
             reverse=True)`.
         prompts: int `[batch, width]` 0-padded at the end, a list of lists of ids, or a
             `tf.RaggedTensor`. Every prompt holds at least one token (the model's start
-            token, say), and ids of 0 are padding.
+            token, say), and ids of 0 are padding. Checked where their values are known
+            (`prompt_tensor`), with a prompt that fills the embedding's `max_length`
+            refused; inside a trace, such a prompt gets an empty continuation.
         max_new_tokens: int >= 1. The most tokens a prompt gets (stop token included), also
             held under the embedding's `max_length` for prompt + continuation. Defaults
             to 32.
@@ -115,7 +117,7 @@ def generate(
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
     stop_ids, never_ids = _ids_tuple("stop_ids", stop_ids), _ids_tuple("never_ids", never_ids)
-    language_model_layers(model)  # its errors before any work
+    embedding, _ = language_model_layers(model)  # its errors before any work
     settings = {
         "max_new_tokens": max_new_tokens,
         "method": method,
@@ -134,7 +136,15 @@ def generate(
             stopping=stopping,
             num_hypotheses=num_hypotheses,
         )
-    return _generate(model, prompt_tensor(prompts), **settings)
+    prompts = prompt_tensor(prompts)
+    lengths = (prompts != PAD_ID).sum(axis=1) if isinstance(prompts, np.ndarray) else []
+    if len(lengths) and lengths.max() >= embedding.max_length:
+        longest = int(np.argmax(lengths))
+        raise ValueError(
+            f"prompt {longest} has {lengths[longest]} tokens, which leave no room under the "
+            f"embedding's max_length={embedding.max_length}"
+        )
+    return _generate(model, prompts, **settings)
 
 
 def language_model_layers(model) -> tuple:
@@ -180,34 +190,55 @@ def language_model_layers(model) -> tuple:
 
 
 def prompt_tensor(prompts):
-    """`prompts` as int32 `[batch, width]`, 0-padded at the end: lists of ids are padded,
-    a `tf.RaggedTensor` is made dense, tensors pass as they are. Concrete prompts (lists,
-    numpy) are checked: 2 axes, a token in every row, no token after padding."""
+    """`prompts` as int32 `[batch, width]`, 0-padded at the end: lists of ids are padded, a
+    `tf.RaggedTensor` is made dense. Prompts whose values are known (lists, numpy, an eager
+    tensor) are checked (2 axes, a token in every row, no token after padding: in a ragged
+    row, no padding id at all) and returned as numpy, their width kept (on JAX, one
+    program serves every batch of that width). Inside a trace (`tf.function`, `jax.jit`) a
+    tensor passes as it is."""
     if hasattr(prompts, "to_tensor"):  # tf.RaggedTensor
-        return prompts.to_tensor()
+        rows = _known(prompts.to_list)
+        if rows is None:
+            return prompts.to_tensor()
+        for i, row in enumerate(rows):
+            if PAD_ID in row:
+                raise ValueError(
+                    f"prompt {i} holds the padding id {PAD_ID}: a ragged prompt holds tokens only"
+                )
+        prompts = rows
     if isinstance(prompts, (list, tuple)):
         rows = [list(row) for row in prompts]
-        width = max((len(row) for row in rows), default=0)
+        width = max((len(row) for row in rows), default=1)
         prompts = np.zeros((len(rows), width), "int32")
         for i, row in enumerate(rows):
             prompts[i, : len(row)] = row
-    if isinstance(prompts, np.ndarray):
-        if prompts.ndim != 2:
-            raise ValueError(f"prompts must be [batch, width], got shape {prompts.shape}")
-        real = prompts != PAD_ID
-        empty = np.flatnonzero(~real.any(axis=1))
-        if empty.size:
-            raise ValueError(
-                f"prompt {int(empty[0])} has no token: every prompt needs at least one (the "
-                "model's start token, say)"
-            )
-        gaps = np.flatnonzero((real[:, 1:] & ~real[:, :-1]).any(axis=1))
-        if gaps.size:
-            raise ValueError(
-                f"prompt {int(gaps[0])} has a token after padding: prompts are 0-padded at the end"
-            )
-        return prompts.astype("int32")
-    return prompts
+    values = prompts if isinstance(prompts, np.ndarray) else _known(lambda: np.asarray(prompts))
+    if values is None:
+        return prompts
+    if values.ndim != 2:
+        raise ValueError(f"prompts must be [batch, width], got shape {values.shape}")
+    real = values != PAD_ID
+    empty = np.flatnonzero(~real.any(axis=1))
+    if empty.size:
+        raise ValueError(
+            f"prompt {int(empty[0])} has no token: every prompt needs at least one (the "
+            "model's start token, say)"
+        )
+    gaps = np.flatnonzero((real[:, 1:] & ~real[:, :-1]).any(axis=1))
+    if gaps.size:
+        raise ValueError(
+            f"prompt {int(gaps[0])} has a token after padding: prompts are 0-padded at the end"
+        )
+    return values.astype("int32")
+
+
+def _known(value):
+    """`value()`, or None where it needs a traced tensor's values (inside `tf.function` or
+    `jax.jit`, where prompts are checked by shape alone)."""
+    try:
+        return value()
+    except (AttributeError, NotImplementedError, TypeError, ValueError):
+        return None
 
 
 @backends.compiled_search
@@ -236,11 +267,6 @@ def _generate(
     if len(prompt_ids.shape) != 2:
         raise ValueError(f"prompts must be [batch, width], got shape {prompt_ids.shape}")
     batch, width = ops.shape(prompt_ids)[0], ops.shape(prompt_ids)[1]
-    if isinstance(width, int) and width >= embedding.max_length:
-        raise ValueError(
-            f"prompts of {width} tokens leave no room under the embedding's "
-            f"max_length={embedding.max_length}"
-        )
     lengths = ops.sum(ops.cast(ops.not_equal(prompt_ids, PAD_ID), "int32"), axis=1)  # (batch,)
     pads = width - lengths  # (batch,): padding slots before each row's first token
     # Left padding: slot i of a row holds its token i - pad.

@@ -22,6 +22,7 @@ id 0 is never generated. Decoding stops once every sentence has finished.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from keras import ops
@@ -30,6 +31,7 @@ from keras_transformer import backends, fast
 from keras_transformer.config import PAD_ID
 
 BOS_ID, EOS_ID = 2, 3
+FLOAT32_TINY = 2.0**-126  # the smallest normal float32
 NEG_INF = -1e9  # the log-probability of impossible choices; finite, so sums never give NaN
 FINISH_RULES = ("tensor2tensor", "fairseq")
 STOPPING = ("exact", "early")
@@ -157,7 +159,8 @@ def beam_search(
     one even by ending at the next step (Hugging Face's `early_stopping=False`; CTranslate2
     and OpenNMT stop at about the same point, when a step's best candidate ends): far fewer
     steps with a length penalty, and almost always the same result (BENCHMARKS.md). With
-    `length_penalty=0`, `beam_size=1` is greedy search.
+    `length_penalty=0` and `finish_rule="fairseq"`, `beam_size=1` is greedy search
+    (`"tensor2tensor"` also finishes an EOS ranked second, which may score better).
 
     Args:
         beam_size: int. Hypotheses kept per sentence, k. Defaults to 4 (paper 6.1).
@@ -442,8 +445,13 @@ def sampling_choice(temperature, top_k, top_p, seed, vocab):
     """Checks sampling's settings; returns `choose(log_probs [batch, vocab], t)`, a token
     drawn per row from softmax(log_probs / temperature) over the top k (0: all) and then the
     nucleus of mass top_p (1: all), with the stateless seed `(seed, t)`."""
-    if not temperature > 0:
-        raise ValueError(f"temperature={temperature} must be > 0")
+    if not 0 < temperature < math.inf:
+        raise ValueError(f"temperature={temperature} must be a finite number > 0")
+    if temperature < FLOAT32_TINY:  # flushed to 0 where float32 is computed: 0 / 0
+        raise ValueError(
+            f"temperature={temperature} is below float32's smallest normal number "
+            f"{FLOAT32_TINY:.3g}; greedy search is its limit"
+        )
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"top_k={top_k!r} must be an integer >= 0")
     if not 0 < top_p <= 1:
@@ -452,7 +460,12 @@ def sampling_choice(temperature, top_k, top_p, seed, vocab):
     top_k = min(top_k, vocab)
 
     def choose(log_probs, t):
-        logits = log_probs / temperature  # (batch, vocab)
+        # Scaled from each row's best, which stays 0 at any temperature, and held above
+        # NEG_INF (a tiny temperature would take the others to -inf, which TensorFlow's
+        # sampler does not take); the tokens the search excluded stay excluded.
+        best = ops.max(log_probs, axis=-1, keepdims=True)
+        scaled = ops.maximum((log_probs - best) / temperature, NEG_INF)
+        logits = ops.where(log_probs > NEG_INF, scaled, NEG_INF)
         if top_k:
             kth_best = ops.top_k(logits, top_k)[0][:, -1:]  # (batch, 1)
             logits = ops.where(logits < kth_best, NEG_INF, logits)

@@ -226,11 +226,15 @@ class TransformerEmbedding(keras.layers.Layer):
         if reverse:
             return self.add_logits_bias(self.token_embedding(inputs, reverse=True))
         length = inputs.shape[-1]
-        if self.positional == "learned" and isinstance(length, int) and length > self.max_length:
-            raise ValueError(
-                f"sequence length {length} exceeds max_length={self.max_length} of the learned "
-                "position table; truncate the input or raise max_length"
-            )
+        # Rows with starts of their own (a tensor: left-padded prompts, whose padding slots
+        # come before position 0) may hold more slots than positions: not checked here.
+        learned = self.positional == "learned"
+        if learned and isinstance(length, int) and isinstance(start_index, int):
+            if length > self.max_length:
+                raise ValueError(
+                    f"sequence length {length} exceeds max_length={self.max_length} of the "
+                    "learned position table; truncate the input or raise max_length"
+                )
         # In the compute dtype: Keras 3.15's int8 `Embedding` can answer float32 under a mixed
         # policy (its float32 scale divides the half-precision rows).
         x = ops.cast(self.token_embedding(inputs), self.compute_dtype)  # (batch, len, d_model)

@@ -40,3 +40,15 @@ def test_seeded_sampling_repeats_and_top_k_1_is_greedy(model):
     np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, first), atol=1e-4)
     greedy = generate(model, PROMPTS, **SHORT)[0]
     np.testing.assert_array_equal(generate(model, PROMPTS, **settings, top_k=1)[0], greedy)
+
+
+def test_greedy_and_beam_leave_keras_random_state_as_it_was(model):
+    """Only sampling draws a seed from Keras's global generator when given none."""
+    import keras
+
+    keras.utils.set_random_seed(1)
+    expected = np.asarray(keras.random.normal((3,)))
+    keras.utils.set_random_seed(1)
+    generate(model, PROMPTS, **SHORT)
+    generate(model, PROMPTS, **SHORT, method="beam", beam_size=2)
+    np.testing.assert_array_equal(np.asarray(keras.random.normal((3,))), expected)
