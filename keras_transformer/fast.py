@@ -30,6 +30,7 @@ import contextlib
 from keras import ops
 
 from keras_transformer import backends
+from keras_transformer.config import PAD_ID
 
 _switch = {"enabled": False}
 
@@ -168,8 +169,9 @@ def output_projection(embedding, rows):
     )
 
 
-def smoothed_cross_entropy(labels, logits, label_smoothing):
-    """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))`, with a hand-written
+def smoothed_cross_entropy(labels, logits, label_smoothing, pad_id=PAD_ID):
+    """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))`, the mean over every id
+    but `pad_id` (`keras_transformer.losses.smoothed_cross_entropy`), with a hand-written
     gradient that never reads the logits.
 
     Automatic differentiation of the same expression builds the gradient from three
@@ -189,6 +191,7 @@ def smoothed_cross_entropy(labels, logits, label_smoothing):
 
     Args:
         labels: int32 `[...]`. logits: float32 `[..., vocab]`. label_smoothing: float eps.
+        pad_id: int or None. The id left out of the mean (None: none).
 
     Returns:
         float32 `[...]`, one loss a position.
@@ -211,11 +214,17 @@ def smoothed_cross_entropy(labels, logits, label_smoothing):
         total = tf.reduce_sum(exponentials, axis=-1)
         log_normalizer = peak + tf.math.log(total)
         nll = log_normalizer - label_logits  # -log p(y)
-        uniform = log_normalizer - tf.reduce_mean(rows, axis=-1)  # mean_v -log p(v)
+        logit_sum, count = tf.reduce_sum(rows, axis=-1), tf.cast(vocab, tf.float32)
+        if pad_id is not None:
+            logit_sum, count = logit_sum - rows[:, pad_id], count - 1.0
+        uniform = log_normalizer - logit_sum / count  # mean_v -log p(v), v != pad
 
         def grad(upstream):
             is_label = tf.range(vocab) == row_labels[:, None]
-            target = tf.where(is_label, 1.0 - eps, 0.0) + eps / tf.cast(vocab, tf.float32)
+            spread = eps / count
+            if pad_id is not None:
+                spread = tf.where(tf.range(vocab) == pad_id, 0.0, spread)  # (vocab,)
+            target = tf.where(is_label, 1.0 - eps, 0.0) + spread
             probs = exponentials * (1.0 / total)[:, None]
             return upstream[:, None] * (probs - target)
 

@@ -24,21 +24,31 @@ def global_sum(value):
     return backends.global_sum(value)
 
 
-def smoothed_cross_entropy(labels, logits, label_smoothing: float):
-    """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))` (paper 5.4).
+def smoothed_cross_entropy(labels, logits, label_smoothing: float, pad_id: int | None = PAD_ID):
+    """Per-token `(1 - eps) * -log p(y) + eps * mean_v(-log p(v))` (paper 5.4), the mean
+    over every id but `pad_id`.
+
+    Padding is never a target, so the smoothing mass goes to the ids that can be (as in The
+    Annotated Transformer and OpenNMT): a model that never predicts padding, such as an
+    imported OPUS-MT one (whose padding row the import takes out of the softmax), is not
+    charged for it.
 
     Args:
         labels: int32 `[...]`. logits: float32 `[..., vocab]`. label_smoothing: float eps.
+        pad_id: int or None. The id left out of the mean; None spreads it over every id.
+            Defaults to 0.
 
     Returns:
         float32 `[...]`, one loss a position.
     """
     if fast.is_enabled():
-        return fast.smoothed_cross_entropy(labels, logits, label_smoothing)
+        return fast.smoothed_cross_entropy(labels, logits, label_smoothing, pad_id)
     log_probs = ops.log_softmax(logits, axis=-1)  # (..., vocab)
     nll = -ops.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
-    uniform = -ops.mean(log_probs, axis=-1)
-    return (1.0 - label_smoothing) * nll + label_smoothing * uniform
+    total, count = ops.sum(log_probs, axis=-1), ops.cast(ops.shape(logits)[-1], "float32")
+    if pad_id is not None:
+        total, count = total - log_probs[..., pad_id], count - 1.0
+    return (1.0 - label_smoothing) * nll + label_smoothing * (-total / count)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -46,9 +56,10 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy against smoothed targets, averaged over the non-padding tokens.
 
     The target distribution puts 1 - eps on the reference token and eps spread uniformly
-    over the vocabulary (paper 5.4, eps_ls = 0.1; Szegedy et al., 2016):
+    over the vocabulary but padding, which is never a target (paper 5.4, eps_ls = 0.1;
+    Szegedy et al., 2016; `smoothed_cross_entropy`):
 
-        loss = (1 - eps) * -log p(y) + eps * mean_v(-log p(v)),
+        loss = (1 - eps) * -log p(y) + eps * mean_{v != pad}(-log p(v)),
 
     computed from logits in float32 without materialising one-hot targets. Positions whose
     label is `pad_id` count for nothing.
@@ -99,7 +110,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         labels = ops.cast(y_true, "int32")  # Loss.__call__ hands labels over as float32
         logits = ops.cast(y_pred, "float32")  # (batch, tgt_len, vocab)
-        losses = smoothed_cross_entropy(labels, logits, self.label_smoothing)
+        losses = smoothed_cross_entropy(labels, logits, self.label_smoothing, self.pad_id)
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
         tokens = ops.maximum(global_sum(ops.sum(mask)), 1.0)
         return losses * mask / tokens

@@ -21,14 +21,21 @@ def path(request):
         yield request.param
 
 
+def smoothed_target(labels, shape, eps, pad=0):
+    """The smoothed target distribution: 1 - eps on the label, eps spread evenly over every
+    id but padding (never a target)."""
+    target = np.full(shape, eps / (shape[-1] - 1))
+    target[..., pad] = 0.0
+    labels = labels[..., None]
+    np.put_along_axis(target, labels, np.take_along_axis(target, labels, -1) + 1 - eps, -1)
+    return target
+
+
 def reference(labels, logits, eps, pad=0):
     logits = logits.astype("float64")
     logits = logits - logits.max(-1, keepdims=True)
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    vocab = logits.shape[-1]
-    target = np.full(logits.shape, eps / vocab)
-    np.put_along_axis(target, labels[..., None], 1 - eps + eps / vocab, axis=-1)
-    per_token = -(target * log_p).sum(-1)
+    per_token = -(smoothed_target(labels, logits.shape, eps, pad) * log_p).sum(-1)
     mask = labels != pad
     return per_token[mask].sum() / mask.sum()
 
@@ -72,9 +79,7 @@ def reference_gradient(labels, logits, eps, weights):
     logits = logits.astype("float64")
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    vocab = logits.shape[-1]
-    target = np.full(logits.shape, eps / vocab)
-    np.put_along_axis(target, labels[..., None], 1 - eps + eps / vocab, axis=-1)
+    target = smoothed_target(labels, logits.shape, eps)
     mask = labels != 0
     return (probs - target) * (mask * weights[:, None])[..., None] / mask.sum()
 
@@ -183,12 +188,42 @@ def test_per_token_losses_of_both_paths_agree_on_any_leading_shape():
 
 def test_the_loss_takes_the_stock_path_by_default():
     """No test leaves the switch on (tests/test_fast.py checks that a fresh process starts
-    with it off), and with it off the loss is the plain expression of paper 5.4."""
+    with it off), and with it off the loss is the plain expression of paper 5.4, the
+    smoothing's mean over every id but padding (or every id, with `pad_id=None`)."""
     assert not kt.fast.is_enabled()
     value = kt.losses.smoothed_cross_entropy(tf.constant(LABELS), tf.constant(LOGITS), 0.1)
     log_probs = tf.nn.log_softmax(LOGITS)
     nll = -tf.gather(log_probs, LABELS, batch_dims=2)
-    np.testing.assert_allclose(value, 0.9 * nll + 0.1 * -tf.reduce_mean(log_probs, -1), rtol=1e-6)
+    uniform = -tf.reduce_mean(log_probs[..., 1:], -1)
+    np.testing.assert_allclose(value, 0.9 * nll + 0.1 * uniform, rtol=1e-6)
+    every = kt.losses.smoothed_cross_entropy(LABELS, tf.constant(LOGITS), 0.1, pad_id=None)
+    np.testing.assert_allclose(every, 0.9 * nll + 0.1 * -tf.reduce_mean(log_probs, -1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("pad_id", [0, None])
+def test_both_paths_agree_with_and_without_padding_in_the_mean(pad_id):
+    with fast_path(False):
+        stock = kt.losses.smoothed_cross_entropy(LABELS, tf.constant(LOGITS), 0.1, pad_id)
+    with fast_path(True):
+        fast = kt.losses.smoothed_cross_entropy(LABELS, tf.constant(LOGITS), 0.1, pad_id)
+    np.testing.assert_allclose(fast, stock, rtol=1e-5)
+
+
+def test_a_model_that_never_predicts_padding_is_not_charged_for_it(path):
+    """An imported OPUS-MT model's padding row is out of the softmax (an output bias of
+    -1e4): its loss is the one of the same logits without that row, as transformers'
+    loss over Marian's own ids is."""
+    excluded = LOGITS.copy()
+    excluded[..., 0] = -1e4
+    loss = kt.losses.LabelSmoothedCrossEntropy()
+    # The other 10 ids alone: smoothing spread over all of them.
+    others = LOGITS[..., 1:].astype("float64")
+    log_p = others - np.log(np.exp(others).sum(-1, keepdims=True))
+    mask = LABELS != 0
+    nll = -np.take_along_axis(log_p, np.maximum(LABELS - 1, 0)[..., None], -1)[..., 0]
+    per_token = 0.9 * nll + 0.1 * -log_p.mean(-1)
+    without_the_row = per_token[mask].sum() / mask.sum()
+    np.testing.assert_allclose(float(loss(LABELS, excluded)), without_the_row, rtol=1e-5)
 
 
 def test_config_round_trip():
