@@ -90,14 +90,16 @@ def combine_masks(padding=None, attention=None, causal=None):
 
     Args:
         padding: boolean `[batch, k_len]`, True at real key tokens.
-        attention: boolean `[batch, q_len, k_len]`, any user mask.
+        attention: boolean `[batch, q_len, k_len]` or `[q_len, k_len]`, any user mask.
         causal: boolean `[q_len, k_len]` from `causal_mask`.
     """
     mask = None
     if padding is not None:
         mask = padding[:, None, None, :]  # (batch, 1, 1, k_len)
     if attention is not None:
-        attention = attention[:, None, :, :]  # (batch, 1, q_len, k_len)
+        if len(attention.shape) == 2:  # the same for every sentence
+            attention = attention[None, :, :]
+        attention = attention[:, None, :, :]  # (batch or 1, 1, q_len, k_len)
         mask = attention if mask is None else ops.logical_and(mask, attention)
     if causal is not None:
         causal = causal[None, None, :, :]  # (1, 1, q_len, k_len)

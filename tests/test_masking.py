@@ -96,6 +96,44 @@ def test_an_explicit_padding_mask_wins_over_the_keras_mask():
     np.testing.assert_allclose(np.asarray(given), np.asarray(plain), atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "name", ["encoder_layer", "encoder", "decoder_layer", "decoder", "self_attention"]
+)
+def test_a_mask_given_as_keras_mask_wins_over_the_inputs_own(name):
+    """`layer(x, mask=m)`, as a subclassed layer of the user's passes its mask on: `m` is
+    used even where `x` carries a Keras mask of its own (here: every token real). `m` leaves
+    out a middle token too, which the decoders' causal queries after it would see."""
+    x = embedded(np.where(REAL, IDS, 1))  # no padding id: a mask of all True
+    given_mask = REAL & (np.arange(5) != 1)
+    layer = make(name)
+    given = no_mask_warnings(lambda: layer(x, mask=given_mask))
+    expected = layer(keras.ops.convert_to_tensor(np.asarray(x)), padding_mask=given_mask)
+    ignored = layer(keras.ops.convert_to_tensor(np.asarray(x)))
+    kept = np.asarray(given)[given_mask]
+    np.testing.assert_allclose(kept, np.asarray(expected)[given_mask], atol=1e-6)
+    assert not np.allclose(kept, np.asarray(ignored)[given_mask], atol=1e-4)
+
+
+def test_cross_attention_takes_both_the_keys_and_the_values_masks():
+    """As keras.layers.MultiHeadAttention: a position is attended to only where neither the
+    key's nor the value's mask leaves it out."""
+    query, value = embedded(IDS), embedded(MEMORY_IDS, seed=1)
+    key = keras.ops.convert_to_tensor(np.asarray(value))  # no mask of its own
+    layer = kt.layers.MultiHeadAttention(num_heads=2)
+    implicit = layer(query, value, key)
+    explicit = layer(query, value, key, padding_mask=MEMORY_IDS != 0)
+    np.testing.assert_allclose(real_rows(implicit), real_rows(explicit), atol=1e-6)
+
+
+def test_an_attention_mask_without_a_batch_axis_is_the_same_for_every_sentence():
+    x = keras.ops.convert_to_tensor(np.asarray(embedded(IDS)))
+    layer = kt.layers.MultiHeadAttention(num_heads=2)
+    pattern = np.tril(np.ones((5, 5), bool))
+    shared = layer(x, attention_mask=pattern)
+    batched = layer(x, attention_mask=np.broadcast_to(pattern, (2, 5, 5)))
+    np.testing.assert_allclose(np.asarray(shared), np.asarray(batched), atol=1e-6)
+
+
 def test_position_wise_layers_pass_the_mask_on():
     x = embedded(IDS)
     feed_forward = kt.layers.PositionwiseFeedForward(16)
@@ -111,6 +149,9 @@ def test_transformer_embedding_with_mask_zero_masks_padding_and_not_logits():
     assert no_mask_warnings(lambda: keras_mask(layer(x, reverse=True))) is None
     plain = kt.layers.TransformerEmbedding(VOCAB, D_MODEL)
     assert keras_mask(plain(IDS)) is None  # Keras's default: no mask
+    # Float ids, as `keras.Input((None,))` gives by default, are masked too (as by Keras's
+    # Embedding); only the reverse projection's vectors get no mask.
+    np.testing.assert_array_equal(keras_mask(layer(IDS.astype("float32"))), REAL)
     assert kt.layers.TransformerEmbedding.from_config(layer.get_config()).mask_zero
 
 

@@ -61,9 +61,11 @@ class MultiHeadAttention(keras.layers.Layer):
         value: tensor `[batch, k_len, d_in]`, or None for self-attention (value = query).
         key: tensor `[batch, k_len, d_in]`, or None (key = value).
         padding_mask: boolean `[batch, k_len]`, True at real key tokens. Defaults to None:
-            the Keras mask of the keys (`key`, else `value`, else `query`), if they carry one
+            the Keras masks of the keys and values (those of `key` and `value`, both where
+            both carry one; else `query`'s), if they carry one
             (`keras.layers.Embedding(mask_zero=True)`...), as `keras.layers.MultiHeadAttention`.
-        attention_mask: boolean `[batch, q_len, k_len]`, True = attend. Defaults to None.
+        attention_mask: boolean `[batch, q_len, k_len]` or `[q_len, k_len]` (the same for
+            every sentence), True = attend. Defaults to None.
         use_causal_mask: bool. Query i attends to keys 0..i only (decoder self-attention).
             Defaults to False.
         training: bool. Whether dropout is active.
@@ -246,14 +248,19 @@ class MultiHeadAttention(keras.layers.Layer):
         value_mask=None,
         key_mask=None,
     ):
-        # Keras's masks (`mask` with the query alone, `<name>_mask` with more tensors): the
-        # keys' decides which positions are attended to; the query's stays on the output.
-        if key is not None:
-            implicit = key_mask
-        elif value is not None:
-            implicit = value_mask
-        else:
-            implicit = kt_ops.first_mask(query_mask, mask)
+        # Keras's masks (`mask` with the query alone or given by the caller, `<name>_mask`
+        # with more tensors): the keys' and values' decide which positions are attended to
+        # (both, where both carry one, as keras.layers.MultiHeadAttention); the query's
+        # stays on the output.
+        if value is None and key is None:
+            implicit = kt_ops.first_mask(mask, query_mask)
+        else:  # the values are the query's where `value` is not given
+            implicit = None
+            for keras_mask in (query_mask if value is None else value_mask, key_mask):
+                if keras_mask is not None:
+                    implicit = (
+                        keras_mask if implicit is None else ops.logical_and(implicit, keras_mask)
+                    )
         return self.forward(
             query,
             value,

@@ -182,12 +182,13 @@ class DecoderLayer(TransformerBlock):
         inputs_mask=None,
         encoder_output_mask=None,
     ):
-        # Keras's masks of the inputs (`mask` alone, `<name>_mask` beside other tensors)
-        # stand in for masks not given.
+        # Keras's masks of the inputs stand in for masks not given: `mask` (given by the
+        # caller, or by Keras when the inputs are the only tensor) before `inputs_mask`
+        # (Keras's, beside other tensor arguments such as a caller's `mask`).
         return self.forward(
             inputs,
             encoder_output,
-            padding_mask=kt_ops.first_mask(padding_mask, inputs_mask, mask),
+            padding_mask=kt_ops.first_mask(padding_mask, mask, inputs_mask),
             encoder_padding_mask=kt_ops.first_mask(encoder_padding_mask, encoder_output_mask),
             training=training,
         ).outputs
@@ -316,12 +317,13 @@ class Decoder(TransformerBlock):
         inputs_mask=None,
         encoder_output_mask=None,
     ):
-        # Keras's masks of the inputs (`mask` alone, `<name>_mask` beside other tensors)
-        # stand in for masks not given.
+        # Keras's masks of the inputs stand in for masks not given: `mask` (given by the
+        # caller, or by Keras when the inputs are the only tensor) before `inputs_mask`
+        # (Keras's, beside other tensor arguments such as a caller's `mask`).
         return self.forward(
             inputs,
             encoder_output,
-            padding_mask=kt_ops.first_mask(padding_mask, inputs_mask, mask),
+            padding_mask=kt_ops.first_mask(padding_mask, mask, inputs_mask),
             encoder_padding_mask=kt_ops.first_mask(encoder_padding_mask, encoder_output_mask),
             training=training,
         ).outputs

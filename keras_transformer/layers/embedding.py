@@ -243,9 +243,13 @@ class TransformerEmbedding(keras.layers.Layer):
         return self.dropout_layer(x, training=training)
 
     def compute_mask(self, inputs, mask=None):
-        """True at real tokens of ids `inputs` with `mask_zero`; None otherwise, and for the
-        logits of `reverse=True` (whose inputs are float)."""
-        if not self.mask_zero or "int" not in str(inputs.dtype):
+        """True at real tokens of ids `inputs` with `mask_zero` (integer ids, or float ones
+        as `keras.Input`'s default dtype gives); None otherwise, and for the logits of
+        `reverse=True`, whose inputs are vectors `[..., d_model]`."""
+        if not self.mask_zero:
+            return None
+        is_float = "float" in str(inputs.dtype)
+        if is_float and len(inputs.shape) >= 3 and inputs.shape[-1] == self.d_model:
             return None
         return ops.not_equal(inputs, PAD_ID)
 

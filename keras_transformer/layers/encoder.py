@@ -80,9 +80,10 @@ class EncoderLayer(TransformerBlock):
         return LayerOutput(x, None, weights)
 
     def call(self, inputs, padding_mask=None, training=None, mask=None, inputs_mask=None):
-        # Keras's mask of the inputs (`mask` alone, `inputs_mask` beside padding_mask) stands
-        # in for a padding_mask not given.
-        padding_mask = kt_ops.first_mask(padding_mask, inputs_mask, mask)
+        # Keras's mask of the inputs stands in for a padding_mask not given: `mask` (given
+        # by the caller, or by Keras when the inputs are the only tensor) before
+        # `inputs_mask` (Keras's, beside another tensor argument such as a caller's `mask`).
+        padding_mask = kt_ops.first_mask(padding_mask, mask, inputs_mask)
         return self.forward(inputs, padding_mask=padding_mask, training=training).outputs
 
     def compute_output_shape(self, inputs_shape):
@@ -151,9 +152,10 @@ class Encoder(TransformerBlock):
         return LayerOutput(x, None, weights if return_weights else None)
 
     def call(self, inputs, padding_mask=None, training=None, mask=None, inputs_mask=None):
-        # Keras's mask of the inputs (`mask` alone, `inputs_mask` beside padding_mask) stands
-        # in for a padding_mask not given.
-        padding_mask = kt_ops.first_mask(padding_mask, inputs_mask, mask)
+        # Keras's mask of the inputs stands in for a padding_mask not given: `mask` (given
+        # by the caller, or by Keras when the inputs are the only tensor) before
+        # `inputs_mask` (Keras's, beside another tensor argument such as a caller's `mask`).
+        padding_mask = kt_ops.first_mask(padding_mask, mask, inputs_mask)
         return self.forward(inputs, padding_mask=padding_mask, training=training).outputs
 
     def compute_output_shape(self, inputs_shape):
