@@ -58,17 +58,17 @@ def enable_lora(model, rank: int, *, alpha: float | None = None, targets=TARGETS
 
 
 def _freeze(model) -> None:
-    for layer in workarounds.sublayers(model):
-        layer.trainable = False
+    """Every weight of `model` frozen, as Keras's `enable_lora` freezes a kernel: the weights,
+    not the layers, whose `trainable=False` a `.keras` file would keep (the merged model
+    would load with its layers frozen)."""
+    for variable in model.weights:
+        variable.trainable = False
 
 
 def _lora_on(layer, rank: int, alpha) -> None:
-    """Keras's `enable_lora` on `layer`, its bias frozen too: the adapters are all that
-    trains, so that they are all that `save_adapters` needs to keep."""
-    layer.trainable = True  # its kernel stays frozen: enable_lora freezes it
+    """Keras's `enable_lora` on `layer`, its bias frozen too (by `_freeze`): the adapters are
+    all that trains, so that they are all that `save_adapters` needs to keep."""
     layer.enable_lora(rank, lora_alpha=alpha)
-    if getattr(layer, "bias", None) is not None:
-        layer.bias.trainable = False
 
 
 def save_adapters(model, path) -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from keras_transformer.workarounds import sublayers
 
 IDS = np.random.default_rng(0).integers(1, 50, (4, 6)).astype("int32")
 BATCH = {"source_ids": IDS, "target_ids": IDS[:, ::-1].copy()}
@@ -51,6 +52,23 @@ def test_adapters_train_alone_and_outlive_the_keras_file(tmp_path):
     assert sorted(kt.lora.load_adapters(base, tmp_path / "adapters.npz")) == sorted(paths)
     np.testing.assert_allclose(np.asarray(base(BATCH)), tuned, atol=1e-5)
     assert {v.path for v in base.trainable_weights} == trainable
+
+
+def test_the_merged_file_of_a_functional_model_loads_with_nothing_frozen(tmp_path):
+    """A user's functional model with this library's layers and a Dense head: after LoRA,
+    its `.keras` file is a model like any other, every layer and weight trainable (Keras
+    keeps a layer's trainable=False in the file, not a weight's)."""
+    ids = keras.Input((None,), dtype="int32")
+    x = kt.layers.TransformerEmbedding(50, 8, mask_zero=True)(ids)
+    x = kt.layers.Encoder(1, num_heads=2, d_ff=16)(x)
+    pooled = keras.layers.GlobalAveragePooling1D()(x)
+    model = keras.Model(ids, keras.layers.Dense(3, name="head")(pooled))
+    kt.lora.enable_lora(model, rank=2)
+    assert all("lora_kernel" in v.path for v in model.trainable_weights)
+    model.save(tmp_path / "merged.keras")
+    merged = keras.saving.load_model(tmp_path / "merged.keras")
+    assert all(layer.trainable for layer in sublayers(merged))
+    assert len(merged.trainable_weights) == len(merged.weights)
 
 
 def test_bad_requests_are_refused():
