@@ -64,10 +64,7 @@ def test_a_second_import_or_a_bad_checkpoint_writes_nothing(imported, tmp_path):
         "trainers.import_marian", FIXTURES / "shared", "--model-dir", model_dir, check=False
     )
     assert again.returncode == 2 and "exists and is not empty" in again.stderr
-    broken = tmp_path / "broken"
-    shutil.copytree(FIXTURES / "separate", broken)
-    config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps({**config, "d_model": 48}))
+    broken = edited_copy(tmp_path / "broken", "config.json", d_model=48)
     result = run_main(
         "trainers.import_marian", broken, "--model-dir", tmp_path / "new", check=False
     )
@@ -78,11 +75,17 @@ def test_a_second_import_or_a_bad_checkpoint_writes_nothing(imported, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+def edited_copy(path: Path, name: str, **changes) -> Path:
+    """A copy of the separate-vocabulary fixture at `path`, its JSON file `name` changed."""
+    shutil.copytree(FIXTURES / "separate", path)
+    settings = json.loads((path / name).read_text())
+    (path / name).write_text(json.dumps({**settings, **changes}))
+    return path
+
+
 def test_generation_settings_are_checked_before_any_work_and_the_unapplied_ones_named(tmp_path):
-    checkpoint = tmp_path / "checkpoint"
-    shutil.copytree(FIXTURES / "separate", checkpoint)
-    generation = json.loads((checkpoint / "generation_config.json").read_text())
-    (checkpoint / "generation_config.json").write_text(json.dumps({**generation, "num_beams": 0}))
+    checkpoint = edited_copy(tmp_path / "checkpoint", "generation_config.json", num_beams=0)
+    generation = json.loads((FIXTURES / "separate" / "generation_config.json").read_text())
     refused = run_main(
         "trainers.import_marian", checkpoint, "--model-dir", tmp_path / "new", check=False
     )
