@@ -427,9 +427,12 @@ def test_saved_model_cli_show_and_run(exported):
 
 def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     """One output line an input line: lines end at "\\n" only (a lone "\\r" stays inside its
-    line, a CRLF's "\\r" is dropped), from a file as from stdin."""
+    line, a CRLF's "\\r" is dropped, a UTF-8 byte order mark too), from a file as from
+    stdin."""
     directory, _ = exported
-    lines = b"Amen.\n\xff\xfe not UTF-8\n\nGod said.\r\nA fifth\rline.\nGod said.\n"
+    lines = (
+        b"\xef\xbb\xbfAmen.\n\xff\xfe not UTF-8\n\nGod said.\r\nA fifth\rline.\nGod said.\nAmen.\n"
+    )
     (tmp_path / "in.txt").write_bytes(lines)
     result = run_main(
         "trainers.translate",
@@ -441,9 +444,10 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
         "2",
     )
     translations = result.stdout.split("\n")[:-1]
-    assert len(translations) == 6
+    assert len(translations) == 7
     assert translations[3] == translations[5]  # "God said." with and without "\\r"
-    assert "translated 6 sentences in" in result.stderr  # and how fast, on stderr
+    assert translations[0] == translations[6]  # "Amen." with and without the mark
+    assert "translated 7 sentences in" in result.stderr  # and how fast, on stderr
     piped = subprocess.run(
         [sys.executable, "-m", "trainers.translate", "--saved-model", str(directory / "1")],
         cwd=ROOT,

@@ -291,9 +291,36 @@ def test_evaluate_own_files(trained, tmp_path):
         "--stopping",
         "early",
     )
-    summary = json.loads(result.stdout[result.stdout.index("{") :])
+    summary = json.loads(result.stdout)  # the scores alone: the progress bar is on stderr
     assert summary["sentences"] == 2 and summary["stopping"] == "early"
     assert len((tmp_path / "out.hyp").read_text().splitlines()) == 2
+    # A source file named as a split: its results do not take the split's files.
+    (tmp_path / "test").write_text("God said.\n")
+    (tmp_path / "test.ref").write_text("Dijo Dios.\n")
+    sources = ("--source", tmp_path / "test", "--reference", tmp_path / "test.ref")
+    run_main("trainers.evaluate", "--model-dir", model_dir, *sources)
+    assert json.loads((model_dir / "eval" / "source-test.json").read_text())["sentences"] == 1
+    split = model_dir / "eval" / "test.json"
+    assert not split.exists() or json.loads(split.read_text())["data"] == "test"
+
+
+@pytest.mark.parametrize(
+    "program, args, message",
+    [
+        ("evaluate", ["--split", "test", "--beam-size", "0"], "--beam-size: 0 must be >= 1"),
+        ("evaluate", ["--split", "test", "--limit", "0"], "--limit: 0 must be >= 1"),
+        ("evaluate", ["--split", "test", "--output", "x.json"], "the scores go to NAME.json"),
+        ("export", ["--out", "x", "--length-penalty", "-1"], "--length-penalty: -1 must be >="),
+        ("visualize", ["--text", "x", "--out", "x.txt"], "the heat map is a PNG file"),
+        ("average_checkpoints", ["--output", "model.keras"], "other than model.keras"),
+    ],
+)
+def test_bad_flags_are_refused_before_any_work(trained, program, args, message):
+    model_dir, _, _ = trained
+    saved = (model_dir / "model.keras").read_bytes()
+    result = run_main(f"trainers.{program}", "--model-dir", model_dir, *args, check=False)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert (model_dir / "model.keras").read_bytes() == saved
 
 
 def test_export_then_translate_through_the_saved_model(trained, tmp_path):
@@ -329,6 +356,25 @@ def test_export_then_translate_through_the_saved_model(trained, tmp_path):
     assert len(translations) == len(lines)
     assert all(np.isfinite(float(line.split("\t")[0])) for line in translations)
     assert translations[1] == "0.0000\t"  # nothing to translate: empty, with score 0
+    # An --output file is replaced only once every line is translated; never the --input.
+    saved = tmp_path / "saved.txt"
+    saved.write_text("an earlier output\n")
+    inputs = ("--saved-model", out, "--input", tmp_path / "input.txt")
+    failed = run_main(
+        "trainers.translate", *inputs, "--output", saved, "--n-best", "9", check=False
+    )
+    assert failed.returncode == 2 and "keeps 4 hypotheses" in failed.stderr
+    assert saved.read_text() == "an earlier output\n"
+    assert sorted(p.name for p in tmp_path.glob("*saved.txt")) == ["saved.txt"]  # no partial
+    same = run_main("trainers.translate", *inputs, "--output", tmp_path / "input.txt", check=False)
+    assert same.returncode == 2 and "is the --input file" in same.stderr
+    assert (tmp_path / "input.txt").read_text() == "\n".join(lines) + "\n"
+    run_main("trainers.translate", *inputs, "--output", saved)
+    assert saved.read_text().splitlines() == [line.split("\t")[1] for line in translations]
+    # An existing version is never overwritten, and says so.
+    again = run_main("trainers.export", "--model-dir", model_dir, "--out", out, "--version", "1",
+                     check=False)  # fmt: skip
+    assert again.returncode == 2 and "exists; versions are never overwritten" in again.stderr
 
 
 def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
@@ -349,6 +395,8 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
     )
     heads, target, source = re.search(r"(\d+) heads, (\d+) x (\d+) pieces", result.stdout).groups()
     assert heads == "4"
+    # Translated as evaluate and export translate: the directory's decoding settings.
+    assert "(beam 4, length penalty 0.8, early stopping)" in result.stdout
     # A 2 x 2 grid of heat maps, each sized by the longer of the two piece sequences.
     side = int(2 * (0.28 * max(int(target), int(source)) + 2) * 100)
     assert matplotlib.image.imread(out).shape == (side, side, 4)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from trainers import errors
 from trainers.errors import ConfigError
-from trainers.run_dir import AVERAGED, RunDirectory
+from trainers.run_dir import AVERAGED, MODEL, RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -23,15 +23,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--last", type=int, default=5, help="how many checkpoints (default 5)")
-    parser.add_argument("--output", default=AVERAGED, help="file name in the model directory")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--output",
+        default=AVERAGED,
+        help=f"a new .keras file name in the model directory (default: {AVERAGED})",
+    )
+    args = parser.parse_args(argv)
+    if args.output == MODEL or not args.output.endswith(".keras") or "/" in args.output:
+        parser.error(
+            f"--output {args.output}: name a .keras file in the model directory other than "
+            f"{MODEL}, the trained model"
+        )
+    return args
 
 
 def average_checkpoints(model, paths) -> None:
-    """Sets `model`'s weights to the element-wise mean of the weight files `paths`."""
+    """Sets `model`'s weights to the element-wise mean of the weight files `paths`;
+    `ConfigError` names a file that is not a checkpoint of this model."""
     total = None
     for path in paths:
-        model.load_weights(path)
+        try:
+            model.load_weights(path)
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"{path}: not a checkpoint of this model ({error})") from None
         weights = [w.numpy().astype("float64") for w in model.weights]
         total = weights if total is None else [t + w for t, w in zip(total, weights, strict=True)]
     model.set_weights([t / len(paths) for t in total])
@@ -56,7 +70,10 @@ def main(argv=None) -> int:
         return errors.fail(error)
     paths = paths[-args.last :]
     model = kt.build_transformer(experiment.model)
-    average_checkpoints(model, paths)
+    try:
+        average_checkpoints(model, paths)
+    except ConfigError as error:
+        return errors.fail(error)
     output = run.save_model(model, args.output)
     print(f"averaged {', '.join(p.name for p in paths)} into {output}")
     return errors.EXIT_OK

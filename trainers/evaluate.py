@@ -14,13 +14,14 @@ DIR/eval/SPLIT.hyp (or --output), one a line, and the scores beside them (DIR/ev
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
 import warnings
 from pathlib import Path
 
-from trainers import errors
+from trainers import errors, flags
 from trainers.errors import ConfigError
 from trainers.provenance import provenance
 from trainers.run_dir import MODEL, RunDirectory, write_json
@@ -46,13 +47,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, help="hypotheses file (default DIR/eval/...)")
     parser.add_argument(
         "--beam-size",
-        type=int,
+        type=flags.positive_int,
         help="hypotheses kept per sentence, 1 for greedy search (default: the directory's "
         "decoding.beam_size, else 4)",
     )
     parser.add_argument(
         "--length-penalty",
-        type=float,
+        type=flags.non_negative_float,
         help="alpha of ((5 + length) / 6) ** alpha (default: the directory's "
         "decoding.length_penalty, else 0.6)",
     )
@@ -75,12 +76,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=("int8",),
         help="quantize the model's weights with Keras (model.quantize) before translating",
     )
-    parser.add_argument("--limit", type=int, help="score only the first N sentences")
+    parser.add_argument("--limit", type=flags.positive_int, help="score only the first N sentences")
     args = parser.parse_args(argv)
     if (args.split is None) == (args.source is None):
         parser.error("give either --split, or --source and --reference")
     if (args.source is None) != (args.reference is None):
         parser.error("--source and --reference go together")
+    if args.output and args.output.suffix == ".json":
+        parser.error(f"--output {args.output}: the scores go to NAME.json beside the hypotheses")
+    if args.output and args.output.is_dir():
+        parser.error(f"--output {args.output} is a directory; name a file")
     return args
 
 
@@ -102,9 +107,11 @@ def main(argv=None) -> int:
         else:
             pairs = read_text_pair(args.source, args.reference)
             name = args.source.name
+            if name in ("dev", "test"):  # the splits' own results keep their names
+                name = f"source-{name}"
     except errors.USER_ERRORS as error:
         return errors.fail(error)
-    if args.limit:
+    if args.limit is not None:
         pairs = pairs.take(args.limit)
     for setting, value in dataclasses.asdict(experiment.decoding).items():
         if getattr(args, setting) is None:  # the flags override the directory's settings
@@ -121,7 +128,9 @@ def main(argv=None) -> int:
         finish_rule=args.finish_rule,
         stopping=args.stopping,
     )
-    with fast.switched(experiment.training.fast):  # the search as the trainer's dev BLEU runs it
+    # The search as the trainer's dev BLEU runs it; its progress bar on stderr, so that
+    # stdout holds the scores' JSON alone.
+    with fast.switched(experiment.training.fast), contextlib.redirect_stdout(sys.stderr):
         hypotheses = translator.translate(pairs.sources, progress=True)
     result = {
         "model_dir": str(args.model_dir),
@@ -136,7 +145,10 @@ def main(argv=None) -> int:
         "code": provenance(),
     }
     output = args.output or run.hypotheses(name)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return errors.fail(f"--output {output}: {error}")
     atomic_write(output, "".join(h + "\n" for h in hypotheses))
     write_json(output.with_suffix(".json"), result)
     print(json.dumps(result, indent=2))

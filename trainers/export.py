@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainers import errors
+from trainers import errors, flags
 from trainers.run_dir import MODEL, RunDirectory, save_model, write_json
 
 
@@ -40,8 +40,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=MODEL,
         help="model file in the model directory (e.g. model.averaged.keras)",
     )
-    parser.add_argument("--version", type=int, help="version number (default: the next one)")
-    parser.add_argument("--format", default="savedmodel", choices=["savedmodel", "ctranslate2"])
+    parser.add_argument(
+        "--version", type=flags.positive_int, help="version number (default: the next one)"
+    )
+    parser.add_argument(
+        "--format",
+        default="savedmodel",
+        choices=["savedmodel", "ctranslate2"],
+        help="default: savedmodel",
+    )
     parser.add_argument(
         "--quantization",
         choices=["int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16"],
@@ -49,13 +56,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--beam-size",
-        type=int,
+        type=flags.positive_int,
         help="hypotheses kept per sentence, 1 for greedy search (default: the directory's "
         "decoding.beam_size in experiment.yaml, else 4)",
     )
     parser.add_argument(
         "--length-penalty",
-        type=float,
+        type=flags.non_negative_float,
         help="alpha of ((5 + length) / 6) ** alpha (default: the directory's "
         "decoding.length_penalty, else 0.6)",
     )
@@ -106,21 +113,24 @@ def main(argv=None) -> int:
                 length_penalty=length_penalty,
                 manifest=manifest,
             )
-        except (FileExistsError, ImportError, ValueError) as error:
+        except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
             return errors.fail(error)
         print(f"wrote {written} (CTranslate2 model, {args.quantization or 'float32'} weights)")
         return errors.EXIT_OK
-    with fast.switched(experiment.training.fast):  # its beam search's top-k, as in training
-        version = export.export_saved_model(
-            model,
-            vocabularies,
-            args.out,
-            version=args.version,
-            manifest=manifest,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            stopping=args.stopping or decoding.stopping,
-        )
+    try:
+        with fast.switched(experiment.training.fast):  # its beam search's top-k, as in training
+            version = export.export_saved_model(
+                model,
+                vocabularies,
+                args.out,
+                version=args.version,
+                manifest=manifest,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                stopping=args.stopping or decoding.stopping,
+            )
+    except (FileExistsError, NotADirectoryError) as error:  # an existing --version...
+        return errors.fail(error)
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)
     save_model(model, keras_dir / MODEL)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from trainers import startup_logs
+from trainers import flags, startup_logs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -49,16 +49,26 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="a SavedModel (version or model folder) or a CTranslate2 directory",
     )
     parser.add_argument("--input", type=Path, help="one sentence a line (default: stdin)")
-    parser.add_argument("--output", type=Path, help="default: stdout")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="default: stdout (a file is written whole or not at all: an existing one is "
+        "replaced once every line is translated)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=flags.positive_int,
+        default=32,
+        help="lines translated at once (default: 32)",
+    )
     parser.add_argument(
         "--with-scores", action="store_true", help="write SCORE<TAB>TRANSLATION lines"
     )
     parser.add_argument(
         "--n-best",
-        type=int,
+        type=flags.positive_int,
         default=1,
-        help="write the K best hypotheses of each sentence (at most the beam size)",
+        help="write the K best hypotheses of each sentence (at most the beam size; default: 1)",
     )
     parser.add_argument(
         "--threads",
@@ -285,6 +295,13 @@ class SavedModelTranslator:
         self._tf = tf
         with startup_logs.native_logs():  # its SentencePiece ops load their models
             self.loaded = tf.saved_model.load(str(version))
+        serving = self.loaded.signatures.get("serving_default")
+        inputs = serving.structured_input_signature[1] if serving is not None else {}
+        if "text" not in inputs:
+            raise ValueError(
+                f"{version} is not a translation SavedModel of trainers.export: its "
+                f"serving_default signature takes {sorted(inputs) or 'nothing'}, not `text`"
+            )
 
     def translate(self, lines: list[bytes], *, n_best: int = 1) -> list[list[Hypothesis]]:
         tf = self._tf
@@ -318,9 +335,12 @@ class SavedModelTranslator:
 def batches(lines, size: int):
     """Lists of `size` lines (the last one shorter), each without its line end: lines end at
     "\\n" only (as the corpus readers'), a CRLF's "\\r" is dropped, a lone "\\r" stays in its
-    line."""
+    line; a UTF-8 byte order mark before the first line is dropped (as the corpus readers
+    drop it)."""
     batch = []
-    for line in lines:
+    for number, line in enumerate(lines):
+        if number == 0:
+            line = line.removeprefix("\ufeff")
         batch.append(line.removesuffix("\n").removesuffix("\r"))
         if len(batch) == size:
             yield batch
@@ -331,20 +351,21 @@ def batches(lines, size: int):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    for name in ("batch_size", "n_best"):
-        if getattr(args, name) < 1:
-            flag = "--" + name.replace("_", "-")
-            print(f"error: {flag}={getattr(args, name)} must be >= 1", file=sys.stderr)
-            return 2
+    if args.input and args.output and _same_file(args.input, args.output):
+        print(f"error: --output {args.output} is the --input file", file=sys.stderr)
+        return 2
     try:
         if is_ctranslate2(args.model):
             translator = CTranslate2Translator(args.model, threads=args.threads)
         else:
             translator = SavedModelTranslator(resolve_version(args.model))
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     sentences, started = 0, time.perf_counter()
+    # The output goes to a temporary file beside --output, renamed when every line is done:
+    # a failure leaves an existing file as it was.
+    partial = args.output and args.output.with_name(f".partial-{os.getpid()}-{args.output.name}")
     try:
         with contextlib.ExitStack() as files:  # closes the files it opened, not stdin/stdout
             if args.input:
@@ -355,7 +376,7 @@ def main(argv=None) -> int:
                 source = sys.stdin
                 source.reconfigure(encoding="utf-8", errors="surrogateescape", newline="\n")
             sink = (
-                files.enter_context(open(args.output, "w", encoding="utf-8"))
+                files.enter_context(open(partial, "w", encoding="utf-8"))
                 if args.output
                 else sys.stdout
             )
@@ -372,7 +393,14 @@ def main(argv=None) -> int:
                     sink.write(_format(index, hypotheses, args))
                 sink.flush()
                 sentences += len(batch)
-    except ValueError as error:
+        if partial:
+            os.replace(partial, args.output)
+    except (OSError, ValueError) as error:
+        if partial:
+            partial.unlink(missing_ok=True)
+        if isinstance(error, BrokenPipeError):  # the reader went away (`| head`)
+            sys.stdout = None
+            return 1
         print(f"error: {error}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - started
@@ -382,6 +410,14 @@ def main(argv=None) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether paths `a` and `b` name one file (`b` need not exist)."""
+    try:
+        return a.resolve() == b.resolve() or (b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
 
 
 def _format(index: int, hypotheses: list[Hypothesis], args) -> str:

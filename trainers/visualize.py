@@ -9,11 +9,12 @@ pieces each target piece attended to.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
 
-from trainers import errors
+from trainers import errors, flags
 from trainers.errors import ConfigError
 from trainers.run_dir import MODEL, RunDirectory
 
@@ -25,19 +26,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--model", default=MODEL, help="model file in the directory")
     parser.add_argument("--text", required=True, help="the source sentence")
-    parser.add_argument("--out", required=True, type=Path, help="PNG file to write")
+    parser.add_argument(
+        "--out", required=True, type=Path, help="PNG file to write (.png added if it has none)"
+    )
     parser.add_argument(
         "--layer",
         type=int,
         default=-1,
         help="decoder layer, 0-based; negative counts from the end (default -1)",
     )
-    parser.add_argument("--beam-size", type=int, default=4)
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--beam-size",
+        type=flags.positive_int,
+        help="hypotheses kept per sentence, 1 for greedy search (default: the directory's "
+        "decoding.beam_size, as evaluate and export; its length penalty and stopping rule "
+        "too)",
+    )
+    args = parser.parse_args(argv)
+    if args.out.suffix not in ("", ".png"):
+        parser.error(f"--out {args.out}: the heat map is a PNG file (.png)")
+    if not args.out.suffix:  # as matplotlib names a file without one: PNG, ".png" added
+        args.out = args.out.with_name(args.out.name + ".png")
+    return args
 
 
-def cross_attention(model, vocabularies, text: str, layer: int, beam_size: int):
-    """(source pieces, target pieces, weights [heads, tgt_len, src_len]) for one sentence."""
+def cross_attention(model, vocabularies, text: str, layer: int, decoding_settings: dict):
+    """(source pieces, target pieces, weights [heads, tgt_len, src_len]) for one sentence,
+    translated with `decoding_settings` (`kt.decoding.translate_ids`'s beam_size,
+    length_penalty, stopping)."""
     import numpy as np
     import tensorflow as tf
 
@@ -47,7 +63,7 @@ def cross_attention(model, vocabularies, text: str, layer: int, beam_size: int):
     source_ids = next(
         iter(data.source_batches([text], vocabularies.source, max_length=model.config.max_length))
     )
-    ids, _ = decoding.beam_search(model, source_ids, beam_size=beam_size)
+    ids, _ = decoding.translate_ids(model, source_ids, **decoding_settings)
     ids = ids.numpy()[0]
     target = ids[: int(np.count_nonzero(ids))]  # the translation, EOS included
     decoder_input = tf.constant([[BOS_ID, *target[:-1]]], tf.int32)
@@ -94,8 +110,6 @@ def draw(source, target, weights, path: Path, title: str) -> None:
         axis.set_title(f"head {head}", fontsize=10)
     figure.suptitle(title, fontsize=11)
     figure.tight_layout()
-    if not path.suffix:  # as matplotlib names a file without one: PNG, ".png" added
-        path = path.with_name(path.name + ".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda temporary: figure.savefig(temporary, dpi=100))
     plt.close(figure)
@@ -104,7 +118,7 @@ def draw(source, target, weights, path: Path, title: str) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        _, vocabularies, model = RunDirectory(args.model_dir).load_trained(args.model)
+        experiment, vocabularies, model = RunDirectory(args.model_dir).load_trained(args.model)
         layers = model.config.num_decoder_layers
         if not -layers <= args.layer < layers:
             raise ConfigError(
@@ -113,12 +127,17 @@ def main(argv=None) -> int:
             )
     except errors.USER_ERRORS as error:
         return errors.fail(error)
-    source, target, weights = cross_attention(
-        model, vocabularies, args.text, args.layer, args.beam_size
-    )
+    settings = dataclasses.asdict(experiment.decoding)  # as evaluate and export decode
+    if args.beam_size is not None:
+        settings["beam_size"] = args.beam_size
+    source, target, weights = cross_attention(model, vocabularies, args.text, args.layer, settings)
     layer = args.layer % model.config.num_decoder_layers
     draw(source, target, weights, args.out, f"encoder-decoder attention, decoder layer {layer}")
-    print(f"wrote {args.out}: {len(weights)} heads, {len(target)} x {len(source)} pieces")
+    print(
+        f"wrote {args.out}: {len(weights)} heads, {len(target)} x {len(source)} pieces "
+        f"(beam {settings['beam_size']}, length penalty {settings['length_penalty']}, "
+        f"{settings['stopping']} stopping)"
+    )
     return errors.EXIT_OK
 
 
