@@ -7,8 +7,10 @@ Translates with beam search as the model directory's experiment.yaml says (its `
 section: beam size, length penalty and stopping rule, the ones `trainers.export` serves;
 the paper's beam 4 and length penalty 0.6, and early stopping, where it says nothing; the
 flags override them), detokenizes, and scores with sacrebleu against the untouched
-references: BLEU, chrF and their signatures, printed as JSON. Hypotheses go to
-DIR/eval/SPLIT.hyp (or --output), one a line, and the scores beside them (DIR/eval/SPLIT.json).
+references: BLEU, chrF and their signatures, printed as JSON (on stdout, alone: the progress
+goes to stderr). Hypotheses go to DIR/eval/SPLIT.hyp (for --source FILE: DIR/eval/FILE.hyp,
+DIR/eval/source-FILE.hyp for a file named dev or test), or --output, one a line, and the
+scores beside them (DIR/eval/SPLIT.json, or NAME.json beside --output NAME).
 """
 
 from __future__ import annotations
