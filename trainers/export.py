@@ -102,16 +102,11 @@ def main(argv=None) -> int:
         "source_model": str(run.model(args.model)),
         "metrics": run.metrics(),
     }
+    settings = {"beam_size": beam_size, "length_penalty": length_penalty, "manifest": manifest}
     if args.format == "ctranslate2":
         try:
             written = export.ctranslate2.export_ctranslate2(
-                model,
-                vocabularies,
-                args.out,
-                quantization=args.quantization,
-                beam_size=beam_size,
-                length_penalty=length_penalty,
-                manifest=manifest,
+                model, vocabularies, args.out, quantization=args.quantization, **settings
             )
         except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
             return errors.fail(error)
@@ -124,10 +119,8 @@ def main(argv=None) -> int:
                 vocabularies,
                 args.out,
                 version=args.version,
-                manifest=manifest,
-                beam_size=beam_size,
-                length_penalty=length_penalty,
                 stopping=args.stopping or decoding.stopping,
+                **settings,
             )
     except (FileExistsError, NotADirectoryError) as error:  # an existing --version...
         return errors.fail(error)
