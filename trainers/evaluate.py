@@ -113,6 +113,11 @@ def main(argv=None) -> int:
                 name = f"source-{name}"
     except errors.USER_ERRORS as error:
         return errors.fail(error)
+    output = args.output or run.hypotheses(name)
+    try:  # before any work: where the results go
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return errors.fail(f"--output {output}: {error}")
     if args.limit is not None:
         pairs = pairs.take(args.limit)
     for setting, value in dataclasses.asdict(experiment.decoding).items():
@@ -146,11 +151,6 @@ def main(argv=None) -> int:
         **evaluation.score(hypotheses, pairs.targets),
         "code": provenance(),
     }
-    output = args.output or run.hypotheses(name)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        return errors.fail(f"--output {output}: {error}")
     atomic_write(output, "".join(h + "\n" for h in hypotheses))
     write_json(output.with_suffix(".json"), result)
     print(json.dumps(result, indent=2))

@@ -228,13 +228,12 @@ class TransformerEmbedding(keras.layers.Layer):
         length = inputs.shape[-1]
         # Rows with starts of their own (a tensor: left-padded prompts, whose padding slots
         # come before position 0) may hold more slots than positions: not checked here.
-        learned = self.positional == "learned"
-        if learned and isinstance(length, int) and isinstance(start_index, int):
-            if length > self.max_length:
-                raise ValueError(
-                    f"sequence length {length} exceeds max_length={self.max_length} of the "
-                    "learned position table; truncate the input or raise max_length"
-                )
+        fixed_start = isinstance(start_index, int)
+        if self.positional == "learned" and fixed_start and (length or 0) > self.max_length:
+            raise ValueError(
+                f"sequence length {length} exceeds max_length={self.max_length} of the "
+                "learned position table; truncate the input or raise max_length"
+            )
         # In the compute dtype: Keras 3.15's int8 `Embedding` can answer float32 under a mixed
         # policy (its float32 scale divides the half-precision rows).
         x = ops.cast(self.token_embedding(inputs), self.compute_dtype)  # (batch, len, d_model)

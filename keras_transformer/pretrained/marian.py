@@ -282,22 +282,25 @@ def decoding_defaults(generation: dict, where: str = "generation_config.json") -
     penalty) and `max_length` (the longest output, in tokens with EOS: transformers'
     max_length counts the decoder start too). `MarianError` names a value this library's
     decoding cannot take."""
+
+    def setting(key, kind, minimum, rule):
+        value = number(generation, key, kind, where)
+        if value < minimum:
+            raise MarianError(f"{where}: {key}={value} {rule}")
+        return value
+
     defaults = {}
     if generation.get("num_beams") is not None:
-        defaults["beam_size"] = number(generation, "num_beams", int, where)
-        if defaults["beam_size"] < 1:
-            raise MarianError(f"{where}: num_beams={defaults['beam_size']} must be >= 1")
+        defaults["beam_size"] = setting("num_beams", int, 1, "must be >= 1")
     if generation.get("length_penalty") is not None:
-        defaults["length_penalty"] = number(generation, "length_penalty", float, where)
-        if defaults["length_penalty"] < 0:
-            raise MarianError(
-                f"{where}: length_penalty={defaults['length_penalty']} is not supported (this "
-                "library's length penalty takes exponents >= 0)"
-            )
+        defaults["length_penalty"] = setting(
+            "length_penalty",
+            float,
+            0.0,
+            "is not supported (this library's length penalty takes exponents >= 0)",
+        )
     if generation.get("max_length") is not None:
-        defaults["max_length"] = number(generation, "max_length", int, where) - 1
-        if defaults["max_length"] < 1:
-            raise MarianError(f"{where}: max_length={defaults['max_length'] + 1} must be >= 2")
+        defaults["max_length"] = setting("max_length", int, 2, "must be >= 2") - 1
     return defaults
 
 
