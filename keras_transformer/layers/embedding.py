@@ -228,8 +228,8 @@ class TransformerEmbedding(keras.layers.Layer):
         length = inputs.shape[-1]
         # Rows with starts of their own (a tensor: left-padded prompts, whose padding slots
         # come before position 0) may hold more slots than positions: not checked here.
-        fixed_start = isinstance(start_index, int)
-        if self.positional == "learned" and fixed_start and (length or 0) > self.max_length:
+        known = isinstance(length, int) and isinstance(start_index, int)  # not symbolic
+        if self.positional == "learned" and known and length > self.max_length:
             raise ValueError(
                 f"sequence length {length} exceeds max_length={self.max_length} of the "
                 "learned position table; truncate the input or raise max_length"
