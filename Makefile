@@ -9,12 +9,12 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := runs/demo
 DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 
-.PHONY: demo test lint format clean
+.PHONY: demo test test-quick lint format clean
 
 # uv fills the virtualenv: it fetches and unpacks the wheels in parallel, where pip does one
-# at a time (BENCHMARKS.md, "The test suite's time", has both). It writes the bytecode
-# (`--compile-bytecode`) as pip does, because where PYTHONDONTWRITEBYTECODE is set nothing
-# else would, and every process would compile TensorFlow's sources again to import it. uv
+# at a time. It writes the bytecode (`--compile-bytecode`) as pip does, because where
+# PYTHONDONTWRITEBYTECODE is set nothing else would, and every process would compile
+# TensorFlow's sources again to import it. uv
 # reads its own settings (UV_DEFAULT_INDEX, UV_INDEX), not pip's: where it cannot install
 # (an index that only pip is configured for, say), pip installs the same packages instead.
 UV_VERSION := 0.13.9
@@ -44,21 +44,25 @@ demo: $(STAMP)
 		--out saved_models/demo
 	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --model saved_models/demo
 
-# Two pytest workers, each taking whole test files (module fixtures train once), on
-# TensorFlow; beside them, in a process of its own, the JAX pass (the layer contracts and
-# tests/jax/: the model, decoding, DataParallel on two host devices, and the package with
-# TensorFlow hidden), whose report follows the TensorFlow pass's. Side by side the two
-# passes keep both cores busy to the end (README "Tests" has the suite's times; the target
-# is 15 min on 2 cores). Either pass failing fails the target.
+# Two pytest workers on TensorFlow, each taking whole test files (a module's fixtures train
+# once), and beside them, in a process of its own, the JAX pass (the layer contracts and
+# tests/jax/), whose report follows the TensorFlow pass's. Either pass failing fails the
+# target. `make test` runs every test, as CI does; `make test-quick` leaves out the tests
+# marked `slow` (end-to-end runs of the programs, learning tests), for the edit-test loop.
+PYTEST_SELECT :=
+
 test: $(STAMP) lint
 	@jax_log=$$(mktemp); \
-	KERAS_BACKEND=jax $(BIN)/python -m pytest -p no:cacheprovider tests/jax \
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_SELECT) tests/jax \
 		tests/test_layer_contracts.py > $$jax_log 2>&1 & jax_pass=$$!; \
-	$(BIN)/python -m pytest -n 2 --dist loadfile; tensorflow_status=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile $(PYTEST_SELECT); tensorflow_status=$$?; \
 	wait $$jax_pass; jax_status=$$?; \
 	echo; echo "The JAX pass (KERAS_BACKEND=jax), run beside the TensorFlow pass:"; \
 	cat $$jax_log; rm -f $$jax_log; \
 	test $$tensorflow_status -eq 0 -a $$jax_status -eq 0
+
+test-quick:
+	$(MAKE) test PYTEST_SELECT='-m "not slow"'
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
