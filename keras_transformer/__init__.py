@@ -13,6 +13,9 @@ Public API:
     corpus, text, data                  corpus readers, SentencePiece vocabularies, tf.data
     evaluation                          Translator (text in, text out) and sacrebleu scores
     export                              the TF Serving SavedModel and the CTranslate2 writer
+    models                              the keras-hub task family: TransformerSeq2SeqLM
+                                        (from_preset, generate, fit, save_to_preset), its
+                                        backbone, tokenizer and preprocessor
     pretrained                          published checkpoints read into this library's model:
                                         OPUS-MT (Marian), `pretrained.load_marian`
     fast                                the opt-in speed path, behind one switch
@@ -47,7 +50,16 @@ from keras_transformer.schedule import WarmupSchedule  # noqa: E402
 
 # Imported on first use (PEP 562): they bring keras-hub, tensorflow-text, SentencePiece and
 # sacrebleu, which a user of the layers alone does not need.
-_LAZY_MODULES = ("corpus", "data", "evaluation", "export", "lora", "pretrained", "text")
+_LAZY_MODULES = (
+    "corpus",
+    "data",
+    "evaluation",
+    "export",
+    "lora",
+    "models",
+    "pretrained",
+    "text",
+)
 
 if TYPE_CHECKING:
     from keras_transformer import (  # noqa: F401
@@ -56,6 +68,7 @@ if TYPE_CHECKING:
         evaluation,
         export,
         lora,
+        models,
         pretrained,
         text,
     )
@@ -89,6 +102,7 @@ __all__ = [
     "lora",
     "losses",
     "metrics",
+    "models",
     "ops",
     "pretrained",
     "schedule",

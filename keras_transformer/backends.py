@@ -14,10 +14,12 @@ is here, chosen once from Keras's backend, so that no other module tests the bac
   measured) and in `keras.ops` or `jax.random` elsewhere.
 - **the optimizer's variables**: on TensorFlow they are created before `fit` traces its
   first step, which would otherwise be traced twice (`build_optimizer`).
-- **what needs TensorFlow**: `kt.data`, `kt.corpus`, `kt.text`, `kt.evaluation`, `kt.export`,
-  `kt.pretrained`'s tokenizers, `parallel_search`, the `kt.fast` switch and `trainers/` use
-  tf.data, tensorflow-text, tf.distribute or SavedModel; `require_tensorflow` gives their
-  error on another backend.
+- **what needs TensorFlow**: `kt.data`, `kt.corpus`, `kt.evaluation`, `kt.export`,
+  `kt.pretrained`, `parallel_search`, the `kt.fast` switch and `trainers/` use tf.data,
+  tensorflow-text, tf.distribute or SavedModel; `require_tensorflow` gives their error on
+  another backend. `kt.text`'s tokenizers and `kt.models` (the keras-hub task) need only the
+  tensorflow and tensorflow-text packages, as keras-hub's preprocessing does, and run on
+  either backend (`require_tensorflow_package`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,24 @@ def require_tensorflow(feature: str) -> None:
             "KERAS_BACKEND=tensorflow before importing keras. The layers, the model, the "
             "losses, metrics, schedule and kt.decoding's searches run on either backend."
         )
+
+
+def require_tensorflow_package(feature: str) -> None:
+    """Raises ImportError naming `feature` unless the `tensorflow` and `tensorflow-text`
+    packages import: text preprocessing (tokenizers, `tf.data`) runs on them whatever Keras's
+    backend, as keras-hub's does.
+
+    Example:
+    >>> require_tensorflow_package("kt.models")
+    """
+    try:
+        import tensorflow  # noqa: F401
+        import tensorflow_text  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"{feature} needs the tensorflow and tensorflow-text packages for its text "
+            f"preprocessing, on any Keras backend ({error})"
+        ) from None
 
 
 if BACKEND == "tensorflow":
@@ -132,6 +152,13 @@ if BACKEND == "tensorflow":
         """
         return tf.autograph.experimental.do_not_convert(search)
 
+    def traced_search(search):
+        """`search(source_ids)` as a `tf.function` traced once for any batch and length
+        (int32 `[None, None]`), without AutoGraph (see `compiled_search`)."""
+        return tf.function(
+            search, input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False
+        )
+
     def step_result(model, logs):
         """What `Transformer.train_step`/`test_step` return: Keras's logs, in a form Keras
         can reduce across workers."""
@@ -168,6 +195,10 @@ elif BACKEND == "jax":
         by the int32 `seed` `[2]` alone."""
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), seed[0]), seed[1])
         return jax.random.categorical(key, logits, axis=-1).astype("int32")
+
+    def traced_search(search):
+        """`search` itself: on JAX its loops (`keras.ops.while_loop`) compile as they run."""
+        return search
 
     def step_result(model, result):
         """What `Transformer.train_step`/`test_step` return: Keras's `(logs, state)`."""

@@ -15,8 +15,9 @@ import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import decoding as decoding_lib
 from keras_transformer.data import source_batches
+from keras_transformer.decoding.settings import DecodingSettings
 from keras_transformer.text import detokenize
 
 
@@ -28,16 +29,13 @@ class Translator:
     batch and length.
 
     Args:
-        model: a trained `keras_transformer.Transformer`.
-        vocabularies: its `keras_transformer.text.Vocabularies`.
-        beam_size: int. 1 = greedy search. Defaults to 4 (the paper's).
-        length_penalty: float. alpha of Wu et al. (2016). Defaults to 0.6 (the paper's).
-        finish_rule: str. Beam search's rule for finished hypotheses, "tensor2tensor" (the
-            paper's code) or "fairseq" (see `decoding.beam_search`). Defaults to
-            "tensor2tensor".
-        stopping: str. When beam search stops, "exact" (tensor2tensor's rule) or "early" (see
-            `decoding.beam_search`). Defaults to "exact".
-        max_extra_length: int. Output may be this much longer than the input. Defaults to 50.
+        model: a trained `keras_transformer.Transformer`, or a `TransformerSeq2SeqLM` task
+            (whose tokenizer and decoding settings are then the defaults).
+        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
+        decoding: `kt.decoding.DecodingSettings` or None. How to decode; None takes the
+            task's settings, or the defaults (the paper's) for a plain model.
+        beam_size, length_penalty, finish_rule, stopping, max_extra_length: each, when given,
+            overrides that setting of `decoding` (see `kt.decoding.DecodingSettings`).
         batch_size: int. Sentences per batch. Defaults to 64.
 
     Example:
@@ -49,28 +47,35 @@ class Translator:
     def __init__(
         self,
         model,
-        vocabularies,
+        vocabularies=None,
         *,
-        beam_size: int = 4,
-        length_penalty: float = 0.6,
-        finish_rule: str = "tensor2tensor",
-        stopping: str = "exact",
-        max_extra_length: int = 50,
+        decoding: DecodingSettings | None = None,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        finish_rule: str | None = None,
+        stopping: str | None = None,
+        max_extra_length: int | None = None,
         batch_size: int = 64,
     ):
-        self.model = model
-        self.vocabularies = vocabularies
-        self.beam_size = beam_size
-        self.batch_size = batch_size
-        settings = dict(
+        if vocabularies is None:
+            vocabularies = _task_vocabularies(model)
+        if decoding is None:
+            decoding = getattr(model, "decoding", None) or DecodingSettings()
+        decoding = decoding.replace(
             beam_size=beam_size,
             length_penalty=length_penalty,
             finish_rule=finish_rule,
-            max_extra_length=max_extra_length,
             stopping=stopping,
+            max_extra_length=max_extra_length,
         )
+        self.model = model
+        self.vocabularies = vocabularies
+        self.decoding = decoding
+        self.beam_size = decoding.beam_size
+        self.batch_size = batch_size
+        settings = decoding.search_arguments()
         self._search = tf.function(
-            lambda source_ids: decoding.translate_ids(model, source_ids, **settings),
+            lambda source_ids: decoding_lib.translate_ids(model, source_ids, **settings),
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
             autograph=False,  # explicit control flow: nothing to convert (kt.decoding)
         )
@@ -101,6 +106,17 @@ class Translator:
         for position, translation in zip(order, translations, strict=True):
             result[position] = translation
         return result
+
+
+def _task_vocabularies(model):
+    """The vocabularies of a `TransformerSeq2SeqLM` task's tokenizer."""
+    preprocessor = getattr(model, "preprocessor", None)
+    if preprocessor is None:
+        raise ValueError(
+            "vocabularies=None needs a TransformerSeq2SeqLM task with its preprocessor; for a "
+            "Transformer, pass its kt.text.Vocabularies"
+        )
+    return preprocessor.tokenizer.vocabularies
 
 
 def _blank_without_pieces(source_ids, translations: list[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any, NamedTuple
 
 import keras
 from keras import ops
@@ -16,113 +17,14 @@ from keras_transformer.layers.encoder import Encoder
 from keras_transformer.layers.quantization import dtype_policy_with_sublayers
 
 
-@keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(workarounds.MultiWorkerFit, keras.Model):
-    """The Transformer of "Attention Is All You Need", built with the functional API.
+class TokenLossTraining:
+    """What `Transformer` and `TransformerSeq2SeqLM` add to Keras's training: the encoder
+    alone (`encode`, for the searches), the token-weighted loss that `fit` reports, the
+    token counts of `kt.data.accumulation_groups`, and a training step traced once.
 
-    Inputs `{"source_ids": int32 [batch, src_len], "target_ids": int32 [batch, tgt_len]}`
-    (the decoder input, shifted right); output float32 logits `[batch, tgt_len,
-    target_vocab]`, also under mixed precision. Token id 0 is padding in both inputs: the
-    padding masks are derived from the ids, so padded positions never influence real ones.
-
-    It is a functional `keras.Model` (`model.layers`, `model.summary()`, `model.fit` and
-    `.keras` files all work as usual) whose config is the `TransformerConfig`, so a saved
-    model is rebuilt from its config and weights. Its layers are reachable by name:
-    "embedding" (or "source_embedding" and "target_embedding" without shared embeddings),
-    "encoder" and "decoder".
-
-    Compiled with `kt.losses.LabelSmoothedCrossEntropy`, the `loss` (and `val_loss`) that
-    `fit` and `evaluate` report (progress bar, History, TensorBoard) is the mean over every
-    target token seen, not Keras's mean of batch means weighted by sentences per batch, which
-    token-sized batches of short and long sentences would skew. Under gradient accumulation
-    (the optimizer's `gradient_accumulation_steps`), batches from
-    `kt.data.accumulation_groups` make each update the mean over all the tokens of its
-    batches; others make it Keras's mean of the batches' token means.
-
-    Args:
-        config: `TransformerConfig` or its dict. The sizes and switches.
-        dtype: a `keras.dtype_policies.DTypePolicyMap` (or its config) or None. The policies
-            of quantized layers, which `get_config` records after `model.quantize`, over
-            `config.dtype` for the rest. Defaults to None: `config.dtype` for every layer.
-        **kwargs: other `keras.Model` arguments (`name`...).
-
-    Example:
-    >>> import numpy as np
-    >>> model = Transformer(TransformerConfig.preset("tiny", vocab_size=100))
-    >>> logits = model({"source_ids": np.array([[5, 6, 7, 0]]),
-    ...                 "target_ids": np.array([[2, 9, 0]])})
-    >>> logits.shape, logits.dtype
-    (TensorShape([1, 3, 100]), tf.float32)
+    Mixed into a `keras.Model` that has `source_embedding`, `encoder`, `token_loss` (a
+    `keras.metrics.Mean` named "loss") and `_token_normalizer` (None).
     """
-
-    def __init__(self, config: TransformerConfig | dict, dtype=None, **kwargs):
-        if isinstance(config, dict):
-            config = TransformerConfig.from_dict(config)
-        kwargs.setdefault("name", "transformer")
-        dtype = config.dtype if dtype is None else keras.dtype_policies.get(dtype)
-
-        def embedding(vocab_size, name, output_bias=False):
-            return TransformerEmbedding(
-                vocab_size,
-                config.d_model,
-                max_length=config.max_length,
-                positional=config.positional,
-                sinusoid_layout=config.sinusoid_layout,
-                output_bias=output_bias,
-                dropout=config.dropout,
-                dtype=dtype,
-                name=name,
-            )
-
-        bias = config.output_bias  # on the logits: the target side's
-        if config.share_embeddings:
-            source_embedding = target_embedding = embedding(config.target_vocab, "embedding", bias)
-        else:
-            source_embedding = embedding(config.source_vocab, "source_embedding")
-            target_embedding = embedding(config.target_vocab, "target_embedding", bias)
-        block = dict(
-            num_heads=config.num_heads,
-            d_ff=config.d_ff,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            activation_dropout=config.activation_dropout,
-            activation=config.activation,
-            norm_first=config.norm_first,
-            layer_norm_epsilon=config.layer_norm_epsilon,
-            dtype=dtype,
-        )
-        encoder = Encoder(config.num_encoder_layers, name="encoder", **block)
-        decoder = Decoder(config.num_decoder_layers, name="decoder", **block)
-
-        source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
-        target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
-        source_mask = kt_ops.padding_mask(source_ids)  # (batch, src_len)
-        target_mask = kt_ops.padding_mask(target_ids)  # (batch, tgt_len)
-        memory = encoder(source_embedding(source_ids), padding_mask=source_mask)
-        hidden = decoder(
-            target_embedding(target_ids),
-            memory,
-            padding_mask=target_mask,
-            encoder_padding_mask=source_mask,
-        )
-        logits = target_embedding(hidden, reverse=True)  # (batch, tgt_len, vocab), float32
-        super().__init__(
-            inputs={"source_ids": source_ids, "target_ids": target_ids},
-            outputs=logits,
-            **kwargs,
-        )
-        if dtype is not None:
-            # The model's own policy (functional models ignore a dtype argument): under
-            # "mixed_float16", compile() then wraps the optimizer in a LossScaleOptimizer, so
-            # small float16 gradients do not underflow. (A quantized model's map: its default.)
-            self.dtype_policy = getattr(dtype, "default_policy", dtype)
-        self.config = config
-        self.source_embedding = source_embedding
-        self.target_embedding = target_embedding
-        self.encoder = encoder
-        self.decoder = decoder
-        self.token_loss = keras.metrics.Mean(name="loss")
-        self._token_normalizer = None  # the training step's, from kt.data.accumulation_groups
 
     def encode(self, source_ids, training=False):
         """Runs the encoder alone: `(memory [batch, src_len, d_model], source padding mask)`."""
@@ -200,6 +102,70 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
     def test_step(self, *args):
         return backends.step_result(self, super().test_step(*args))
 
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(TokenLossTraining, workarounds.MultiWorkerFit, keras.Model):
+    """The Transformer of "Attention Is All You Need", built with the functional API.
+
+    Inputs `{"source_ids": int32 [batch, src_len], "target_ids": int32 [batch, tgt_len]}`
+    (the decoder input, shifted right); output float32 logits `[batch, tgt_len,
+    target_vocab]`, also under mixed precision. Token id 0 is padding in both inputs: the
+    padding masks are derived from the ids, so padded positions never influence real ones.
+
+    It is a functional `keras.Model` (`model.layers`, `model.summary()`, `model.fit` and
+    `.keras` files all work as usual) whose config is the `TransformerConfig`, so a saved
+    model is rebuilt from its config and weights. Its layers are reachable by name:
+    "embedding" (or "source_embedding" and "target_embedding" without shared embeddings),
+    "encoder" and "decoder".
+
+    Compiled with `kt.losses.LabelSmoothedCrossEntropy`, the `loss` (and `val_loss`) that
+    `fit` and `evaluate` report (progress bar, History, TensorBoard) is the mean over every
+    target token seen, not Keras's mean of batch means weighted by sentences per batch, which
+    token-sized batches of short and long sentences would skew. Under gradient accumulation
+    (the optimizer's `gradient_accumulation_steps`), batches from
+    `kt.data.accumulation_groups` make each update the mean over all the tokens of its
+    batches; others make it Keras's mean of the batches' token means.
+
+    Args:
+        config: `TransformerConfig` or its dict. The sizes and switches.
+        dtype: a `keras.dtype_policies.DTypePolicyMap` (or its config) or None. The policies
+            of quantized layers, which `get_config` records after `model.quantize`, over
+            `config.dtype` for the rest. Defaults to None: `config.dtype` for every layer.
+        **kwargs: other `keras.Model` arguments (`name`...).
+
+    Example:
+    >>> import numpy as np
+    >>> model = Transformer(TransformerConfig.preset("tiny", vocab_size=100))
+    >>> logits = model({"source_ids": np.array([[5, 6, 7, 0]]),
+    ...                 "target_ids": np.array([[2, 9, 0]])})
+    >>> logits.shape, logits.dtype
+    (TensorShape([1, 3, 100]), tf.float32)
+    """
+
+    def __init__(self, config: TransformerConfig | dict, dtype=None, **kwargs):
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        kwargs.setdefault("name", "transformer")
+        dtype = config.dtype if dtype is None else keras.dtype_policies.get(dtype)
+        network = build_network(config, dtype)
+        super().__init__(
+            inputs=network.inputs,
+            outputs=network.target_embedding(network.hidden, reverse=True),  # float32 logits
+            **kwargs,
+        )
+        if dtype is not None:
+            # The model's own policy (functional models ignore a dtype argument): under
+            # "mixed_float16", compile() then wraps the optimizer in a LossScaleOptimizer, so
+            # small float16 gradients do not underflow. (A quantized model's map: its default.)
+            self.dtype_policy = getattr(dtype, "default_policy", dtype)
+        self.config = config
+        self.source_embedding = network.source_embedding
+        self.target_embedding = network.target_embedding
+        self.encoder = network.encoder
+        self.decoder = network.decoder
+        self.token_loss = keras.metrics.Mean(name="loss")
+        self._token_normalizer = None  # the training step's, from kt.data.accumulation_groups
+
     def get_config(self):
         config = {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable}
         policy = dtype_policy_with_sublayers(self)
@@ -210,6 +176,79 @@ class Transformer(workarounds.MultiWorkerFit, keras.Model):
     @classmethod
     def from_config(cls, config, custom_objects=None):
         return cls(**config)
+
+
+class Network(NamedTuple):
+    """The layers of the encoder-decoder and the symbolic tensors that join them."""
+
+    inputs: dict  # {"source_ids", "target_ids"}: keras.Input int32 [batch, len]
+    memory: Any  # the encoder's output [batch, src_len, d_model]
+    hidden: Any  # the decoder's output [batch, tgt_len, d_model]
+    source_embedding: TransformerEmbedding
+    target_embedding: TransformerEmbedding  # called with reverse=True: the logits
+    encoder: Encoder
+    decoder: Decoder
+
+
+def build_network(config: TransformerConfig, dtype=None) -> Network:
+    """The functional graph of the encoder-decoder (paper 3.1, Figure 1), up to the decoder's
+    output: what `Transformer` and `TransformerBackbone` are built from. `dtype` is the
+    layers' policy (None: `config.dtype`)."""
+    dtype = config.dtype if dtype is None else dtype
+
+    def embedding(vocab_size, name, output_bias=False):
+        return TransformerEmbedding(
+            vocab_size,
+            config.d_model,
+            max_length=config.max_length,
+            positional=config.positional,
+            sinusoid_layout=config.sinusoid_layout,
+            output_bias=output_bias,
+            dropout=config.dropout,
+            dtype=dtype,
+            name=name,
+        )
+
+    bias = config.output_bias  # on the logits: the target side's
+    if config.share_embeddings:
+        source_embedding = target_embedding = embedding(config.target_vocab, "embedding", bias)
+    else:
+        source_embedding = embedding(config.source_vocab, "source_embedding")
+        target_embedding = embedding(config.target_vocab, "target_embedding", bias)
+    block = dict(
+        num_heads=config.num_heads,
+        d_ff=config.d_ff,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        activation=config.activation,
+        norm_first=config.norm_first,
+        layer_norm_epsilon=config.layer_norm_epsilon,
+        dtype=dtype,
+    )
+    encoder = Encoder(config.num_encoder_layers, name="encoder", **block)
+    decoder = Decoder(config.num_decoder_layers, name="decoder", **block)
+
+    source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
+    target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
+    source_mask = kt_ops.padding_mask(source_ids)  # (batch, src_len)
+    target_mask = kt_ops.padding_mask(target_ids)  # (batch, tgt_len)
+    memory = encoder(source_embedding(source_ids), padding_mask=source_mask)
+    hidden = decoder(
+        target_embedding(target_ids),
+        memory,
+        padding_mask=target_mask,
+        encoder_padding_mask=source_mask,
+    )
+    return Network(
+        {"source_ids": source_ids, "target_ids": target_ids},
+        memory,
+        hidden,
+        source_embedding,
+        target_embedding,
+        encoder,
+        decoder,
+    )
 
 
 def _is_tf_dataset(value) -> bool:

@@ -109,9 +109,9 @@ def make_tokenizer(proto: bytes) -> keras_hub.tokenizers.SentencePieceTokenizer:
 
     Inside `tf.function` and `tf.data` it runs tensorflow-text's op; `tokenize` gives ragged
     int32 ids without BOS/EOS and `detokenize` skips the special ids (padding, BOS, EOS).
-    TensorFlow's: on another Keras backend, an ImportError that says so.
+    It needs the tensorflow and tensorflow-text packages, on any Keras backend.
     """
-    backends.require_tensorflow("kt.text's in-graph tokenizers")
+    backends.require_tensorflow_package("kt.text's tokenizers")
     import keras_hub
 
     if isinstance(proto, (str, Path)):

@@ -2,6 +2,8 @@
 
 cache.py           the key/value cache: `AttentionCache`, `DecoderLayerCache`, `DecoderCache`
                    (writing, growing, reordering)
+settings.py        `DecodingSettings`: the one set of decoding settings every entry point
+                   takes (the paper's by default)
 search.py          `greedy_search`, `sample`, `beam_search` over one loop helper, `decode_loop`
 language_model.py  `generate`: the same searches for a decoder-only language model, prompts
                    of different lengths in one batch
@@ -14,14 +16,13 @@ from keras_transformer.decoding.parallel import parallel_search
 from keras_transformer.decoding.search import (
     BOS_ID,
     EOS_ID,
-    FINISH_RULES,
-    STOPPING,
     beam_search,
     decode_loop,
     greedy_search,
     sample,
     translate_ids,
 )
+from keras_transformer.decoding.settings import FINISH_RULES, STOPPING, DecodingSettings
 
 __all__ = [
     "BOS_ID",
@@ -31,6 +32,7 @@ __all__ = [
     "AttentionCache",
     "DecoderCache",
     "DecoderLayerCache",
+    "DecodingSettings",
     "beam_search",
     "decode_loop",
     "generate",

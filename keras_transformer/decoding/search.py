@@ -29,12 +29,11 @@ from keras import ops
 
 from keras_transformer import backends, fast
 from keras_transformer.config import PAD_ID
+from keras_transformer.decoding.settings import DEFAULT, FINISH_RULES, STOPPING
 
 BOS_ID, EOS_ID = 2, 3
 FLOAT32_TINY = 2.0**-126  # the smallest normal float32
 NEG_INF = -1e9  # the log-probability of impossible choices; finite, so sums never give NaN
-FINISH_RULES = ("tensor2tensor", "fairseq")
-STOPPING = ("exact", "early")
 # The self-attention buffers start with room for the first quarter of the output and grow
 # at each of these phases, so a step's attention reads about the part written so far.
 PHASES = 4
@@ -131,16 +130,16 @@ def beam_search(
     model,
     source_ids,
     *,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    finish_rule: str = "tensor2tensor",
-    max_extra_length: int = 50,
+    beam_size: int = DEFAULT.beam_size,
+    length_penalty: float = DEFAULT.length_penalty,
+    finish_rule: str = DEFAULT.finish_rule,
+    max_extra_length: int = DEFAULT.max_extra_length,
     max_length: int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     use_cache: bool = True,
     num_hypotheses: int | None = None,
-    stopping: str = "exact",
+    stopping: str = DEFAULT.stopping,
 ) -> tuple:
     """Beam search with the length penalty of Wu et al. (2016), as in the paper (6.1).
 
@@ -176,7 +175,7 @@ def beam_search(
             hypothesis can beat its n-th best finished one. Defaults to None.
         stopping: str. When a sentence stops: "exact" (no alive hypothesis can beat its
             finished ones at any length it may still reach) or "early" (none could by ending
-            at the next step). Defaults to "exact".
+            at the next step). Defaults to "early".
 
     Returns:
         `(ids int32 [batch, out_len], scores float32 [batch])`: the best finished hypothesis
@@ -215,15 +214,19 @@ def translate_ids(
     model,
     source_ids,
     *,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    finish_rule: str = "tensor2tensor",
-    max_extra_length: int = 50,
-    stopping: str = "exact",
+    beam_size: int = DEFAULT.beam_size,
+    length_penalty: float = DEFAULT.length_penalty,
+    finish_rule: str = DEFAULT.finish_rule,
+    max_extra_length: int = DEFAULT.max_extra_length,
+    stopping: str = DEFAULT.stopping,
+    max_length: int | None = None,
 ) -> tuple:
-    """`greedy_search` when `beam_size` is 1, else `beam_search`: what translators call."""
+    """`greedy_search` when `beam_size` is 1, else `beam_search`: what translators call,
+    with `kt.decoding.DecodingSettings`'s defaults (`settings.search_arguments()`)."""
     if beam_size == 1:
-        return greedy_search(model, source_ids, max_extra_length=max_extra_length)
+        return greedy_search(
+            model, source_ids, max_extra_length=max_extra_length, max_length=max_length
+        )
     return beam_search(
         model,
         source_ids,
@@ -231,6 +234,7 @@ def translate_ids(
         length_penalty=length_penalty,
         finish_rule=finish_rule,
         max_extra_length=max_extra_length,
+        max_length=max_length,
         stopping=stopping,
     )
 

@@ -32,6 +32,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_transformer.decoding.settings import DecodingSettings
+from keras_transformer.export.savedmodel import resolve_model
 from keras_transformer.files import atomic_directory
 from keras_transformer.text import EOS_ID
 
@@ -118,31 +120,49 @@ def transformer_spec(model, vocabularies):
 
 def export_ctranslate2(
     model,
-    vocabularies,
-    directory,
+    vocabularies=None,
+    directory=None,
     *,
     quantization: str | None = None,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    max_extra_length: int = 50,
+    decoding: DecodingSettings | None = None,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    max_extra_length: int | None = None,
     manifest: dict | None = None,
 ) -> Path:
     """Writes `directory`, a CTranslate2 model of `model` (see the module doc).
 
+    `export_ctranslate2(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset or
+    model directory it loads from) with its vocabulary and decoding settings.
+
     Args:
-        model: a trained `keras_transformer.Transformer`.
-        vocabularies: its `keras_transformer.text.Vocabularies`.
+        model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
+            loads, or a trained `keras_transformer.Transformer`.
+        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
         directory: str or path; must not exist yet (written atomically).
         quantization: str or None. CTranslate2's weight type ("int8", "int8_float32",
             "int16", "float16"...); None keeps float32.
-        beam_size, length_penalty, max_extra_length: decoding settings recorded in the
-            manifest, for translators of the directory. Default to the paper's 4, 0.6, 50.
+        decoding: `kt.decoding.DecodingSettings` or None: the settings recorded in the
+            manifest for translators of the directory (beam size, length penalty, extra
+            length). None takes the task's, or the defaults (the paper's).
+        beam_size, length_penalty, max_extra_length: each, when given, overrides that
+            setting of `decoding`.
         manifest: dict or None. Extra facts for `manifest.json`.
 
     Returns:
         The directory written.
     """
-    directory = Path(directory)
+    model, vocabularies, directory, settings = resolve_model(
+        model,
+        vocabularies,
+        directory,
+        decoding,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_extra_length=max_extra_length,
+    )
+    beam_size, length_penalty = settings.beam_size, settings.length_penalty
+    max_extra_length = settings.max_extra_length
     if directory.exists():
         raise FileExistsError(f"{directory} exists; choose a new directory")
     spec = transformer_spec(model, vocabularies)

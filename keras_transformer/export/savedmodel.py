@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from pathlib import Path
 
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer.decoding.settings import DEFAULT, DecodingSettings
 from keras_transformer.files import atomic_directory
 from keras_transformer.ragged import concat_rows
 from keras_transformer.text import EOS_ID
@@ -162,10 +164,11 @@ def translation_endpoints(
     model,
     vocabularies,
     *,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    max_extra_length: int = 50,
-    stopping: str = "early",
+    beam_size: int = DEFAULT.beam_size,
+    length_penalty: float = DEFAULT.length_penalty,
+    max_extra_length: int = DEFAULT.max_extra_length,
+    stopping: str = DEFAULT.stopping,
+    finish_rule: str = DEFAULT.finish_rule,
 ) -> dict:
     """The four endpoints of a translation model (see the module doc), as
     `export_saved_model` writes them. To serve endpoints of your own beside them, add yours
@@ -173,10 +176,10 @@ def translation_endpoints(
     `keras.export.ExportArchive`'s `add_endpoint`, whose `write_out` traces each twice).
 
     Args:
-        model: a `keras_transformer.Transformer`.
+        model: a `keras_transformer.Transformer` or `TransformerSeq2SeqLM`.
         vocabularies: its `keras_transformer.text.Vocabularies`.
-        beam_size, length_penalty, max_extra_length, stopping: the decoding settings baked
-            into the graph, as `export_saved_model` takes them.
+        beam_size, length_penalty, max_extra_length, stopping, finish_rule: the decoding
+            settings baked into the graph (`kt.decoding.DecodingSettings`'s).
 
     Returns:
         A dict name -> (function, input signature: a list of `tf.TensorSpec`).
@@ -198,6 +201,7 @@ def translation_endpoints(
             length_penalty=length_penalty,
             max_extra_length=max_extra_length,
             stopping=stopping,
+            finish_rule=finish_rule,
         )
 
     compiled_search = tf.function(lambda ids: search(ids), jit_compile=True, autograph=False)
@@ -254,6 +258,7 @@ def translation_endpoints(
             max_extra_length=max_extra_length,
             num_hypotheses=beam_size,
             stopping=stopping,
+            finish_rule=finish_rule,
         )  # (batch, beam, out_len), (batch, beam)
         batch, out_len = tf.shape(ids)[0], tf.shape(ids)[2]  # (an empty batch has no -1)
         flat = vocabularies.target.detokenize(tf.reshape(ids, [batch * beam_size, out_len]))
@@ -347,46 +352,61 @@ def next_version(directory) -> int:
 
 def export_saved_model(
     model,
-    vocabularies,
-    directory,
+    vocabularies=None,
+    directory=None,
     *,
     version: int | None = None,
     manifest: dict | None = None,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    max_extra_length: int = 50,
-    stopping: str = "early",
+    decoding: DecodingSettings | None = None,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    max_extra_length: int | None = None,
+    stopping: str | None = None,
+    finish_rule: str | None = None,
 ) -> Path:
     """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
 
+    `export_saved_model(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset
+    or model directory it loads from) with its vocabulary and decoding settings;
+    `export_saved_model(model, vocabularies, directory)` a `Transformer` and its
+    vocabularies.
+
     Args:
-        model: a trained `keras_transformer.Transformer`.
-        vocabularies: its `keras_transformer.text.Vocabularies`.
+        model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
+            loads, or a trained `keras_transformer.Transformer`.
+        vocabularies: its `keras_transformer.text.Vocabularies`; None (or left out) takes the
+            task's.
         directory: str or path. The model's folder under `saved_models/`.
         version: int or None. The version folder; None takes the next free number.
         manifest: dict or None. Extra facts (config, metrics...) for `assets.extra/manifest.json`.
-        beam_size, length_penalty, max_extra_length, stopping: decoding settings baked into
-            the graph (`keras_transformer.decoding.beam_search`). Default to the paper's 4,
-            0.6 and 50, and "early": a sentence stops once no alive hypothesis could beat the
-            best finished one, as CTranslate2, Marian and transformers stop (about half the
-            steps of tensor2tensor's "exact" rule, the library's default, for -0.01 BLEU on
-            `small`: BENCHMARKS.md).
+        decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph.
+            None takes the task's, or the defaults (the paper's) for a `Transformer`.
+        beam_size, length_penalty, max_extra_length, stopping, finish_rule: each, when
+            given, overrides that setting of `decoding`.
 
     Returns:
         The path of the written version.
     """
-    directory = Path(directory)
+    model, vocabularies, directory, settings = resolve_model(
+        model,
+        vocabularies,
+        directory,
+        decoding,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_extra_length=max_extra_length,
+        stopping=stopping,
+        finish_rule=finish_rule,
+    )
+    beam_size = settings.beam_size
     version = next_version(directory) if version is None else version
     final = directory / str(version)
     if final.exists():
         raise FileExistsError(f"{final} exists; versions are never overwritten")
     directory.mkdir(parents=True, exist_ok=True)
-    settings = dict(
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_extra_length=max_extra_length,
-        stopping=stopping,
-    )
+    settings = {
+        key: value for key, value in settings.to_dict().items() if key != "n_best"
+    }  # every n-best is the `n_best` signature's
     with atomic_directory(final) as temporary:
         endpoints = translation_endpoints(model, vocabularies, **settings)
         write_saved_model(temporary, endpoints, model, _tokenizers(vocabularies))
@@ -431,6 +451,30 @@ def export_saved_model(
         }
         (extra / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
     return final
+
+
+def resolve_model(model, vocabularies, directory, decoding=None, **overrides):
+    """What an export takes, from what it was given: `(model, vocabularies, directory,
+    DecodingSettings)`. A task (or a directory it loads from) brings its vocabularies and
+    settings; `export(task, directory)` may give the directory second."""
+    if directory is None and isinstance(vocabularies, (str, os.PathLike)):
+        vocabularies, directory = None, vocabularies
+    if directory is None:
+        raise TypeError("the export needs a directory to write")
+    if isinstance(model, (str, os.PathLike)):
+        from keras_transformer.models import TransformerSeq2SeqLM
+
+        model = TransformerSeq2SeqLM.from_preset(model)
+    if vocabularies is None:
+        preprocessor = getattr(model, "preprocessor", None)
+        if preprocessor is None:
+            raise ValueError(
+                "vocabularies=None: a TransformerSeq2SeqLM with its preprocessor carries its "
+                "vocabularies; a Transformer needs its kt.text.Vocabularies"
+            )
+        vocabularies = preprocessor.tokenizer.vocabularies
+    settings = decoding or getattr(model, "decoding", None) or DecodingSettings()
+    return model, vocabularies, Path(directory), settings.replace(**overrides)
 
 
 def _package_version() -> str:

@@ -48,6 +48,12 @@ for name in ("data", "corpus", "evaluation", "export", "pretrained"):
     else:
         raise AssertionError(f"kt.{name} imported without TensorFlow")
 try:
+    kt.models
+except ImportError as error:
+    assert "kt.models needs the tensorflow and tensorflow-text packages" in str(error), error
+else:
+    raise AssertionError("kt.models imported without TensorFlow")
+try:
     kt.fast.enable()
 except ImportError as error:
     assert "kt.fast's speed path needs Keras's TensorFlow backend" in str(error), error

@@ -1,0 +1,72 @@
+"""`TransformerBackbone`: the encoder-decoder of the paper as a keras-hub `Backbone`."""
+
+from __future__ import annotations
+
+import keras
+import keras_hub
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.model import build_network
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerBackbone(keras_hub.models.Backbone):
+    """The Transformer's encoder and decoder (paper 3.1) as a keras-hub `Backbone`.
+
+    A functional model from `{"source_ids": int32 [batch, src_len], "target_ids": int32
+    [batch, tgt_len]}` (token id 0 is padding; the masks come from the ids) to
+    `{"encoder_sequence_output": [batch, src_len, d_model], "decoder_sequence_output":
+    [batch, tgt_len, d_model]}`, as keras-hub's encoder-decoder backbones output. The
+    pre-softmax projection is the target embedding, reversed (paper 3.4):
+    `backbone.target_embedding(hidden, reverse=True)` gives the logits, which is what
+    `TransformerSeq2SeqLM` adds. Its layers are those of `kt.Transformer`, by the same
+    names ("embedding" or "source_embedding" and "target_embedding", "encoder", "decoder"),
+    so weights move between the two with `set_weights`.
+
+    Args:
+        config: `TransformerConfig` or its dict. The sizes and switches.
+        dtype: a dtype policy, its name, or a `DTypePolicyMap` (after `quantize`) or None.
+            Defaults to None: `config.dtype`.
+        **kwargs: other `keras_hub.models.Backbone` arguments (`name`...).
+
+    Example:
+    >>> import numpy as np
+    >>> backbone = TransformerBackbone(TransformerConfig.preset("tiny", vocab_size=100))
+    >>> outputs = backbone({"source_ids": np.array([[5, 6, 3]]),
+    ...                     "target_ids": np.array([[2, 9]])})
+    >>> tuple(outputs["decoder_sequence_output"].shape)
+    (1, 2, 128)
+    """
+
+    def __init__(self, config: TransformerConfig | dict, dtype=None, **kwargs):
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        kwargs.setdefault("name", "transformer_backbone")
+        if dtype is None:
+            dtype = config.dtype
+        policy = None if dtype is None else keras.dtype_policies.get(dtype)
+        network = build_network(config, policy)
+        super().__init__(
+            inputs=network.inputs,
+            outputs={
+                "encoder_sequence_output": network.memory,
+                "decoder_sequence_output": network.hidden,
+            },
+            dtype=getattr(policy, "default_policy", policy),
+            **kwargs,
+        )
+        self.config = config
+        self.source_embedding = network.source_embedding
+        self.target_embedding = network.target_embedding
+        self.token_embedding = network.target_embedding  # keras-hub's name for it
+        self.encoder = network.encoder
+        self.decoder = network.decoder
+
+    def get_config(self):
+        # keras-hub's: name, trainable and the dtype policy (a map of the quantized layers'
+        # policies after `quantize`), with the model's config.
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    def default_lora_layer_names(self):
+        """The attention projections LoRA adapts (keras-hub's `enable_lora`)."""
+        return ["query", "value"]

@@ -1,0 +1,151 @@
+"""`TransformerSeq2SeqLMPreprocessor`: text pairs in, this library's ids and labels out."""
+
+from __future__ import annotations
+
+import keras
+import keras_hub
+import tensorflow as tf
+
+from keras_transformer.config import PAD_ID
+from keras_transformer.models.tokenizer import TransformerTokenizer
+from keras_transformer.text import BOS_ID, EOS_ID
+
+MODEL_INPUTS = ("source_ids", "target_ids")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
+    """Source and target text to the model's inputs and labels, inside `tf.data` or eagerly.
+
+    From a batch of `(source, target)` text it makes `{"source_ids": source + EOS,
+    "target_ids": BOS + target}` and the labels `target + EOS`: int32, 0-padded to the
+    batch's longest (not to a fixed length), exactly as `kt.data.make_dataset` makes them,
+    so `kt.losses.LabelSmoothedCrossEntropy` leaves padding out by the labels' zeros. Text
+    longer than `encoder_sequence_length` (`decoder_sequence_length`) tokens, EOS (BOS)
+    included, is cut there, as keras-hub's preprocessors cut it; `kt.data.make_dataset`
+    skips such pairs instead and batches by length, the faster input for long training
+    runs, and batches it made (a dict that already has "source_ids") pass through unchanged.
+
+    The text comes as keras-hub's `{"encoder_text": ..., "decoder_text": ...}`, or as `x`
+    sources with `y` targets (what `fit(sources, targets)` and a `tf.data.Dataset` of
+    `(source, target)` pairs give).
+
+    Args:
+        tokenizer: `TransformerTokenizer`. The model's vocabularies.
+        encoder_sequence_length: int or None. The longest source, EOS included; None takes
+            the model's `max_length` (`TransformerSeq2SeqLM` sets it). Defaults to None.
+        decoder_sequence_length: int or None. The longest target, BOS (or EOS) included;
+            None likewise. Defaults to None.
+        **kwargs: other `keras_hub.models.Preprocessor` arguments.
+
+    Example:
+    >>> x, y = preprocessor(["In the beginning"], ["En el principio"])  # doctest: +SKIP
+    >>> sorted(x), y.dtype  # doctest: +SKIP
+    (['source_ids', 'target_ids'], tf.int32)
+    """
+
+    tokenizer_cls = TransformerTokenizer
+
+    def __init__(
+        self,
+        tokenizer,
+        encoder_sequence_length: int | None = None,
+        decoder_sequence_length: int | None = None,
+        **kwargs,
+    ):
+        super().__init__(
+            tokenizer,
+            encoder_sequence_length=encoder_sequence_length,
+            decoder_sequence_length=decoder_sequence_length,
+            **kwargs,
+        )
+
+    def build(self, input_shape):
+        self.built = True  # no packers: batches are padded to their longest row
+
+    def call(self, x, y=None, sample_weight=None, **kwargs):
+        if kwargs:
+            raise ValueError(
+                f"unexpected arguments {sorted(kwargs)}: set encoder_sequence_length and "
+                "decoder_sequence_length on the preprocessor"
+            )
+        if isinstance(x, dict) and set(MODEL_INPUTS) <= set(x):
+            return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)  # already ids
+        if isinstance(x, dict):
+            missing = {"encoder_text", "decoder_text"} - set(x)
+            if missing:
+                raise ValueError(
+                    f"a dict of text needs the keys 'encoder_text' and 'decoder_text'; it "
+                    f"lacks {sorted(missing)} (it has {sorted(x)})"
+                )
+            if y is not None:
+                raise ValueError("with 'decoder_text' in x, give no y: it is the target")
+            sources, targets = x["encoder_text"], x["decoder_text"]
+        else:
+            if y is None:
+                raise ValueError(
+                    "training needs targets: give fit (source, target) text pairs, x and y, "
+                    "or x={'encoder_text': ..., 'decoder_text': ...}"
+                )
+            sources, targets = x, y
+        source_ids = self.source_ids(sources)
+        target = _ragged(self.tokenizer.tokenize_target(_strings(targets)))
+        target = target[:, : self._length(self.decoder_sequence_length) - 1]
+        bos = tf.RaggedTensor.from_tensor(tf.fill([target.nrows(), 1], BOS_ID))
+        eos = tf.RaggedTensor.from_tensor(tf.fill([target.nrows(), 1], EOS_ID))
+        inputs = {
+            "source_ids": source_ids,
+            "target_ids": tf.concat([bos, target], axis=1).to_tensor(PAD_ID),
+        }
+        labels = tf.concat([target, eos], axis=1).to_tensor(PAD_ID)
+        return keras.utils.pack_x_y_sample_weight(inputs, labels, sample_weight)
+
+    def source_ids(self, sources):
+        """Source text to int32 ids `[batch, len]`: tokens cut to
+        `encoder_sequence_length - 1`, then EOS, 0-padded to the longest."""
+        tokens = _ragged(self.tokenizer.tokenize(_strings(sources)))
+        tokens = tokens[:, : self._length(self.encoder_sequence_length) - 1]
+        eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], EOS_ID))
+        return tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID)
+
+    def generate_preprocess(self, x, sequence_length=None, **kwargs):
+        """Source text (str, list, string tensor or `{"encoder_text": ...}`) to
+        `{"source_ids": int32 [batch, len]}`, what `TransformerSeq2SeqLM.generate` decodes."""
+        if isinstance(x, dict):
+            prompts = x.get("decoder_text", "")
+            prompts = [prompts] if isinstance(prompts, (str, bytes)) else list(prompts)
+            if any(prompts):
+                raise ValueError(
+                    "generate continues no target prompt: give 'encoder_text' alone, or "
+                    "empty 'decoder_text' (a forced target prefix is not supported yet)"
+                )
+            x = x["encoder_text"]
+        return {"source_ids": self.source_ids(x)}
+
+    def generate_postprocess(self, x):
+        """Generated ids (EOS-terminated, 0-padded) to text."""
+        ids = x["target_ids"] if isinstance(x, dict) else x
+        return self.tokenizer.detokenize(ids)
+
+    def _length(self, length):
+        if length is None:
+            raise ValueError(
+                "this preprocessor has no sequence length yet: give encoder_sequence_length "
+                "and decoder_sequence_length, or attach it to a TransformerSeq2SeqLM, which "
+                "sets them to the model's max_length"
+            )
+        return length
+
+
+def _ragged(tokens) -> tf.RaggedTensor:
+    """Tokenizer output as a ragged int32 tensor: keras-hub's tokenizers give Python lists
+    when run eagerly (their pure-Python path), tensors inside `tf.data` and `tf.function`."""
+    if isinstance(tokens, tf.RaggedTensor):
+        return tokens
+    return tf.ragged.constant(tokens, dtype=tf.int32, ragged_rank=1, inner_shape=())
+
+
+def _strings(texts):
+    """Text as a string tensor `[batch]` (a str becomes a batch of one)."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    return tf.reshape(texts, [-1]) if texts.shape.rank == 0 else texts

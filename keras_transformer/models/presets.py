@@ -1,0 +1,159 @@
+"""Where a `TransformerSeq2SeqLM` comes from: a keras-hub preset, a Hugging Face Marian
+(OPUS-MT) checkpoint, or a `trainers.train` model directory, told apart by their files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import keras
+import keras_hub
+
+from keras_transformer.decoding.settings import DecodingSettings
+
+PRESET = "preset"
+MARIAN = "marian"
+MODEL_DIRECTORY = "model directory"
+MODEL_FILE = "model.keras"  # a model directory's trained model (trainers.run_dir's MODEL)
+EXPERIMENT = "experiment.yaml"
+VOCABULARY = "vocab"
+# What generation_config.json does not set, transformers' Marian decodes with: 4 beams (our
+# default) and a length penalty exponent of 1.0.
+MARIAN_LENGTH_PENALTY = 1.0
+
+
+def kind(preset, model_file: str | None = None) -> str:
+    """What `preset` is: `PRESET` (a keras-hub preset, or a handle keras-hub resolves),
+    `MARIAN` or `MODEL_DIRECTORY`. Raises ValueError naming the path or file otherwise."""
+    if isinstance(preset, str) and "://" in preset:
+        return PRESET  # kaggle://, hf://...: keras-hub's loaders
+    path = Path(preset)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such preset or model directory")
+    if not path.is_dir():
+        raise ValueError(f"{path} is a file; a preset, checkpoint or model directory is a folder")
+    if model_file is not None:
+        return MODEL_DIRECTORY
+    config_path = path / "config.json"
+    if config_path.exists():
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{config_path}: not valid JSON ({error})") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{config_path}: expected a JSON object")
+        if "registered_name" in config:
+            return PRESET
+        if config.get("model_type") == "marian":
+            return MARIAN
+        if "model_type" in config:
+            raise ValueError(
+                f"{config_path}: model_type={config['model_type']!r} is not one this library "
+                "converts (it converts 'marian': OPUS-MT)"
+            )
+    if (path / MODEL_FILE).exists() or (path / EXPERIMENT).exists():
+        return MODEL_DIRECTORY
+    raise ValueError(
+        f"{path} is neither a keras-hub preset (config.json with 'registered_name', as "
+        "save_to_preset writes it), a Hugging Face Marian checkpoint (config.json with "
+        "'model_type': 'marian') nor a trainers.train model directory (experiment.yaml, "
+        "model.keras, vocab/)"
+    )
+
+
+def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_file=None, **kwargs):
+    """`cls.from_preset`: the task of a preset, Marian checkpoint or model directory, with
+    `decoding` (settings or a dict of some settings) over the one it stores."""
+    found = kind(preset, model_file)
+    if found == PRESET:
+        _check_backbone(preset, cls)
+        task = keras_hub.models.Task.from_preset.__func__(cls, str(preset), load_weights, **kwargs)
+    else:
+        if kwargs:
+            raise ValueError(
+                f"{preset} is a {found}: from_preset takes no {sorted(kwargs)} for it "
+                "(only decoding= and, for a model directory, model_file=)"
+            )
+        if found == MARIAN:
+            model, vocabularies, stored = _marian(preset)
+        else:
+            model, vocabularies, stored = _model_directory(Path(preset), model_file or MODEL_FILE)
+        task = task_from_transformer(cls, model, vocabularies, stored)
+    if isinstance(decoding, dict):
+        task.decoding = task.decoding.replace(**decoding)
+    elif decoding is not None:
+        if not isinstance(decoding, DecodingSettings):
+            raise ValueError(f"decoding={decoding!r} must be a DecodingSettings or a dict")
+        task.decoding = decoding
+    return task
+
+
+def task_from_transformer(cls, model, vocabularies, decoding=None, **kwargs):
+    """The task of a `kt.Transformer` and its `Vocabularies`: the weights copied into a
+    `TransformerBackbone` built from the same config."""
+    from keras_transformer.models.backbone import TransformerBackbone
+    from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
+    from keras_transformer.models.tokenizer import TransformerTokenizer
+
+    backbone = TransformerBackbone(model.config)
+    ours, theirs = backbone.weights, model.weights
+    if [tuple(w.shape) for w in ours] != [tuple(w.shape) for w in theirs]:
+        raise ValueError(
+            f"the model {model.name!r} does not have a plain Transformer's weights (quantized, "
+            "or with LoRA adapters?): merge or dequantize it first"
+        )
+    backbone.set_weights(model.get_weights())
+    preprocessor = TransformerSeq2SeqLMPreprocessor(TransformerTokenizer(vocabularies))
+    return cls(backbone, preprocessor, decoding=decoding, **kwargs)
+
+
+def _check_backbone(preset, cls) -> None:
+    """Refuses a local preset of another backbone, naming its config.json."""
+    config_path = Path(preset) / "config.json"
+    if not config_path.exists():
+        return  # a handle: keras-hub checks it
+    registered = json.loads(config_path.read_text(encoding="utf-8"))["registered_name"]
+    found = keras.saving.get_registered_object(registered)
+    if found is not cls.backbone_cls:
+        raise ValueError(
+            f"{config_path}: a preset of {registered}, not of "
+            f"{cls.backbone_cls.__name__}; load it with keras-hub's own task for that model"
+        )
+
+
+def _marian(path):
+    from keras_transformer.pretrained import marian
+
+    checkpoint = marian.read_checkpoint(path)
+    defaults = marian.decoding_defaults(checkpoint.generation)
+    model, vocabularies = marian.load_marian(checkpoint)
+    decoding = DecodingSettings(
+        beam_size=defaults.get("beam_size", DecodingSettings.beam_size),
+        length_penalty=defaults.get("length_penalty", MARIAN_LENGTH_PENALTY),
+    )
+    return model, vocabularies, decoding
+
+
+def _model_directory(path: Path, model_file: str):
+    """A `trainers.train` (or `trainers.import_marian`) model directory's model, vocabulary
+    and decoding settings (its experiment.yaml's `decoding` section)."""
+    import yaml
+
+    from keras_transformer.text import Vocabularies
+
+    model_path = path / model_file
+    if not model_path.exists():
+        raise FileNotFoundError(f"{model_path}: no such model file in the model directory")
+    if not (path / VOCABULARY).is_dir():
+        raise FileNotFoundError(f"{path / VOCABULARY}: the model directory has no vocabulary")
+    decoding = DecodingSettings()
+    experiment = path / EXPERIMENT
+    if experiment.exists():
+        try:
+            section = (yaml.safe_load(experiment.read_text(encoding="utf-8")) or {}).get("decoding")
+        except yaml.YAMLError as error:
+            raise ValueError(f"{experiment}: not valid YAML: {error}") from None
+        if section:
+            decoding = DecodingSettings.from_dict(section, f"{experiment}, decoding")
+    model = keras.saving.load_model(model_path)
+    return model, Vocabularies.load(path / VOCABULARY), decoding

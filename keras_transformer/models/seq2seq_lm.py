@@ -1,0 +1,460 @@
+"""`TransformerSeq2SeqLM`: the translation model as a keras-hub `Seq2SeqLM` task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import keras_hub
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import backends, decoding, losses, workarounds
+from keras_transformer import metrics as kt_metrics
+from keras_transformer.decoding.settings import DecodingSettings
+from keras_transformer.model import TokenLossTraining
+from keras_transformer.models import presets
+from keras_transformer.models.backbone import TransformerBackbone
+from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
+from keras_transformer.schedule import WarmupSchedule
+from keras_transformer.text import detokenize
+
+# keras-hub's sampler names, as a keras-hub user passes them to `compile(sampler=...)`.
+SAMPLING = {"top_k", "top_p", "random"}
+UNSUPPORTED_SAMPLERS = {"contrastive", "speculative"}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerSeq2SeqLM(
+    TokenLossTraining, workarounds.MultiWorkerFit, keras_hub.models.Seq2SeqLM
+):
+    """The Transformer as a keras-hub `Seq2SeqLM`: text in, translations out, and `fit` on
+    text pairs, with this library's searches and the paper's training recipe.
+
+    It wraps a `TransformerBackbone` (the encoder-decoder; the logits are its target
+    embedding reversed, paper 3.4) and a `TransformerSeq2SeqLMPreprocessor` (the
+    vocabularies), and holds the `kt.decoding.DecodingSettings` that `generate`, the exports
+    and the programs decode with. Loaded with `from_preset` from a directory that
+    `save_to_preset` wrote (which `keras_hub.models.Seq2SeqLM.from_preset` loads too, once
+    `keras_transformer` is imported), from a Hugging Face Marian (OPUS-MT) checkpoint, or from
+    a `trainers.train` model directory.
+
+    - `generate("text")` translates (a str, a list, or a `tf.data.Dataset` of strings) with
+      cached beam search, greedy search or sampling, as `compile(sampler=...)` chose;
+      `decoding` (or `compile(sampler=kt.decoding.DecodingSettings(...))`) sets the beam's
+      length penalty, stopping rule, extra length and n-best, which keras-hub's
+      `BeamSampler` lacks.
+    - `fit(sources, targets)` (or a `tf.data.Dataset` of `(source, target)` pairs, or
+      `kt.data.make_dataset`'s batches) trains with the token-weighted, label-smoothed loss;
+      `compile()` defaults to the paper's recipe (5.3, 5.4).
+    - `kt.export.export_saved_model(task, directory)` writes the TF Serving SavedModel.
+
+    Args:
+        backbone: `TransformerBackbone`.
+        preprocessor: `TransformerSeq2SeqLMPreprocessor` or None. None makes a model of ids
+            alone (`generate` then takes and returns ids). Defaults to None.
+        decoding: `kt.decoding.DecodingSettings`, its dict, or None (the defaults, the
+            paper's). Defaults to None.
+        sampling: dict or None. `kt.decoding.sample`'s settings (temperature, top_k, top_p,
+            seed), which `compile` sets from a keras-hub sampler: `generate` then draws
+            instead of searching. Defaults to None.
+        compile: bool. `compile()` with the defaults now. Defaults to True.
+        **kwargs: other `keras.Model` arguments (`name`...).
+
+    Example:
+    >>> task = TransformerSeq2SeqLM.from_preset("runs/demo")  # doctest: +SKIP
+    >>> task.generate("In the beginning God created the heaven and the earth.")
+    ... # doctest: +SKIP
+    'En el principio creó Dios los cielos y la tierra.'
+    """
+
+    backbone_cls = TransformerBackbone
+    preprocessor_cls = TransformerSeq2SeqLMPreprocessor
+
+    def __init__(
+        self,
+        backbone: TransformerBackbone,
+        preprocessor: TransformerSeq2SeqLMPreprocessor | None = None,
+        decoding: DecodingSettings | dict | None = None,
+        sampling: dict | None = None,
+        compile: bool = True,
+        **kwargs,
+    ):
+        if not isinstance(backbone, TransformerBackbone):
+            raise ValueError(
+                f"backbone must be a TransformerBackbone, got {type(backbone).__name__}"
+            )
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        # === Functional model ===
+        inputs = backbone.input
+        hidden = backbone(inputs)["decoder_sequence_output"]
+        logits = backbone.target_embedding(hidden, reverse=True)  # float32 [batch, len, vocab]
+        kwargs.setdefault("name", "transformer_seq2seq_lm")
+        super().__init__(inputs=inputs, outputs=logits, compile=False, **kwargs)
+        # === Config and state ===
+        self.token_loss = keras.metrics.Mean(name="loss")
+        self._token_normalizer = None  # the training step's, from kt.data.accumulation_groups
+        if isinstance(decoding, dict):
+            decoding = DecodingSettings.from_dict(decoding, "decoding")
+        self.decoding = decoding or DecodingSettings()
+        # `kt.decoding.sample`'s settings, when compile chose one of keras-hub's samplers.
+        self.sampling = None if sampling is None else dict(sampling)
+        self.sampler = None
+        self.generate_function = None
+        if preprocessor is not None:
+            limit = backbone.config.max_length
+            for name in ("encoder_sequence_length", "decoder_sequence_length"):
+                length = getattr(preprocessor, name)
+                if length is None:
+                    setattr(preprocessor, name, limit)
+                elif length > limit:
+                    raise ValueError(
+                        f"the preprocessor's {name}={length} exceeds the model's max_length={limit}"
+                    )
+        if compile:
+            self.compile()
+
+    # What the searches and `TokenLossTraining` read of a model: the backbone's.
+    @property
+    def config(self):
+        """The backbone's `TransformerConfig`."""
+        return self.backbone.config
+
+    @property
+    def source_embedding(self):
+        return self.backbone.source_embedding
+
+    @property
+    def target_embedding(self):
+        return self.backbone.target_embedding
+
+    @property
+    def encoder(self):
+        return self.backbone.encoder
+
+    @property
+    def decoder(self):
+        return self.backbone.decoder
+
+    def compile(
+        self,
+        optimizer="auto",
+        loss="auto",
+        *,
+        metrics="auto",
+        weighted_metrics="auto",
+        sampler=None,
+        **kwargs,
+    ):
+        """Configures training and `generate`.
+
+        Args:
+            optimizer: "auto" or a Keras optimizer. "auto" is the paper's (5.3): Adam with
+                beta_1 0.9, beta_2 0.98, epsilon 1e-9 and `kt.WarmupSchedule(d_model,
+                warmup_steps=4000)`.
+            loss: "auto" or a Keras loss. "auto" is `kt.losses.LabelSmoothedCrossEntropy(0.1)`
+                (paper 5.4), whose `loss` `fit` reports as a mean over target tokens.
+            metrics: "auto" (`kt.metrics.MaskedAccuracy()`) or Keras metrics.
+            weighted_metrics: "auto" (none: the labels' padding is left out by the metrics
+                themselves) or Keras metrics.
+            sampler: how `generate` decodes. None keeps the task's `decoding` settings (beam
+                search, or greedy with `beam_size=1`); a `kt.decoding.DecodingSettings`
+                replaces them. keras-hub's samplers, by name or instance: "greedy"
+                (`GreedySampler`), "beam" (`BeamSampler`: its `num_beams`, the task's
+                length penalty and stopping; by name, the task's beam size), "top_k",
+                "top_p" and "random" (drawing from the softmax, with their `k`, `p`,
+                `temperature` and `seed`).
+            **kwargs: other `keras.Model.compile` arguments (`jit_compile`...).
+        """
+        if optimizer == "auto":
+            optimizer = keras.optimizers.Adam(
+                WarmupSchedule(self.config.d_model, warmup_steps=4000),
+                beta_1=0.9,
+                beta_2=0.98,
+                epsilon=1e-9,
+            )
+        if loss == "auto":
+            loss = losses.LabelSmoothedCrossEntropy(0.1)
+        if metrics == "auto":
+            metrics = [kt_metrics.MaskedAccuracy()]
+        if weighted_metrics == "auto":
+            weighted_metrics = None
+        keras.Model.compile(
+            self,
+            optimizer=optimizer,
+            loss=loss,
+            metrics=metrics,
+            weighted_metrics=weighted_metrics,
+            **kwargs,
+        )
+        if sampler is not None:
+            self.decoding, self.sampling = _search_settings(sampler, self.decoding)
+            self.sampler = sampler
+        self.generate_function = None
+
+    def make_generate_function(self):
+        """The compiled search over source ids `[batch, src_len]`, made once per settings:
+        on TensorFlow a `tf.function` traced once for any batch and length (as
+        `kt.evaluation.Translator`'s), on JAX the search itself (its loops compile)."""
+        if self.generate_function is None:
+            self.generate_function = {}
+        return self.generate_function
+
+    def _search(self, max_length):
+        functions = self.make_generate_function()
+        if max_length not in functions:
+            settings, sampling = self.decoding, self.sampling
+
+            def search(source_ids):
+                if sampling is not None:
+                    return decoding.sample(
+                        self,
+                        source_ids,
+                        max_extra_length=settings.max_extra_length,
+                        max_length=max_length,
+                        **sampling,
+                    )
+                if settings.n_best > 1:
+                    arguments = settings.search_arguments()
+                    return decoding.beam_search(
+                        self,
+                        source_ids,
+                        num_hypotheses=settings.n_best,
+                        max_length=max_length,
+                        **arguments,
+                    )
+                return decoding.translate_ids(
+                    self, source_ids, max_length=max_length, **settings.search_arguments()
+                )
+
+            functions[max_length] = backends.traced_search(search)
+        return functions[max_length]
+
+    def generate(
+        self,
+        inputs,
+        max_length: int | None = None,
+        stop_token_ids="auto",
+        strip_prompt: bool = False,
+        batch_size: int = 64,
+    ):
+        """Translates `inputs`.
+
+        Sentences are decoded in batches of similar length, then put back in input order.
+        An input with nothing to translate (empty, or spaces) gives "".
+
+        Args:
+            inputs: a str, a list (or array, or string tensor) of str, a `tf.data.Dataset`
+                of strings (batched or not), or keras-hub's `{"encoder_text": ...}`. Without
+                a preprocessor: source ids `[batch, src_len]` (EOS-terminated, 0-padded).
+            max_length: int or None. At most this many output tokens, EOS included (on top of
+                the settings' `max_extra_length` and the model's `max_length`). Defaults to
+                None.
+            stop_token_ids: "auto" (EOS), the only stop this model's searches know.
+            strip_prompt: unused: a translation has no prompt to strip (keras-hub's
+                argument, accepted).
+            batch_size: int. Sentences decoded at once. Defaults to 64.
+
+        Returns:
+            The translation (str) of a str; a list of them for a list or dataset; with
+            `n_best` above 1, each translation is a list of the n best, best first. Without
+            a preprocessor, the output ids (numpy int32, `[batch, out_len]` or `[batch, n,
+            out_len]`).
+        """
+        del strip_prompt
+        if stop_token_ids not in ("auto", [decoding.EOS_ID], (decoding.EOS_ID,)):
+            raise ValueError(
+                f"stop_token_ids={stop_token_ids!r}: this model's searches stop at EOS "
+                f"(id {decoding.EOS_ID}) only; pass 'auto'"
+            )
+        if max_length is not None and (
+            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
+        ):
+            raise ValueError(f"max_length={max_length!r} must be None or an integer >= 1")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
+        search = self._search(max_length)
+        if self.preprocessor is None:
+            ids, _ = search(np.asarray(inputs, "int32"))
+            return keras.ops.convert_to_numpy(ids)
+        texts, scalar = _texts(inputs)
+        order = np.argsort([len(text) for text in texts], kind="stable")
+        results = [None] * len(texts)
+        for start in range(0, len(texts), batch_size):
+            positions = order[start : start + batch_size]
+            source_ids = self.preprocessor.source_ids([texts[i] for i in positions]).numpy()
+            ids, _ = search(source_ids)
+            ids = keras.ops.convert_to_numpy(ids)
+            empty = np.count_nonzero(source_ids, axis=1) <= 1
+            for position, row, nothing in zip(positions, ids, empty, strict=True):
+                results[position] = self._detokenize(row, nothing)
+        return results[0] if scalar else results
+
+    def _detokenize(self, ids, nothing: bool):
+        """One sentence's output ids (`[out_len]`, or `[n, out_len]`) to text; "" for a
+        source without a piece, as the SavedModel answers it."""
+        rows = ids.reshape(-1, ids.shape[-1])
+        texts = detokenize(self.preprocessor.tokenizer.target, rows)
+        texts = ["" for _ in texts] if nothing else texts
+        return texts if ids.ndim == 2 else texts[0]
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "decoding": self.decoding.to_dict(),
+            "sampling": self.sampling,
+        }
+
+    def get_compile_config(self):
+        """Keras's: the optimizer, loss and metrics `compile` was given (a `.keras` file
+        compiles the loaded task with them; the sampler is in `get_config`)."""
+        return super().get_compile_config()
+
+    def compile_from_config(self, config):
+        """Compiles as `get_compile_config` recorded (the decoding settings and sampler are
+        the task's config), and builds the optimizer, as Keras does for its own models."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def fit(self, x=None, y=None, batch_size=None, shuffle=None, **kwargs):
+        """`keras.Model.fit` on text: `fit(sources, targets)`, a `tf.data.Dataset` of
+        `(source, target)` text pairs (batched), keras-hub's `{"encoder_text": ...,
+        "decoder_text": ...}`, or `kt.data.make_dataset`'s batches of ids. Text given as
+        lists or arrays is shuffled every epoch, as Keras shuffles arrays (`shuffle`, True
+        unless given); a dataset shuffles itself."""
+        given_as_arrays = (
+            x is not None
+            and not isinstance(x, tf.data.Dataset)
+            and kwargs.get("validation_split") is None
+            and kwargs.get("sample_weight") is None
+        )
+        if given_as_arrays and self.preprocessor is not None:
+            samples = x if y is None else (x, y)
+            dataset = tf.data.Dataset.from_tensor_slices(samples)
+            if shuffle is None or shuffle:
+                count = int(dataset.cardinality())
+                dataset = dataset.shuffle(count, reshuffle_each_iteration=True)
+            x, y = dataset.batch(batch_size or 32), None
+            batch_size, shuffle = None, False
+        if shuffle is not None:
+            kwargs["shuffle"] = shuffle
+        return super().fit(x, y, batch_size=batch_size, **kwargs)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights: bool = True, **kwargs):
+        """The task of a preset directory (or keras-hub handle), a Hugging Face Marian
+        (OPUS-MT) checkpoint directory, or a `trainers.train` model directory.
+
+        Args:
+            preset: str or path. A directory that `save_to_preset` wrote (a keras-hub
+                handle works as in keras-hub); a Marian checkpoint (config.json with
+                `"model_type": "marian"`, converted on load by `kt.pretrained`); or a model
+                directory of `trainers.train` (experiment.yaml, model.keras, vocab/), written
+                before or after this class existed.
+            load_weights: bool. False leaves the weights initialized (presets only).
+            **kwargs: `decoding` (settings over the preset's), `model_file` (a model
+                directory's `.keras` file other than model.keras, e.g.
+                "model.averaged.keras"), and keras-hub's arguments (`dtype`...).
+        """
+        return presets.load_task(cls, preset, load_weights, **kwargs)
+
+    @classmethod
+    def from_transformer(cls, model, vocabularies, decoding=None, **kwargs):
+        """The task of a `kt.Transformer` and its `kt.text.Vocabularies` (the weights are
+        copied into a `TransformerBackbone`)."""
+        return presets.task_from_transformer(cls, model, vocabularies, decoding, **kwargs)
+
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """Writes keras-hub's preset files into `preset_dir`: config.json (the backbone),
+        model.weights.h5, task.json (with the decoding settings), preprocessor.json,
+        tokenizer.json, assets/tokenizer/ (the vocabulary files) and metadata.json."""
+        if self.preprocessor is None:
+            raise ValueError("save_to_preset needs the task's preprocessor (its vocabularies)")
+        Path(preset_dir).mkdir(parents=True, exist_ok=True)
+        super().save_to_preset(str(preset_dir), max_shard_size=max_shard_size)
+
+
+def _search_settings(sampler, settings: DecodingSettings):
+    """`(decoding settings, sampling settings or None)` for `compile(sampler=...)`."""
+    if isinstance(sampler, DecodingSettings):
+        return sampler, None
+    if isinstance(sampler, str):
+        if sampler in UNSUPPORTED_SAMPLERS:
+            raise ValueError(
+                f"sampler={sampler!r} is not one this model's searches run; use 'greedy', "
+                "'beam', 'top_k', 'top_p', 'random' or a kt.decoding.DecodingSettings"
+            )
+        if sampler == "beam":  # by name: the task's own beam
+            return settings.replace(beam_size=max(settings.beam_size, 2)), None
+        try:
+            sampler = keras_hub.samplers.get(sampler)
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"sampler={sampler!r} is not a keras-hub sampler: {error}") from None
+    if not isinstance(sampler, keras_hub.samplers.Sampler):
+        raise ValueError(
+            f"sampler={sampler!r} must be a keras-hub sampler (name or instance) or a "
+            "kt.decoding.DecodingSettings"
+        )
+    config = sampler.get_config()
+    temperature = config.get("temperature", 1.0)
+    name = type(sampler).__name__
+    if isinstance(sampler, keras_hub.samplers.GreedySampler | keras_hub.samplers.BeamSampler):
+        if temperature != 1.0:
+            raise ValueError(
+                f"{name}(temperature={temperature}): a search over log-probabilities does "
+                "not change with the temperature; leave it at 1.0"
+            )
+        if isinstance(sampler, keras_hub.samplers.GreedySampler):
+            return settings.replace(beam_size=1, n_best=1), None
+        beams = config["num_beams"]
+        n_best = beams if config.get("return_all_beams") else 1
+        return settings.replace(beam_size=beams, n_best=n_best), None
+    if isinstance(sampler, keras_hub.samplers.TopKSampler):
+        return settings, {"temperature": temperature, "top_k": config["k"], "seed": config["seed"]}
+    if isinstance(sampler, keras_hub.samplers.TopPSampler):
+        return settings, {
+            "temperature": temperature,
+            "top_p": config["p"],
+            "top_k": config.get("k") or 0,
+            "seed": config["seed"],
+        }
+    if isinstance(sampler, keras_hub.samplers.RandomSampler):
+        return settings, {"temperature": temperature, "seed": config["seed"]}
+    raise ValueError(
+        f"sampler {name} is not one this model's searches run; use GreedySampler, "
+        "BeamSampler, TopKSampler, TopPSampler, RandomSampler or a kt.decoding.DecodingSettings"
+    )
+
+
+def _texts(inputs) -> tuple[list[str], bool]:
+    """`generate`'s inputs as a list of str, and whether one str was given."""
+    if isinstance(inputs, dict):
+        prompts = inputs.get("decoder_text", "")
+        prompts = [prompts] if isinstance(prompts, (str, bytes)) else list(prompts)
+        if any(_text(p) for p in prompts):
+            raise ValueError(
+                "generate continues no target prompt: give 'encoder_text' alone, or empty "
+                "'decoder_text' (a forced target prefix is not supported yet)"
+            )
+        inputs = inputs["encoder_text"]
+    if isinstance(inputs, (str, bytes)):
+        return [_text(inputs)], True
+    if type(inputs).__name__.endswith("Dataset") and hasattr(inputs, "as_numpy_iterator"):
+        texts = []
+        for element in inputs.as_numpy_iterator():
+            element = np.asarray(element)
+            texts.extend(_text(t) for t in element.reshape(-1))
+        return texts, False
+    array = np.asarray(keras.ops.convert_to_numpy(inputs) if hasattr(inputs, "numpy") else inputs)
+    if array.ndim == 0:
+        return [_text(array.item())], True
+    if array.ndim != 1:
+        raise ValueError(f"generate takes text [batch]; got an array of shape {array.shape}")
+    return [_text(t) for t in array], False
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)

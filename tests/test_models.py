@@ -1,0 +1,332 @@
+"""The keras-hub task family (`kt.models`): the preprocessor makes the pipeline's ids,
+`generate` translates as `Translator` does, presets and `.keras` files round-trip with their
+vocabulary and decoding settings, keras-hub's own loader finds the task, `fit` learns from
+text pairs, `compile(sampler=...)` takes keras-hub's samplers, `from_preset` reads Marian
+checkpoints and trainers' model directories and refuses what it cannot load, and the export
+takes the task."""
+
+import inspect
+import json
+from pathlib import Path
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+import keras_transformer as kt
+from keras_transformer.models import (
+    TransformerBackbone,
+    TransformerSeq2SeqLM,
+    TransformerSeq2SeqLMPreprocessor,
+    TransformerTokenizer,
+)
+from tests import bible
+
+MARIAN = Path(__file__).parent / "fixtures" / "marian" / "shared"
+SENTENCES = [
+    "In the beginning God created the heaven and the earth.",
+    "Amen.",
+    "",
+    "And God said, Let there be light: and there was light.",
+    "   ",
+    "Jesus wept.",
+]
+PRESET_FILES = [
+    "assets",
+    "config.json",
+    "metadata.json",
+    "model.weights.h5",
+    "preprocessor.json",
+    "task.json",
+    "tokenizer.json",
+]
+
+
+def random_model(vocabularies, **overrides):
+    """A tiny model with weights moved off the initializer's zeros and ones: its outputs are
+    not translations, but every comparison below is of one computation with itself."""
+    keras.utils.set_random_seed(3)
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=vocabularies.target.vocabulary_size(),
+        max_length=48,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        **overrides,
+    )
+    model = kt.build_transformer(config)
+    rng = np.random.default_rng(0)
+    for weight in model.weights:
+        weight.assign(weight + rng.normal(0, 0.05, weight.shape))
+    return model
+
+
+@pytest.fixture(scope="module")
+def vocabularies():
+    return bible.vocabularies()
+
+
+@pytest.fixture(scope="module")
+def model(vocabularies):
+    return random_model(vocabularies)
+
+
+@pytest.fixture(scope="module")
+def task(model, vocabularies):
+    settings = kt.decoding.DecodingSettings(beam_size=3, length_penalty=1.0, max_extra_length=7)
+    return TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=settings)
+
+
+def test_the_preprocessor_makes_the_pipelines_ids(vocabularies):
+    preprocessor = TransformerSeq2SeqLMPreprocessor(
+        TransformerTokenizer(vocabularies), encoder_sequence_length=6, decoder_sequence_length=5
+    )
+    sources = ["In the beginning God created the heaven", "Amen."]
+    targets = ["En el principio creó Dios los cielos", "Amén."]
+    x, y = preprocessor(sources, targets)
+    tokens = [list(vocabularies.source.tokenize(s)) for s in sources]
+    labels = [list(vocabularies.target.tokenize(t)) for t in targets]
+
+    def padded(rows):
+        width = max(len(row) for row in rows)
+        return [row + [0] * (width - len(row)) for row in rows]
+
+    # Sources cut to 6 with EOS, targets to 5 with BOS (or EOS): as kt.data makes them.
+    assert x["source_ids"].numpy().tolist() == padded([t[:5] + [3] for t in tokens])
+    assert x["target_ids"].numpy().tolist() == padded([[2] + t[:4] for t in labels])
+    assert y.numpy().tolist() == padded([t[:4] + [3] for t in labels])
+    assert x["source_ids"].dtype == y.dtype == tf.int32
+    # keras-hub's dict form gives the same; ids made elsewhere pass through.
+    x2, y2 = preprocessor({"encoder_text": sources, "decoder_text": targets})
+    assert np.array_equal(x2["source_ids"], x["source_ids"]) and np.array_equal(y2, y)
+    assert preprocessor(x, y)[0] is x
+    # Inside tf.data (the tensorflow-text op) as eagerly (keras-hub's Python path).
+    dataset = tf.data.Dataset.from_tensor_slices((sources, targets)).batch(2)
+    (x3, y3) = next(iter(dataset.map(preprocessor)))
+    assert np.array_equal(x3["source_ids"], x["source_ids"]) and np.array_equal(y3, y)
+    with pytest.raises(ValueError, match="training needs targets"):
+        preprocessor(sources)
+    with pytest.raises(ValueError, match="lacks \\['decoder_text'\\]"):
+        preprocessor({"encoder_text": sources})
+
+
+def test_generate_translates_as_the_translator(task, model, vocabularies):
+    translator = kt.evaluation.Translator(model, vocabularies, decoding=task.decoding)
+    expected = translator.translate(SENTENCES)
+    assert task.generate(SENTENCES) == expected
+    assert task.generate(SENTENCES[0]) == expected[0]  # a str in, a str out
+    assert task.generate(tf.data.Dataset.from_tensor_slices(SENTENCES).batch(4)) == expected
+    assert task.generate({"encoder_text": SENTENCES}) == expected
+    assert expected[2] == expected[4] == ""  # nothing to translate
+    # The translator of the task itself takes its vocabularies and settings.
+    assert kt.evaluation.Translator(task).translate(SENTENCES) == expected
+
+
+def test_generate_with_greedy_and_n_best_settings(model, vocabularies):
+    greedy = kt.decoding.DecodingSettings.preset("greedy")
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=greedy)
+    translator = kt.evaluation.Translator(model, vocabularies, beam_size=1)
+    assert task.generate(SENTENCES) == translator.translate(SENTENCES)
+    n_best = kt.decoding.DecodingSettings(beam_size=3, n_best=3)
+    task.compile(sampler=n_best)
+    results = task.generate(SENTENCES[:2])
+    assert [len(r) for r in results] == [3, 3]
+    # The n best of the n-best search, and its best is the search's own best.
+    source_ids = task.preprocessor.source_ids(SENTENCES[:2])
+    ids, _ = kt.decoding.beam_search(task, source_ids, beam_size=3, num_hypotheses=3)
+    for row, texts in zip(ids.numpy(), results, strict=True):
+        assert texts == kt.text.detokenize(vocabularies.target, row)
+
+
+def test_generate_refuses_what_it_cannot_do(task):
+    with pytest.raises(ValueError, match="stop at EOS \\(id 3\\) only"):
+        task.generate("Amen.", stop_token_ids=[5])
+    with pytest.raises(ValueError, match="max_length=0 must be None or an integer >= 1"):
+        task.generate("Amen.", max_length=0)
+    with pytest.raises(ValueError, match="generate continues no target prompt"):
+        task.generate({"encoder_text": ["Amen."], "decoder_text": ["Amén"]})
+
+
+def test_max_length_caps_the_output(task):
+    ids = task.generate(["And God said, Let there be light: and there was light."], max_length=4)
+    source_ids = task.preprocessor.source_ids(["And God said, Let there be light."])
+    capped, _ = kt.decoding.translate_ids(task, source_ids, max_length=4)
+    assert capped.shape[1] == 4 and isinstance(ids[0], str)
+
+
+def test_save_to_preset_and_load_with_keras_hubs_loader(task, tmp_path):
+    task.save_to_preset(tmp_path / "preset")
+    assert sorted(p.name for p in (tmp_path / "preset").iterdir()) == PRESET_FILES
+    assets = sorted(p.name for p in (tmp_path / "preset" / "assets" / "tokenizer").iterdir())
+    assert assets == ["manifest.json", "shared.model"]
+    task_json = json.loads((tmp_path / "preset" / "task.json").read_text())
+    assert task_json["config"]["decoding"] == task.decoding.to_dict()
+
+    loaded = keras_hub.models.Seq2SeqLM.from_preset(str(tmp_path / "preset"))
+    assert type(loaded) is TransformerSeq2SeqLM
+    assert loaded.decoding == task.decoding
+    assert type(keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))) is (
+        TransformerBackbone
+    )
+    ours = TransformerSeq2SeqLM.from_preset(tmp_path / "preset")
+    source_ids = task.preprocessor.source_ids(SENTENCES)
+    expected = kt.decoding.translate_ids(task, source_ids, **task.decoding.search_arguments())
+    for other in (loaded, ours):
+        ids = kt.decoding.translate_ids(other, source_ids, **other.decoding.search_arguments())
+        np.testing.assert_array_equal(ids[0], expected[0])
+        assert other.generate(SENTENCES) == task.generate(SENTENCES)
+
+
+def test_a_keras_file_carries_the_vocabulary(task, tmp_path):
+    task.save(tmp_path / "task.keras")
+    loaded = keras.saving.load_model(tmp_path / "task.keras")
+    assert type(loaded) is TransformerSeq2SeqLM and loaded.decoding == task.decoding
+    assert loaded.generate(SENTENCES) == task.generate(SENTENCES)
+
+
+def test_fit_on_text_pairs_lowers_the_loss(vocabularies):
+    model = random_model(vocabularies)
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies)
+    assert isinstance(task.loss, kt.losses.LabelSmoothedCrossEntropy)  # the paper's recipe
+    schedule = task.optimizer.get_config()["learning_rate"]
+    assert schedule["class_name"] == "WarmupSchedule", schedule
+    task.compile(optimizer=keras.optimizers.Adam(1e-3))
+    pairs = bible.pairs("train", 256)
+    sources, targets = list(pairs.sources), list(pairs.targets)
+    before = task.evaluate(sources, targets, batch_size=64, verbose=0, return_dict=True)
+    history = task.fit(sources, targets, batch_size=32, epochs=3, verbose=0)
+    after = task.evaluate(sources, targets, batch_size=64, verbose=0, return_dict=True)
+    assert after["loss"] < before["loss"] - 1.0, (before, after, history.history)
+    # A dataset of (source, target) pairs trains the same way.
+    pairs_dataset = tf.data.Dataset.from_tensor_slices((sources, targets)).batch(32)
+    assert task.fit(pairs_dataset, epochs=1, verbose=0).history["loss"][0] > 0
+
+
+def test_compile_takes_keras_hubs_samplers(model, vocabularies):
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies)
+    task.compile(sampler="greedy")
+    assert task.decoding.beam_size == 1 and task.sampling is None
+    task.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3, return_all_beams=True))
+    assert (task.decoding.beam_size, task.decoding.n_best) == (3, 3)
+    task.compile(sampler="top_k")
+    assert task.sampling == {"temperature": 1.0, "top_k": 5, "seed": None}
+    task.compile(sampler=keras_hub.samplers.TopPSampler(p=0.9, seed=4))
+    assert task.sampling["top_p"] == 0.9 and task.sampling["seed"] == 4
+    drawn = task.generate(SENTENCES[:2])
+    assert all(isinstance(text, str) for text in drawn)
+    with pytest.raises(ValueError, match="'contrastive' is not one this model's searches run"):
+        task.compile(sampler="contrastive")
+    with pytest.raises(ValueError, match="does not change with the temperature"):
+        task.compile(sampler=keras_hub.samplers.GreedySampler(temperature=2.0))
+    with pytest.raises(ValueError, match="n_best=5 must be between 1 and the beam size 4"):
+        task.compile(sampler=kt.decoding.DecodingSettings(n_best=5))
+
+
+def test_from_preset_reads_a_marian_checkpoint_as_load_marian_does():
+    task = TransformerSeq2SeqLM.from_preset(MARIAN)
+    model, vocabularies = kt.pretrained.load_marian(MARIAN)
+    generation = json.loads((MARIAN / "generation_config.json").read_text())
+    assert task.decoding.beam_size == generation.get("num_beams", 4)
+    assert task.decoding.length_penalty == generation.get("length_penalty", 1.0)
+    translator = kt.evaluation.Translator(model, vocabularies, decoding=task.decoding)
+    sentences = ["I love you.", "The house is small.", ""]
+    assert task.generate(sentences) == translator.translate(sentences)
+
+
+def test_from_preset_reads_a_model_directory_written_before_presets(model, vocabularies, tmp_path):
+    directory = tmp_path / "run"
+    directory.mkdir()
+    model.save(directory / "model.keras")
+    vocabularies.save(directory / "vocab")
+    section = {"beam_size": 2, "length_penalty": 1.0, "stopping": "exact"}
+    (directory / "experiment.yaml").write_text(yaml.safe_dump({"decoding": section}))
+    task = TransformerSeq2SeqLM.from_preset(directory)
+    assert task.decoding == kt.decoding.DecodingSettings(**section)
+    translator = kt.evaluation.Translator(model, vocabularies, decoding=task.decoding)
+    assert task.generate(SENTENCES) == translator.translate(SENTENCES)
+    # Another .keras file of the directory, and settings over the directory's.
+    model.save(directory / "model.averaged.keras")
+    other = TransformerSeq2SeqLM.from_preset(
+        directory, model_file="model.averaged.keras", decoding={"beam_size": 1}
+    )
+    assert other.decoding == task.decoding.replace(beam_size=1)
+
+
+def test_from_preset_refuses_what_it_cannot_load_by_name(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such preset or model directory"):
+        TransformerSeq2SeqLM.from_preset(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        TransformerSeq2SeqLM.from_preset(tmp_path / "file")
+    with pytest.raises(ValueError, match="is neither a keras-hub preset"):
+        TransformerSeq2SeqLM.from_preset(tmp_path)
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ValueError, match="config.json: model_type='bert' is not one this"):
+        TransformerSeq2SeqLM.from_preset(tmp_path / "bert")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{")
+    with pytest.raises(ValueError, match="bad/config.json: not valid JSON"):
+        TransformerSeq2SeqLM.from_preset(tmp_path / "bad")
+    gpt2 = keras_hub.models.GPT2Backbone(
+        vocabulary_size=10,
+        num_layers=1,
+        num_heads=1,
+        hidden_dim=4,
+        intermediate_dim=8,
+        max_sequence_length=8,
+    )
+    gpt2.save_to_preset(str(tmp_path / "gpt2"))
+    with pytest.raises(ValueError, match="a preset of keras_hub>GPT2Backbone, not of Transf"):
+        TransformerSeq2SeqLM.from_preset(tmp_path / "gpt2")
+    with pytest.raises(ValueError, match="unknown decoding setting\\(s\\) \\['beams'\\]"):
+        TransformerSeq2SeqLM.from_preset(MARIAN, decoding={"beams": 3})
+
+
+def test_the_exports_take_the_task_and_its_preset(task, tmp_path):
+    version = kt.export.export_saved_model(task, tmp_path / "saved")
+    served = tf.saved_model.load(str(version)).signatures["serving_default"]
+    texts = [t.decode() for t in served(text=tf.constant(SENTENCES))["translation"].numpy()]
+    assert texts == task.generate(SENTENCES)
+    manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())
+    settings = task.decoding.to_dict()
+    del settings["n_best"]
+    assert {k: manifest["decoding"][k] for k in settings} == settings
+
+    task.save_to_preset(tmp_path / "preset")
+    again = kt.export.export_saved_model(tmp_path / "preset", tmp_path / "saved", beam_size=1)
+    manifest = json.loads((again / "assets.extra" / "manifest.json").read_text())
+    assert manifest["decoding"]["beam_size"] == 1
+    assert manifest["decoding"]["length_penalty"] == task.decoding.length_penalty
+
+
+def test_decoding_settings_are_checked_by_name():
+    settings = kt.decoding.DecodingSettings
+    assert settings() == settings.preset("paper")
+    assert settings.preset("tensor2tensor").stopping == "exact"
+    assert settings().replace(beam_size=None, length_penalty=1.0).length_penalty == 1.0
+    for values, message in [
+        ({"beam_size": 0}, "beam_size=0 must be an integer >= 1"),
+        ({"beam_size": True}, "beam_size=True must be an integer >= 1"),
+        ({"length_penalty": -1}, "length_penalty=-1 must be a number >= 0"),
+        ({"length_penalty": float("nan")}, "length_penalty=nan must be finite"),
+        ({"stopping": "late"}, "stopping='late' must be one of"),
+        ({"finish_rule": "x"}, "finish_rule='x' must be one of"),
+        ({"max_extra_length": -1}, "max_extra_length=-1 must be an integer >= 0"),
+        ({"n_best": 5}, "n_best=5 must be between 1 and the beam size 4"),
+        ({"beam": 5}, "unknown decoding setting\\(s\\) \\['beam'\\]"),
+    ]:
+        with pytest.raises(ValueError, match=f"^my.yaml: {message}"):
+            settings.from_dict(values, "my.yaml")
+    with pytest.raises(ValueError, match="decoding preset 'fast' is unknown"):
+        settings.preset("fast")
+    # The searches and the translator default to these settings.
+    for search in (kt.decoding.beam_search, kt.decoding.translate_ids, kt.evaluation.Translator):
+        parameters = inspect.signature(search).parameters
+        for name in ("beam_size", "length_penalty", "stopping", "finish_rule"):
+            if name in parameters and search is not kt.evaluation.Translator:
+                assert parameters[name].default == getattr(settings(), name), (search, name)
+    assert kt.evaluation.Translator.__init__.__kwdefaults__["decoding"] is None
