@@ -130,3 +130,18 @@ def test_the_opus_shaped_checkpoint_imports_at_its_sizes(tmp_path):
     assert (config.d_model, config.num_heads, config.d_ff, config.max_length) == (16, 2, 32, 64)
     assert config.target_vocab == vocabularies.target.vocabulary_size() == 2000 + 1
     assert config.activation == "silu" and config.output_bias
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--mode", "generate", "--sentences", "3"], ["--mode", "fit", "--steps", "2"]],
+    ids=["generate", "fit"],
+)
+def test_the_task_benchmark_compares_both_sides(flags, capsys):
+    from benchmarks import task
+
+    summary = task.main([*flags, "--runs", "1"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert lines[-1] == summary and [line["side"] for line in lines[:-1]] == ["today", "task"]
+    assert lines[0]["tokens"] == lines[1]["tokens"] > 0  # the same work on both sides
+    assert summary["ratio_task_over_today"] > 0
