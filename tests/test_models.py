@@ -330,3 +330,13 @@ def test_decoding_settings_are_checked_by_name():
             if name in parameters and search is not kt.evaluation.Translator:
                 assert parameters[name].default == getattr(settings(), name), (search, name)
     assert kt.evaluation.Translator.__init__.__kwdefaults__["decoding"] is None
+
+
+def test_the_ctranslate2_export_takes_the_task(task, tmp_path):
+    pytest.importorskip("ctranslate2")  # installed by `make test` (requirements.txt)
+    directory = kt.export.ctranslate2.export_ctranslate2(task, tmp_path / "ct2")
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["decoding"]["beam_size"] == task.decoding.beam_size
+    assert manifest["decoding"]["length_penalty"] == task.decoding.length_penalty
+    assert manifest["decoding"]["max_extra_length"] == task.decoding.max_extra_length
+    assert manifest["model_config"] == task.config.to_dict()
