@@ -62,6 +62,7 @@ def test_layout_and_manifest(exported, model, loaded):
     assert manifest["decoding"] == {
         "beam_size": 4,
         "length_penalty": 0.6,
+        "finish_rule": "tensor2tensor",
         "max_extra_length": 50,
         "max_input_tokens": MAX_LENGTH - 1,
         "stopping": "early",
