@@ -6,6 +6,7 @@ import json
 import pytest
 import tensorflow as tf
 
+import keras_transformer as kt
 from trainers import runtime
 from trainers.errors import ConfigError
 from trainers.experiment import DecodingConfig, load_experiment
@@ -111,11 +112,24 @@ def test_demo_config_and_overrides():
         ),
         (
             "model: {preset: tiny}\ndata: {train: x}\ndecoding: {stopping: late}\n",
-            "decoding.stopping='late'; use early or exact",
+            "decoding.stopping='late' must be one of",
         ),
         (
             "model: {preset: tiny}\ndata: {train: x}\ndecoding: {beam_size: 0}\n",
-            "decoding.beam_size=0 must be >= 1",
+            "decoding.beam_size=0 must be an integer >= 1",
+        ),
+        (
+            "model: {preset: tiny}\ndata: {train: x}\ndecoding: {beam_size: 2, n_best: 3}\n",
+            "decoding.n_best=3 must be between 1 and the beam size 2",
+        ),
+        (
+            "model: {preset: tiny}\ndata: {train: x}\ndecoding: {finish_rule: marian}\n",
+            "decoding.finish_rule='marian' must be one of",
+        ),
+        (
+            "model: {preset: tiny}\ndata: {train: x}\ndecoding: {beam: 2}\n",
+            "unknown key decoding.beam \\(known: beam_size, finish_rule, length_penalty, "
+            "max_extra_length, n_best, stopping\\)",
         ),
         ("model: [1, 2]\n", "'model' must be a mapping"),
         ("model: {preset: tiny\n", "not valid YAML"),
@@ -126,6 +140,32 @@ def test_errors_name_the_file_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message) as error:
         load_experiment(path)
     assert str(path) in str(error.value)
+
+
+def test_the_decoding_section_is_the_librarys_settings(tmp_path):
+    assert DecodingConfig is kt.decoding.DecodingSettings  # the old name, kept
+    # A model directory's experiment.yaml from before finish_rule, max_extra_length and
+    # n_best: the three keys it has, the library's defaults for the others.
+    old = write(
+        tmp_path,
+        "model: {preset: tiny, vocab_size: 500}\ndata: {train: ''}\n"
+        "decoding: {beam_size: 5, length_penalty: 1.0, stopping: exact}\n",
+    )
+    settings = load_experiment(old, resolved=True).decoding
+    assert settings == kt.decoding.DecodingSettings(5, 1.0, "exact")
+    assert (settings.finish_rule, settings.max_extra_length, settings.n_best) == (
+        "tensor2tensor",
+        50,
+        1,
+    )
+    new = load_experiment(
+        DEMO,
+        ["decoding.finish_rule=fairseq", "decoding.max_extra_length=20", "decoding.n_best=2"],
+    )
+    assert new.decoding == kt.decoding.DecodingSettings(
+        length_penalty=1.0, finish_rule="fairseq", max_extra_length=20, n_best=2
+    )
+    assert new.to_dict()["decoding"] == new.decoding.to_dict()  # all six, in the YAML
 
 
 @pytest.mark.parametrize(

@@ -249,7 +249,7 @@ def test_a_nan_loss_stops_training_and_keeps_the_last_good_state(tmp_path, monke
     checkpoint = CheckpointFolder(model_dir / "checkpoints").file(20)
     assert list((model_dir / "checkpoints").iterdir()) == [checkpoint]
     assert json.loads((model_dir / "backup" / "latest.json").read_text())["updates"] == 20
-    assert not (model_dir / "model.keras").exists()
+    assert not (model_dir / "model.keras").exists() and not (model_dir / "config.json").exists()
     assert json.loads((model_dir / "train_summary.json").read_text())["stopped_early"]
 
 

@@ -4,6 +4,8 @@ vocabulary), and what the programs read from it."""
 import json
 import re
 
+import keras
+import numpy as np
 import pytest
 import yaml
 
@@ -88,10 +90,11 @@ def test_an_unwritable_directory_is_refused(tmp_path):
 def test_a_disk_without_room_is_refused(tmp_path, monkeypatch):
     experiment = load_experiment(DEMO)
     # tiny with the demo's 4,000 shared pieces and 128 positions: 5 checkpoints, 2 backups of
-    # 3 copies (weights and Adam's two moments), 2 saved models, in float32.
+    # 3 copies (weights and Adam's two moments), 4 saved models (model.keras and the preset's
+    # weights, and their new copies while they are replaced), in float32.
     config = experiment.model.replace(vocab_size=experiment.data.vocab_size)
     weights = 4 * config.parameter_count()
-    needed = weights * (5 + 6 + 2) + (64 << 20)
+    needed = weights * (5 + 6 + 4) + (64 << 20)
     usage = type("Usage", (), {"free": needed})
     monkeypatch.setattr(run_dir.shutil, "disk_usage", lambda path: usage)
     RunDirectory(tmp_path / "run").check_disk_space(experiment)  # exactly enough
@@ -99,7 +102,7 @@ def test_a_disk_without_room_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as error:
         RunDirectory(tmp_path / "run").check_disk_space(experiment)
     assert str(error.value) == (
-        f"--model-dir {tmp_path / 'run'}: the run needs about {needed >> 20} MiB (13 copies of "
+        f"--model-dir {tmp_path / 'run'}: the run needs about {needed >> 20} MiB (15 copies of "
         f"{weights >> 20} MiB of weights and optimizer state) but only "
         f"{(needed - 1) >> 20} MiB are free there"
     )
@@ -125,13 +128,129 @@ def test_a_vocabulary_of_another_size_is_refused(tmp_path):
 
 def test_programs_are_told_what_is_missing(tmp_path):
     run = RunDirectory(tmp_path)
-    with pytest.raises(ConfigError) as error:
-        run.load_trained()
-    assert str(error.value) == f"--model-dir {tmp_path}: no experiment.yaml; train it first"
+    for load in (run.load_task, run.load_trained):
+        with pytest.raises(ConfigError) as error:
+            load()
+        assert str(error.value) == f"--model-dir {tmp_path}: no experiment.yaml; train it first"
     run.save_experiment(load_experiment(DEMO).with_vocab_sizes(2000, 2000))
-    with pytest.raises(ConfigError) as error:
-        run.load_trained(run_dir.AVERAGED)
-    assert str(error.value) == f"--model-dir {tmp_path}: no model.averaged.keras; train it first"
+    for load in (run.load_task, run.load_trained):
+        with pytest.raises(ConfigError) as error:
+            load(run_dir.AVERAGED)
+        assert str(error.value) == (
+            f"--model-dir {tmp_path}: no model.averaged.keras; train it first"
+        )
+
+
+PRESET_FILES = [
+    "assets",
+    "config.json",
+    "metadata.json",
+    "model.weights.h5",
+    "preprocessor.json",
+    "task.json",
+    "tokenizer.json",
+]
+
+
+def trained_directory(path, seed: int = 3, **decoding):
+    """A run directory as trainers.train leaves it before its model is saved (experiment.yaml
+    with `decoding`, vocab/), and an untrained model of it made with `seed`."""
+    vocabularies = bible.vocabularies(size=500)
+    size = vocabularies.target.vocabulary_size()
+    overrides = ["model.num_encoder_layers=1", "model.num_decoder_layers=1"]
+    overrides += [f"decoding.{key}={value}" for key, value in decoding.items()]
+    experiment = load_experiment(DEMO, overrides).with_vocab_sizes(size, size)
+    run = RunDirectory(path)
+    run.save_experiment(experiment)
+    run.save_vocabularies(vocabularies)
+    keras.utils.set_random_seed(seed)
+    return run, kt.build_transformer(experiment.model)
+
+
+def weights(model) -> list:
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+def test_the_trained_model_is_written_as_model_keras_and_a_keras_hub_preset(tmp_path):
+    import keras_hub
+
+    run, model = trained_directory(tmp_path, length_penalty=0.8, stopping="exact")
+    run.save_trained(model, run.load_vocabularies())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        PRESET_FILES + ["experiment.yaml", "model.keras", "vocab"]
+    )  # no temporary left
+    expected = weights(model)
+    decoding = kt.decoding.DecodingSettings(length_penalty=0.8, stopping="exact")
+    for task in (
+        kt.models.TransformerSeq2SeqLM.from_preset(tmp_path),
+        keras_hub.models.Seq2SeqLM.from_preset(str(tmp_path)),
+    ):
+        assert isinstance(task, kt.models.TransformerSeq2SeqLM)
+        assert task.decoding == decoding  # experiment.yaml's
+        for ours, theirs in zip(weights(task.backbone), expected, strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+    # The programs' loader: the preset, with flags over experiment.yaml's settings.
+    experiment, task = run.load_task(beam_size=2, length_penalty=None)
+    assert task.decoding == decoding.replace(beam_size=2) and experiment == run.load_experiment()
+
+
+def test_a_directory_without_the_preset_loads_as_before(tmp_path):
+    """A directory trained before the preset (model.keras, vocab/, experiment.yaml), and
+    another model file of a directory with one: the same loader."""
+    run, model = trained_directory(tmp_path, beam_size=3)
+    run.save_model(model)
+    _, task = run.load_task()
+    assert task.decoding.beam_size == 3
+    for ours, theirs in zip(weights(task.backbone), weights(model), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    run.save_trained(kt.build_transformer(model.config), run.load_vocabularies())
+    run.save_model(model, run_dir.AVERAGED)
+    _, averaged = run.load_task(run_dir.AVERAGED, stopping="exact")
+    assert (averaged.decoding.beam_size, averaged.decoding.stopping) == (3, "exact")
+    for ours, theirs in zip(weights(averaged.backbone), weights(model), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_an_interrupted_save_never_leaves_a_preset_that_is_not_model_keras(tmp_path, monkeypatch):
+    """The save fails at each of its renames in turn (a crash there): wherever it stops, what
+    the directory loads is model.keras's weights (the preset's, when its config.json is
+    there; model.keras's own otherwise). The next save completes it."""
+    run, old = trained_directory(tmp_path, seed=3)
+    vocabularies = run.load_vocabularies()
+    run.save_trained(old, vocabularies)
+    keras.utils.set_random_seed(4)
+    new = kt.build_transformer(old.config)
+    real = {"replace": run_dir.os.replace, "rename": run_dir.os.rename}
+    moves = {"done": 0, "fail_at": 0}
+
+    def counted(name):
+        def move(*args):
+            moves["done"] += 1
+            if moves["done"] == moves["fail_at"]:
+                raise OSError("interrupted")
+            return real[name](*args)
+
+        return move
+
+    interrupted = True
+    while interrupted:
+        moves["done"], moves["fail_at"] = 0, moves["fail_at"] + 1
+        monkeypatch.setattr(run_dir.os, "replace", counted("replace"))
+        monkeypatch.setattr(run_dir.os, "rename", counted("rename"))
+        try:
+            run.save_trained(new, vocabularies)
+            interrupted = False
+        except OSError:
+            pass
+        monkeypatch.setattr(run_dir.os, "replace", real["replace"])
+        monkeypatch.setattr(run_dir.os, "rename", real["rename"])
+        keras_file = weights(keras.saving.load_model(run.model()))
+        _, task = run.load_task()
+        loaded = weights(task.backbone)
+        assert all(np.array_equal(a, b) for a, b in zip(loaded, keras_file, strict=True))
+    assert moves["fail_at"] > len(PRESET_FILES) + 1  # model.keras and each preset file moved
+    assert all(np.array_equal(a, b) for a, b in zip(keras_file, weights(new), strict=True))
+    assert (tmp_path / "config.json").exists() and not list(tmp_path.glob(".tmp-*"))
 
 
 def test_a_finished_run_and_the_metrics(tmp_path):

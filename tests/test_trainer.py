@@ -294,6 +294,13 @@ def test_evaluate_own_files(trained, tmp_path):
     summary = json.loads(result.stdout)  # the scores alone: the progress bar is on stderr
     assert summary["sentences"] == 2 and summary["stopping"] == "early"
     assert len((tmp_path / "out.hyp").read_text().splitlines()) == 2
+    own = ("--source", tmp_path / "src.txt", "--reference", tmp_path / "ref.txt")
+    quantized = run_main(
+        "trainers.evaluate", "--model-dir", model_dir, *own, "--output", tmp_path / "int8.hyp",
+        "--quantize", "int8", "--finish-rule", "fairseq",
+    )  # fmt: skip
+    summary = json.loads(quantized.stdout)  # the flags, over the directory's settings
+    assert (summary["quantize"], summary["finish_rule"]) == ("int8", "fairseq")
     # A source file named as a split: its results do not take the split's files.
     (tmp_path / "test").write_text("God said.\n")
     (tmp_path / "test.ref").write_text("Dijo Dios.\n")
@@ -323,10 +330,18 @@ def test_bad_flags_are_refused_before_any_work(trained, program, args, message):
     assert (model_dir / "model.keras").read_bytes() == saved
 
 
-def test_export_then_translate_through_the_saved_model(trained, tmp_path):
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """The trained directory exported as a SavedModel (`trainers.export`): its folder."""
     model_dir, _, _ = trained
-    out = tmp_path / "saved_models" / "slice"
+    out = tmp_path_factory.mktemp("export") / "saved_models" / "slice"
     run_main("trainers.export", "--model-dir", model_dir, "--out", out, "--stopping", "early")
+    return out
+
+
+def test_export_then_translate_through_the_saved_model(trained, exported, tmp_path):
+    model_dir, _, _ = trained
+    out = exported
     manifest = json.loads((out / "1" / "assets.extra" / "manifest.json").read_text())
     assert manifest["decoding"]["stopping"] == "early"
     assert manifest["decoding"]["length_penalty"] == 0.8  # the directory's decoding section
@@ -375,6 +390,86 @@ def test_export_then_translate_through_the_saved_model(trained, tmp_path):
     again = run_main("trainers.export", "--model-dir", model_dir, "--out", out, "--version", "1",
                      check=False)  # fmt: skip
     assert again.returncode == 2 and "exists; versions are never overwritten" in again.stderr
+
+
+def test_evaluate_scores_what_the_exported_saved_model_serves(trained, exported, tmp_path):
+    """The same model directory, the same settings (experiment.yaml's): every translation
+    that evaluate scores is the one the SavedModel that export wrote serves, and so is the
+    BLEU. (After its 40 updates the slice's model says little: tests/test_import_marian.py
+    holds the same to an imported model's sentences.)"""
+    from keras_transformer import evaluation
+    from tests import bible
+
+    model_dir, _, _ = trained
+    sentences = 40
+    result = run_main(
+        "trainers.evaluate",
+        "--model-dir",
+        model_dir,
+        "--split",
+        "test",
+        "--limit",
+        sentences,
+        "--output",
+        tmp_path / "evaluated.hyp",
+    )
+    scores = json.loads(result.stdout)
+    manifest = json.loads((exported / "1" / "assets.extra" / "manifest.json").read_text())
+    for setting in ("beam_size", "length_penalty", "stopping", "finish_rule"):
+        assert scores[setting] == manifest["decoding"][setting], setting
+    test = bible.pairs("test").take(sentences)
+    (tmp_path / "test.en").write_text("".join(s + "\n" for s in test.sources), encoding="utf-8")
+    run_main(
+        "trainers.translate",
+        "--saved-model",
+        exported,
+        "--input",
+        tmp_path / "test.en",
+        "--output",
+        tmp_path / "served.hyp",
+    )
+    evaluated = (tmp_path / "evaluated.hyp").read_text(encoding="utf-8").splitlines()
+    served = (tmp_path / "served.hyp").read_text(encoding="utf-8").splitlines()
+    assert len(served) == sentences and served == evaluated
+    assert evaluation.score(served, test.targets)["bleu"] == scores["bleu"]
+
+
+def test_the_model_directory_is_a_keras_hub_preset(trained, tmp_path):
+    """trainers.train writes its model directory as a keras-hub preset beside model.keras;
+    a directory written before (no preset) is evaluated from model.keras as it was."""
+    import shutil
+
+    import keras
+    import keras_hub
+
+    import keras_transformer as kt
+    from tests.test_run_dir import PRESET_FILES
+
+    model_dir, _, _ = trained
+    for name in PRESET_FILES:
+        assert (model_dir / name).exists(), name
+    expected = keras.saving.load_model(model_dir / "model.keras").get_weights()
+    for task in (
+        kt.models.TransformerSeq2SeqLM.from_preset(model_dir),
+        keras_hub.models.Seq2SeqLM.from_preset(str(model_dir)),
+    ):
+        assert isinstance(task, kt.models.TransformerSeq2SeqLM)
+        assert task.decoding == kt.decoding.DecodingSettings(length_penalty=0.8)
+        for ours, theirs in zip(task.backbone.get_weights(), expected, strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+    old = tmp_path / "old"  # as trainers.train wrote it before the preset
+    old.mkdir()
+    shutil.copytree(model_dir / "vocab", old / "vocab")
+    for name in ("experiment.yaml", "model.keras"):
+        shutil.copy(model_dir / name, old / name)
+    limit = ("--split", "test", "--limit", "12")
+    for directory in (model_dir, old):
+        output = ("--output", tmp_path / f"{directory.name}.hyp")
+        run_main("trainers.evaluate", "--model-dir", directory, *limit, *output)
+    assert (tmp_path / "old.hyp").read_text() == (tmp_path / "model.hyp").read_text()
+    old_scores = json.loads((tmp_path / "old.json").read_text())
+    new_scores = json.loads((tmp_path / "model.json").read_text())
+    assert old_scores["bleu"] == new_scores["bleu"] and old_scores["length_penalty"] == 0.8
 
 
 def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):

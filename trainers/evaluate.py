@@ -3,10 +3,13 @@
     python -m trainers.evaluate --model-dir runs/demo --split test
     python -m trainers.evaluate --model-dir runs/demo --source new.en --reference new.es
 
-Translates with beam search as the model directory's experiment.yaml says (its `decoding`
-section: beam size, length penalty and stopping rule, the ones `trainers.export` serves;
-the paper's beam 4 and length penalty 0.6, and early stopping, where it says nothing; the
-flags override them), detokenizes, and scores with sacrebleu against the untouched
+Loads the model as `kt.models.TransformerSeq2SeqLM.from_preset(DIR)` does (the keras-hub
+preset that trainers.train writes, or model.keras and vocab/ of a directory written before
+it; --model another .keras file there). Translates with beam search as the model
+directory's experiment.yaml says (its `decoding` section: beam size, length penalty,
+stopping and finish rules, extra length: the ones `trainers.export` serves; the paper's beam
+4 and length penalty 0.6, and early stopping, where it says nothing; the flags override
+them), detokenizes, and scores with sacrebleu against the untouched
 references: BLEU, chrF and their signatures, printed as JSON (on stdout, alone: the progress
 goes to stderr). Hypotheses go to DIR/eval/SPLIT.hyp (for --source FILE: DIR/eval/FILE.hyp,
 DIR/eval/source-FILE.hyp for a file named dev or test), or --output, one a line, and the
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import sys
 import warnings
@@ -61,10 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--finish-rule",
-        default="tensor2tensor",
         choices=("tensor2tensor", "fairseq"),
-        help="beam search: which EOS extensions finish a hypothesis (default: the paper's "
-        "code, tensor2tensor)",
+        help="beam search: which EOS extensions finish a hypothesis (default: the directory's "
+        "decoding.finish_rule, else the paper's code, tensor2tensor)",
     )
     parser.add_argument(
         "--stopping",
@@ -100,7 +101,13 @@ def main(argv=None) -> int:
 
     run = RunDirectory(args.model_dir)
     try:
-        experiment, vocabularies, model = run.load_trained(args.model)
+        experiment, task = run.load_task(
+            args.model,  # the flags over the directory's decoding settings
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+            finish_rule=args.finish_rule,
+            stopping=args.stopping,
+        )
         if args.split:
             pairs = read_split(experiment.data, args.split)
             if pairs is None:
@@ -120,21 +127,12 @@ def main(argv=None) -> int:
         return errors.fail(f"--output {output}: {error}")
     if args.limit is not None:
         pairs = pairs.take(args.limit)
-    for setting, value in dataclasses.asdict(experiment.decoding).items():
-        if getattr(args, setting) is None:  # the flags override the directory's settings
-            setattr(args, setting, value)
     if args.quantize:
         with warnings.catch_warnings():  # one warning a layer without weights (norms...)
             warnings.filterwarnings("ignore", message=".*does not have a `quantize` method")
-            model.quantize(args.quantize)
-    translator = evaluation.Translator(
-        model,
-        vocabularies,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-        finish_rule=args.finish_rule,
-        stopping=args.stopping,
-    )
+            task.backbone.quantize(args.quantize)  # every weight is the backbone's
+    translator = evaluation.Translator(task)  # its vocabularies and decoding settings
+    settings = translator.decoding
     # The search as the trainer's dev BLEU runs it; its progress bar on stderr, so that
     # stdout holds the scores' JSON alone.
     with fast.switched(experiment.training.fast), contextlib.redirect_stdout(sys.stderr):
@@ -143,10 +141,10 @@ def main(argv=None) -> int:
         "model_dir": str(args.model_dir),
         "model": args.model,
         "data": name,
-        "beam_size": args.beam_size,
-        "length_penalty": args.length_penalty,
-        "finish_rule": args.finish_rule,
-        "stopping": args.stopping,
+        "beam_size": settings.beam_size,
+        "length_penalty": settings.length_penalty,
+        "finish_rule": settings.finish_rule,
+        "stopping": settings.stopping,
         "quantize": args.quantize,
         **evaluation.score(hypotheses, pairs.targets),
         "code": provenance(),

@@ -17,6 +17,7 @@ import yaml
 
 from keras_transformer import TransformerConfig
 from keras_transformer.config import PRESETS
+from keras_transformer.decoding.settings import DecodingSettings
 from keras_transformer.text import MIN_VOCAB_SIZE
 from trainers.errors import ConfigError
 
@@ -109,23 +110,13 @@ class TrainingConfig:
     fast: bool = True
 
 
-@dataclasses.dataclass(frozen=True)
-class DecodingConfig:
-    """How the model translates once trained: the defaults of `trainers.evaluate` and
-    `trainers.export` (whose flags override them), recorded once in the model directory so
-    that a bare `evaluate` scores as the export serves. Beam search as
-    `keras_transformer.decoding.beam_search` (paper 6.1).
-
-    Args:
-        beam_size: hypotheses kept per sentence (1 = greedy).
-        length_penalty: alpha of lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016).
-        stopping: "early" (as CTranslate2, Marian and transformers stop; the export's) or
-            "exact" (tensor2tensor's rule, about twice the steps).
-    """
-
-    beam_size: int = 4
-    length_penalty: float = 0.6
-    stopping: str = "early"
+DecodingConfig = DecodingSettings
+"""The `decoding` section: how the model translates once trained, the defaults of
+`trainers.evaluate`, `trainers.export` and `trainers.visualize` (whose flags override them),
+recorded once in the model directory so that a bare `evaluate` scores as the export serves.
+It is the library's `kt.decoding.DecodingSettings` (beam_size, length_penalty, stopping,
+finish_rule, max_extra_length, n_best; the paper's beam search, section 6.1, by default),
+under the name this module always gave it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +128,7 @@ class Experiment:
     model: TransformerConfig
     data: DataConfig
     training: TrainingConfig
-    decoding: DecodingConfig = DecodingConfig()
+    decoding: DecodingSettings = DecodingSettings()
 
     def with_vocab_sizes(self, source: int, target: int) -> Experiment:
         if self.model.share_embeddings:
@@ -152,7 +143,7 @@ class Experiment:
             "model": {"preset": self.preset, **model},
             "data": dataclasses.asdict(self.data),
             "training": dataclasses.asdict(self.training),
-            "decoding": dataclasses.asdict(self.decoding),
+            "decoding": self.decoding.to_dict(),
         }
 
 
@@ -216,24 +207,13 @@ def _build(sections: dict[str, dict], where: str, resolved: bool) -> Experiment:
             )
     data = _dataclass(DataConfig, sections["data"], "data", where)
     training = _dataclass(TrainingConfig, sections["training"], "training", where)
-    decoding = _dataclass(DecodingConfig, sections["decoding"], "decoding", where)
-    _check_decoding(decoding, where)
+    decoding = _dataclass(DecodingSettings, sections["decoding"], "decoding", where)
     try:
         model_config = TransformerConfig.preset(preset, **model)
     except ValueError as error:
         raise ConfigError(f"{where}: model: {error}") from None
     _check(model_config, data, training, where, resolved)
     return Experiment(preset, model_config, data, training, decoding)
-
-
-def _check_decoding(decoding: DecodingConfig, where: str) -> None:
-    _at_least(where, 1, **{"decoding.beam_size": decoding.beam_size})
-    if not decoding.length_penalty >= 0:
-        raise ConfigError(
-            f"{where}: decoding.length_penalty={decoding.length_penalty} must be >= 0"
-        )
-    if decoding.stopping not in ("early", "exact"):
-        raise ConfigError(f"{where}: decoding.stopping={decoding.stopping!r}; use early or exact")
 
 
 def _dataclass(cls, values: dict, section: str, where: str):
@@ -244,7 +224,10 @@ def _dataclass(cls, values: dict, section: str, where: str):
                 f"{where}: unknown key {section}.{key} (known: {', '.join(sorted(fields))})"
             )
         _check_type(f"{section}.{key}", value, fields[key], where)
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as error:  # DecodingSettings checks its values: "beam_size=0 must..."
+        raise ConfigError(f"{where}: {section}.{error}") from None
 
 
 def _check_type(name: str, value, field: dataclasses.Field, where: str) -> None:

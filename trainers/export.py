@@ -1,12 +1,17 @@
 """Export a trained model for TF Serving or CTranslate2:
 `python -m trainers.export --model-dir DIR --out saved_models/NAME [--format ctranslate2]`.
 
+The model is loaded as `kt.models.TransformerSeq2SeqLM.from_preset(DIR)` loads it (the
+keras-hub preset that trainers.train writes, or model.keras and vocab/ of a directory written
+before it; --model another .keras file there), and decodes with the model directory's
+experiment.yaml `decoding` section (beam size, length penalty, stopping and finish rules,
+extra length) unless the flags say otherwise: as `trainers.evaluate` scores it.
+
 `--format savedmodel` (the default) writes saved_models/NAME/VERSION/ (the next free version
 unless --version is given), a SavedModel whose `serving_default` signature takes raw strings
 (`text`) and returns `translation` and `score`, with tokenization and beam search in the
-graph (beam size, length penalty and stopping rule: the model directory's experiment.yaml
-`decoding` section unless the flags say otherwise); and saved_models/NAME/keras/ (model.keras
-and the vocabulary) for fine-tuning with model.fit. Both carry a manifest.json:
+graph; and saved_models/NAME/keras/ (the model file and the vocabulary) for fine-tuning
+with model.fit. Both carry a manifest.json:
 configuration, vocabulary, decoding settings, metrics, version. The SavedModel's search is
 traced with the speed switch as the experiment's `training.fast` says
 (`keras_transformer.fast`; the same translations, faster).
@@ -20,11 +25,12 @@ It needs the optional extra: pip install 'keras-transformer[ctranslate2]'.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
 from trainers import errors, flags
-from trainers.run_dir import MODEL, RunDirectory, save_model, write_json
+from trainers.run_dir import MODEL, RunDirectory, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -82,6 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer import export, fast
+    from keras_transformer.files import atomic_write
 
     if args.quantization and args.format != "ctranslate2":
         return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))
@@ -90,23 +97,24 @@ def main(argv=None) -> int:
             ValueError("--stopping applies to --format savedmodel only (CTranslate2 has its own)")
         )
     run = RunDirectory(args.model_dir)
-    try:
-        experiment, vocabularies, model = run.load_trained(args.model)
+    try:  # the flags over the directory's decoding settings
+        experiment, task = run.load_task(
+            args.model,
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+            stopping=args.stopping,
+        )
     except errors.USER_ERRORS as error:
         return errors.fail(error)
-    decoding = experiment.decoding  # the flags override the directory's settings
-    beam_size = decoding.beam_size if args.beam_size is None else args.beam_size
-    length_penalty = decoding.length_penalty if args.length_penalty is None else args.length_penalty
     manifest = {
         "experiment": experiment.to_dict(),
         "source_model": str(run.model(args.model)),
         "metrics": run.metrics(),
     }
-    settings = {"beam_size": beam_size, "length_penalty": length_penalty, "manifest": manifest}
     if args.format == "ctranslate2":
         try:
             written = export.ctranslate2.export_ctranslate2(
-                model, vocabularies, args.out, quantization=args.quantization, **settings
+                task, args.out, quantization=args.quantization, manifest=manifest
             )
         except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
             return errors.fail(error)
@@ -115,19 +123,16 @@ def main(argv=None) -> int:
     try:
         with fast.switched(experiment.training.fast):  # its beam search's top-k, as in training
             version = export.export_saved_model(
-                model,
-                vocabularies,
-                args.out,
-                version=args.version,
-                stopping=args.stopping or decoding.stopping,
-                **settings,
+                task, args.out, version=args.version, manifest=manifest
             )
     except (FileExistsError, NotADirectoryError) as error:  # an existing --version...
         return errors.fail(error)
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)
-    save_model(model, keras_dir / MODEL)
-    vocabularies.save(keras_dir / "vocab")
+    # The model file itself (a kt.Transformer, as model.fit fine-tunes it), and its vocabulary.
+    source = run.model(args.model)
+    atomic_write(keras_dir / MODEL, lambda temporary: shutil.copyfile(source, temporary))
+    task.preprocessor.tokenizer.vocabularies.save(keras_dir / "vocab")
     write_json(keras_dir / export.MANIFEST, manifest | {"for": "model.fit fine-tuning"})
     print(f"wrote {version} (SavedModel for TF Serving) and {keras_dir} (Keras model)")
     return errors.EXIT_OK

@@ -20,6 +20,10 @@ works on it: `evaluate`, `export` (SavedModel and CTranslate2), `translate`, `vi
                           vocabularies in this library's ids), and their sha256
     DIR/model.keras       the imported model (this library's ids: keras_transformer.pretrained
                           .marian's docstring)
+    DIR/config.json...    the same model as a keras-hub preset (config.json, task.json,
+                          model.weights.h5, preprocessor.json, tokenizer.json, metadata.json,
+                          assets/), as trainers.train writes it: TransformerSeq2SeqLM
+                          .from_preset(DIR) and keras_hub.models.Seq2SeqLM.from_preset(DIR)
     DIR/pretrained.json   where it came from: the config's name, each file's sha256,
                           what generation_config.json sets (beam size, length penalty,
                           length limit: 511 tokens for OPUS-MT, never binding, since the
@@ -92,7 +96,7 @@ def import_marian(
     """Writes the model directory `model_dir` from the Marian checkpoint at `path`."""
     from keras_transformer.files import atomic_directory, sha256
     from keras_transformer.pretrained import marian
-    from trainers.run_dir import RunDirectory, save_model, write_json
+    from trainers.run_dir import RunDirectory, write_json
 
     model_dir = Path(model_dir)
     if model_dir.exists() and not model_dir.is_dir():
@@ -137,7 +141,7 @@ def import_marian(
         run = RunDirectory(temporary)
         vocabularies.save(run.vocab)
         run.save_experiment(experiment)
-        save_model(model, run.model())
+        run.save_trained(model, vocabularies)  # model.keras and the preset
         write_json(temporary / PRETRAINED, record)
     return model_dir
 
@@ -147,7 +151,8 @@ def _experiment(checkpoint, config, decoding: dict, peak_learning_rate: float, w
     sets data.train), the languages of tokenizer_config.json, the fine-tuning schedule and
     the decoding defaults of generation_config.json (`decoding`, as
     `marian.decoding_defaults` reads them)."""
-    from trainers.experiment import DataConfig, DecodingConfig, Experiment, TrainingConfig
+    from keras_transformer.decoding import DecodingSettings
+    from trainers.experiment import DataConfig, Experiment, TrainingConfig
 
     languages = _read_optional_json(checkpoint.path / "tokenizer_config.json")
     data = DataConfig(
@@ -169,7 +174,7 @@ def _experiment(checkpoint, config, decoding: dict, peak_learning_rate: float, w
     )
     # generation_config.json's beam, and transformers' length penalty exponent (1.0 unless it
     # sets one; transformers divides by |Y| ** alpha, we by ((5 + |Y|) / 6) ** alpha).
-    defaults = DecodingConfig(
+    defaults = DecodingSettings(
         beam_size=decoding.get("beam_size", 4),
         length_penalty=decoding.get("length_penalty", 1.0),
     )

@@ -11,6 +11,11 @@ and how the programs read and write it.
                                trainers/checkpointing.py); a finished run keeps its last one
     DIR/logs/                  TensorBoard (dev BLEU and chrF under logs/bleu/)
     DIR/model.keras            the trained model (fine-tune it with model.fit)
+    DIR/config.json, task.json, model.weights.h5, preprocessor.json, tokenizer.json,
+    DIR/metadata.json, assets/ the same model as a keras-hub preset, with the vocabulary and
+                               experiment.yaml's decoding settings:
+                               `kt.models.TransformerSeq2SeqLM.from_preset(DIR)` and
+                               `keras_hub.models.Seq2SeqLM.from_preset(DIR)` load it
     DIR/pretrained.json        an imported model's origin (trainers.import_marian): training
                                in a directory with one starts from model.keras
     DIR/model.averaged.keras   written by trainers.average_checkpoints
@@ -21,13 +26,19 @@ and how the programs read and write it.
 NNNNNNNN counts the optimizer updates done (not epochs, whose size a resumed run may
 change). Every file is written with `keras_transformer.files`'s
 `atomic_write` (a temporary name, then a rename), so a crash never leaves a half-written file
-under a real name.
+under a real name. The preset's config.json is what makes DIR a preset: it is removed before
+model.keras and the preset are replaced and written back last (`save_trained`), so a crash
+between them leaves a directory that loads from model.keras, never a preset whose weights
+are not model.keras's. The programs load a model through one call, `load_task`
+(`TransformerSeq2SeqLM.from_preset`), which also reads a directory written before the
+preset existed (model.keras, vocab/ and experiment.yaml).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -36,7 +47,7 @@ import keras
 import yaml
 
 import keras_transformer  # noqa: F401  (registers the classes that load_model needs)
-from keras_transformer.files import atomic_write, temporary_path
+from keras_transformer.files import TEMPORARY_PREFIX, atomic_write, temporary_path
 from keras_transformer.text import Vocabularies
 from trainers import startup_logs
 from trainers.errors import ConfigError
@@ -44,6 +55,7 @@ from trainers.experiment import Experiment, load_experiment
 
 MODEL = "model.keras"
 AVERAGED = "model.averaged.keras"
+PRESET_CONFIG = "config.json"  # keras-hub's root file of a preset: written last, removed first
 
 
 def write_json(path, value) -> None:
@@ -175,7 +187,8 @@ class RunDirectory:
 
     def check_disk_space(self, experiment: Experiment) -> None:
         """Refuses a run whose files cannot fit on the disk: the kept checkpoints, two backups
-        (weights and Adam's two moments each), and two saved models, in float32."""
+        (weights and Adam's two moments each), and four saved models (model.keras and the
+        preset's weights, and their new copies while they are replaced), in float32."""
         config = experiment.model
         if config.share_embeddings:
             config = config.replace(vocab_size=experiment.data.vocab_size)
@@ -183,7 +196,7 @@ class RunDirectory:
             size = experiment.data.vocab_size
             config = config.replace(source_vocab_size=size, target_vocab_size=size)
         weights = 4 * config.parameter_count()
-        copies = experiment.training.keep_checkpoints + 2 * 3 + 2
+        copies = experiment.training.keep_checkpoints + 2 * 3 + 4
         needed = weights * copies + (64 << 20)  # plus logs, vocabularies and summaries
         existing = self.root.absolute()
         while not existing.exists():
@@ -273,9 +286,72 @@ class RunDirectory:
         save_model(model, self.model(name))
         return self.model(name)
 
+    def save_trained(self, model: keras.Model, vocabularies: Vocabularies) -> None:
+        """Writes the trained `model` as model.keras and as a keras-hub preset (its
+        `TransformerSeq2SeqLM` with `vocabularies` and experiment.yaml's decoding settings)
+        into the directory root; experiment.yaml must be there.
+
+        The preset is made complete in a temporary folder first. Then its config.json, the
+        file that makes the directory a preset, is removed from the root; model.keras is
+        replaced; the preset's other files are moved in, and its config.json last. A crash
+        at any point leaves either the old model.keras and preset, or a directory without
+        config.json that loads from model.keras alone (as one written before presets), or
+        the new ones: never a preset whose weights are not model.keras's. The same
+        command run again writes both (the run's summary, written after, is missing).
+        """
+        from keras_transformer.models import TransformerSeq2SeqLM
+
+        decoding = self.load_experiment().decoding
+        task = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=decoding)
+        staging = temporary_path(self.root / "preset")
+        for stale in self.root.glob(f"{TEMPORARY_PREFIX}*-preset"):  # left by a killed run
+            shutil.rmtree(stale)
+        try:
+            task.save_to_preset(staging)
+            for path in staging.rglob("*"):
+                if path.is_file():
+                    _fsync(path)
+            (self.root / PRESET_CONFIG).unlink(missing_ok=True)
+            self.save_model(model)
+            for path in sorted(staging.iterdir(), key=lambda p: p.name == PRESET_CONFIG):
+                target = self.root / path.name
+                if path.is_dir():
+                    shutil.rmtree(target, ignore_errors=True)
+                    os.rename(path, target)
+                else:
+                    os.replace(path, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def load_task(self, model_file: str = MODEL, **decoding):
+        """`(experiment, task)` of a trained directory: the `TransformerSeq2SeqLM` that
+        `TransformerSeq2SeqLM.from_preset` loads from it (the preset `save_trained` wrote,
+        or `model_file` and vocab/ for another model file or a directory written before
+        presets), decoding with experiment.yaml's settings, each of `decoding` (the
+        programs' flags) that is not None over them. ConfigError when a file is missing,
+        cannot be read, or the vocabulary is not the model's."""
+        from keras_transformer.models import TransformerSeq2SeqLM
+
+        self._require(self.experiment_file.name)
+        self._require(model_file)
+        experiment = self.load_experiment()
+        try:
+            settings = experiment.decoding.replace(**decoding)
+            with startup_logs.native_logs():
+                task = TransformerSeq2SeqLM.from_preset(
+                    self.root,
+                    model_file=None if model_file == MODEL else model_file,
+                    decoding=settings,
+                )
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"--model-dir {self.root}: {error}") from None
+        self.check_vocabulary(task.config, task.preprocessor.tokenizer.vocabularies)
+        return experiment, task
+
     def load_trained(self, model_file: str = MODEL):
-        """(experiment, vocabularies, model) of a trained directory; ConfigError when a file
-        is missing or the vocabulary is not the model's."""
+        """(experiment, vocabularies, model) of a trained directory, the model as the
+        `kt.Transformer` of its .keras file (the benchmarks'; the programs use `load_task`);
+        ConfigError when a file is missing or the vocabulary is not the model's."""
         self._require(self.experiment_file.name)
         self._require(model_file)
         experiment = self.load_experiment()
@@ -287,6 +363,11 @@ class RunDirectory:
     def _require(self, name: str) -> None:
         if not (self.root / name).exists():
             raise ConfigError(f"--model-dir {self.root}: no {name}; train it first")
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as file:
+        os.fsync(file.fileno())
 
 
 def _comparable(experiment: dict) -> dict:

@@ -121,7 +121,7 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     summary = _summary(
         run, experiment.training, placement, model, history, seconds, lengths, monitors
     )
-    _save(run, model, summary, placement.is_chief)
+    _save(run, model, vocabularies, summary, placement.is_chief)
     print("summary: " + json.dumps(summary, sort_keys=True), flush=True)
     return summary
 
@@ -447,14 +447,16 @@ def _summary(run, training, placement, model, history, seconds, lengths, monitor
     return summary
 
 
-def _save(run: RunDirectory, model, summary: dict, is_chief: bool) -> None:
-    """The chief writes the model (unless training stopped early) and the summary."""
+def _save(run: RunDirectory, model, vocabularies, summary: dict, is_chief: bool) -> None:
+    """The chief writes the model, as model.keras and as a keras-hub preset (unless training
+    stopped early), then the summary, which says the run is finished: a crash before it
+    leaves a run that the same command finishes by writing both again."""
     if not is_chief:
         return
     if not summary.get("stopped_early"):
-        run.save_model(model)
+        run.save_trained(model, vocabularies)
     run.write_summary(summary)
-    print(f"wrote {run.model()} and {run.summary}")
+    print(f"wrote {run.model()} (and the keras-hub preset beside it) and {run.summary}")
 
 
 def weights_fingerprint(model) -> str:

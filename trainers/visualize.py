@@ -9,7 +9,6 @@ pieces each target piece attended to.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -50,20 +49,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def cross_attention(model, vocabularies, text: str, layer: int, decoding_settings: dict):
+def cross_attention(model, text: str, layer: int):
     """(source pieces, target pieces, weights [heads, tgt_len, src_len]) for one sentence,
-    translated with `decoding_settings` (`kt.decoding.translate_ids`'s beam_size,
-    length_penalty, stopping)."""
+    translated by `model` (a `TransformerSeq2SeqLM`) with its decoding settings."""
     import numpy as np
     import tensorflow as tf
 
     from keras_transformer import data, decoding
     from keras_transformer.text import BOS_ID
 
+    vocabularies = model.preprocessor.tokenizer.vocabularies
     source_ids = next(
         iter(data.source_batches([text], vocabularies.source, max_length=model.config.max_length))
     )
-    ids, _ = decoding.translate_ids(model, source_ids, **decoding_settings)
+    ids, _ = decoding.translate_ids(model, source_ids, **model.decoding.search_arguments())
     ids = ids.numpy()[0]
     target = ids[: int(np.count_nonzero(ids))]  # the translation, EOS included
     decoder_input = tf.constant([[BOS_ID, *target[:-1]]], tf.int32)
@@ -117,8 +116,8 @@ def draw(source, target, weights, path: Path, title: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        experiment, vocabularies, model = RunDirectory(args.model_dir).load_trained(args.model)
+    try:  # decoding as evaluate and export decode: the directory's settings, the flag over them
+        _, model = RunDirectory(args.model_dir).load_task(args.model, beam_size=args.beam_size)
         layers = model.config.num_decoder_layers
         if not -layers <= args.layer < layers:
             raise ConfigError(
@@ -127,16 +126,13 @@ def main(argv=None) -> int:
             )
     except errors.USER_ERRORS as error:
         return errors.fail(error)
-    settings = dataclasses.asdict(experiment.decoding)  # as evaluate and export decode
-    if args.beam_size is not None:
-        settings["beam_size"] = args.beam_size
-    source, target, weights = cross_attention(model, vocabularies, args.text, args.layer, settings)
+    source, target, weights = cross_attention(model, args.text, args.layer)
     layer = args.layer % model.config.num_decoder_layers
     draw(source, target, weights, args.out, f"encoder-decoder attention, decoder layer {layer}")
     print(
         f"wrote {args.out}: {len(weights)} heads, {len(target)} x {len(source)} pieces "
-        f"(beam {settings['beam_size']}, length penalty {settings['length_penalty']}, "
-        f"{settings['stopping']} stopping)"
+        f"(beam {model.decoding.beam_size}, length penalty {model.decoding.length_penalty}, "
+        f"{model.decoding.stopping} stopping)"
     )
     return errors.EXIT_OK
 
