@@ -340,3 +340,13 @@ def test_the_ctranslate2_export_takes_the_task(task, tmp_path):
     assert manifest["decoding"]["length_penalty"] == task.decoding.length_penalty
     assert manifest["decoding"]["max_extra_length"] == task.decoding.max_extra_length
     assert manifest["model_config"] == task.config.to_dict()
+
+
+def test_the_task_quantizes_to_int8(model, vocabularies):
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies)
+    before = task.generate(SENTENCES)
+    task.quantize("int8")
+    kernel = task.backbone.encoder.encoder_layers[0].self_attention.query_dense._kernel
+    assert kernel.dtype == "int8"
+    assert all(isinstance(text, str) for text in task.generate(SENTENCES))
+    assert len(task.generate(SENTENCES)) == len(before)

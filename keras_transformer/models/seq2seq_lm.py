@@ -300,6 +300,12 @@ class TransformerSeq2SeqLM(
         texts = ["" for _ in texts] if nothing else texts
         return texts if ids.ndim == 2 else texts[0]
 
+    def quantize(self, mode, **kwargs):
+        """Quantizes the backbone's layers (`keras.Model.quantize`, e.g. "int8"): the task's
+        other layers (the preprocessor's) have no weights."""
+        self.backbone.quantize(mode, **kwargs)
+        self.generate_function = None
+
     def get_config(self):
         return {
             **super().get_config(),

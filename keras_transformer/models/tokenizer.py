@@ -46,6 +46,7 @@ class TransformerTokenizer(keras_hub.tokenizers.Tokenizer):
         self.unk_token_id = UNK_ID
         self.start_token_id = BOS_ID
         self.end_token_id = EOS_ID
+        self.built = True  # no weights: Keras's whole-model tools (quantize...) visit it
 
     def _vocabularies(self) -> Vocabularies:
         if self.vocabularies is None:
