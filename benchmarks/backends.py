@@ -1,7 +1,7 @@
 """The same model trained or decoding on Keras's TensorFlow or JAX backend, on synthetic
-batches: one JSON line in the peer's schema (../shared/bench/README.md), for `compare.py`.
+batches: one JSON line in the peer's schema (`benchmarks.peer`), for `benchmarks.compare`.
 
-    python ../shared/bench/compare.py --repeats 5 \\
+    python -m benchmarks.compare --repeats 5 \\
         --a "env KERAS_BACKEND=jax python -m benchmarks.backends --preset small --mode train" \\
         --b "env KERAS_BACKEND=tensorflow python -m benchmarks.backends --preset small --mode train"
 

@@ -1,8 +1,8 @@
 """Generation speed of a decoder-only language model (`kt.decoding.generate`), with the
 key/value cache or recomputing the whole sequence at every step: one JSON line in the peer's
-schema (../shared/bench/README.md), for `compare.py`.
+schema (`benchmarks.peer`), for `benchmarks.compare`.
 
-    python ../shared/bench/compare.py --repeats 5 \\
+    python -m benchmarks.compare --repeats 5 \\
         --a "python -m benchmarks.generate --batch-size 32 --cache on" \\
         --b "python -m benchmarks.generate --batch-size 32 --cache off"
 

@@ -7,7 +7,7 @@ some tasks), within 8 minutes.
 
 For each implementation (`keras_transformer`, then `keras_hub_peer`: the same encoder-decoder
 made of keras-hub's `TokenAndPositionEmbedding`, `TransformerEncoder` and
-`TransformerDecoder`, as ../shared/bench/peer_keras_hub.py builds it) it trains on synthetic
+`TransformerDecoder`, as benchmarks/peer.py builds it) it trains on synthetic
 token batches (ragged: a quarter of each row padded on average) with `train_on_batch`, under
 the dtype policy given, and prints one JSON line: step time, target tokens a second, the
 device's peak memory, and model FLOPs utilisation against the device's bf16 peak (the dense
@@ -74,40 +74,23 @@ def library_model(config):
 
 
 def peer_model(config, src_len, tgt_len):
-    """The keras-hub peer (../shared/bench/peer_keras_hub.py's `build`) with a backend-neutral
-    masked loss."""
-    import keras_hub
+    """The keras-hub peer (`benchmarks.peer`) at `config`'s sizes, compiled as it trains."""
+    from benchmarks.peer import Peer, masked_loss
 
-    d, h, ff, n, vocab = (
+    peer = Peer(
+        config.target_vocab,
         config.d_model,
         config.num_heads,
         config.d_ff,
         config.num_encoder_layers,
-        config.target_vocab,
+        length=max(src_len, tgt_len) * 2,
     )
-    length = max(src_len, tgt_len) * 2
-    src = keras.Input((None,), dtype="int32", name="source_ids")
-    tgt = keras.Input((None,), dtype="int32", name="target_ids")
-    x = keras_hub.layers.TokenAndPositionEmbedding(vocab, length, d, mask_zero=True)(src)
-    for _ in range(n):
-        x = keras_hub.layers.TransformerEncoder(ff, h, dropout=0.1)(x)
-    y = keras_hub.layers.TokenAndPositionEmbedding(vocab, length, d, mask_zero=True)(tgt)
-    for _ in range(n):
-        y = keras_hub.layers.TransformerDecoder(ff, h, dropout=0.1)(y, x)
-    logits = keras.layers.Dense(vocab)(y)
-    model = keras.Model({"source_ids": src, "target_ids": tgt}, logits)
-
-    def masked_loss(y_true, y_pred):
-        loss = keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
-        mask = keras.ops.cast(keras.ops.not_equal(y_true, 0), loss.dtype)
-        return keras.ops.sum(loss * mask) / keras.ops.maximum(keras.ops.sum(mask), 1.0)
-
-    model.compile(
+    peer.model.compile(
         optimizer=keras.optimizers.Adam(1e-4, beta_2=0.98, epsilon=1e-9),
         loss=masked_loss,
         jit_compile=True,
     )
-    return model
+    return peer.model
 
 
 def peak_tflops(device, override):

@@ -25,7 +25,7 @@ def synthetic_batch(rng: np.random.Generator, vocab: int, b: int, s: int, t: int
 def train_flops_per_token(config, src_len, tgt_len) -> float:
     """The peer's FLOPs count for one trained target token (forward + backward = 3 x forward,
     2 FLOPs a multiply-add; source tokens counted per target token), as
-    ../shared/bench/matmul_peak.py counts them."""
+    `benchmarks.matmul_peak` counts them."""
     d, ff, vocab = config.d_model, config.d_ff, config.target_vocab
     enc = config.num_encoder_layers * (2 * (4 * d**2 + 2 * d * ff) + 4 * src_len * d)
     dec = config.num_decoder_layers * (

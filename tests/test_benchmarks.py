@@ -2,14 +2,15 @@
 each event's own time (no timing is asserted here: figures belong in BENCHMARKS.md)."""
 
 import json
+import sys
 
 import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 import keras_transformer as kt
-from benchmarks import generate, profile, run
+from benchmarks import compare, generate, peer, profile, run
 
-# The fields the shared bench kit's compare.py and README expect of every benchmark.
+# The fields benchmarks.compare reads, which every benchmark prints (benchmarks.peer's schema).
 PEER_FIELDS = {
     "impl",
     "preset",
@@ -145,3 +146,34 @@ def test_the_task_benchmark_compares_both_sides(flags, capsys):
     assert lines[-1] == summary and [line["side"] for line in lines[:-1]] == ["today", "task"]
     assert lines[0]["tokens"] == lines[1]["tokens"] > 0  # the same work on both sides
     assert summary["ratio_task_over_today"] > 0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--mode", "train", "--steps", "2", "--warmup", "1"],
+        ["--mode", "decode", "--steps", "1", "--jit-compile", "off"],
+        ["--mode", "decode", "--steps", "1", "--cache", "off"],
+    ],
+    ids=["train", "decode", "decode-without-cache"],
+)
+def test_the_peer_prints_the_schema_for_the_same_sizes(flags, capsys):
+    record = peer.main(SMALL + flags)
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == record
+    assert PEER_FIELDS <= set(record) and record["impl"] == "keras_hub"
+    assert record["tokens_per_s"] > 0
+    # The same preset as benchmarks.run's: d_model 128, 4 heads, d_ff 512, 2 + 2 layers.
+    assert peer.SIZES["tiny"] == (128, 4, 512, 2)
+
+
+def test_compare_alternates_and_reports_the_ratio_of_medians(tmp_path, capsys):
+    script = tmp_path / "fixed.py"
+    script.write_text("import json, sys\nprint(json.dumps({'tokens_per_s': float(sys.argv[1])}))\n")
+    a, b = f"{sys.executable} {script} 30", f"{sys.executable} {script} 20"
+    summary = compare.main(["--a", a, "--b", b, "--repeats", "2"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["run 1", "run 2"]
+    assert json.loads(lines[-1]) == summary and summary["ratio"] == 1.5
+    assert summary["range_a"] == [30.0, 30.0] and summary["repeats"] == 2
+    with pytest.raises(SystemExit, match="has no 'step_ms_median'"):
+        compare.main(["--a", a, "--b", b, "--field", "step_ms_median"])
