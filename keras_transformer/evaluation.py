@@ -34,8 +34,12 @@ class Translator:
         vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
         decoding: `kt.decoding.DecodingSettings` or None. How to decode; None takes the
             task's settings, or the defaults (the paper's) for a plain model.
-        beam_size, length_penalty, finish_rule, stopping, max_extra_length: each, when given,
-            overrides that setting of `decoding` (see `kt.decoding.DecodingSettings`).
+        beam_size: int or None. When given, overrides that setting of `decoding` (see
+            `kt.decoding.DecodingSettings`), as do the four below.
+        length_penalty: float or None.
+        finish_rule: str or None.
+        stopping: str or None.
+        max_extra_length: int or None.
         batch_size: int. Sentences per batch. Defaults to 64.
 
     Example:

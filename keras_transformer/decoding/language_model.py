@@ -67,6 +67,11 @@ def generate(
 ) -> tuple:
     """Continues each prompt with up to `max_new_tokens` tokens.
 
+    Sampling's settings (`temperature`, `top_k`, `top_p`, `seed`) are `kt.decoding.sample`'s,
+    and beam search's (`beam_size`, `length_penalty`, `finish_rule`, `stopping`,
+    `num_hypotheses`) `kt.decoding.beam_search`'s; a hypothesis that reaches its limit without
+    a stop token ends there, as one that stops.
+
     Args:
         model: a decoder-only language model: a `keras.Model` holding one
             `kt.layers.TransformerEmbedding` and one `kt.layers.Decoder` built without an
@@ -85,10 +90,6 @@ def generate(
             its output); () runs every row to its limit. Defaults to (EOS_ID,) = (3,).
         never_ids: tuple of ints. Tokens never generated, besides the padding id 0 (the
             start or unknown token, say). Defaults to ().
-        temperature, top_k, top_p, seed: sampling's: see `kt.decoding.sample`.
-        beam_size, length_penalty, finish_rule, stopping, num_hypotheses: beam search's:
-            see `kt.decoding.beam_search`. A hypothesis that reaches its limit without a
-            stop token ends there, as one that stops.
         use_cache: bool. False recomputes the whole model at every step (the reference for
             tests and benchmarks). Defaults to True.
 

@@ -58,7 +58,8 @@ def greedy_search(
         max_extra_length: int. Output may have this many more tokens than the input.
             Defaults to 50 (paper 6.1).
         max_length: int or None. A cap on the output length (EOS included). Defaults to None.
-        bos_id, eos_id: ints. Start and end tokens. Default to 2 and 3.
+        bos_id: int. The start token. Defaults to 2.
+        eos_id: int. The end token. Defaults to 3.
         use_cache: bool. False recomputes the whole model on the prefix at every step (the
             reference for tests and benchmarks). Defaults to True.
 
@@ -96,6 +97,9 @@ def sample(
     """Draws each token from softmax(logits / temperature), optionally over the top k only
     or the nucleus (top p) only.
 
+    `model`, `source_ids`, `max_extra_length`, `max_length`, `bos_id` and `eos_id` are as
+    `greedy_search` takes them.
+
     Args:
         temperature: float > 0. Below 1 sharpens, above 1 flattens. Defaults to 1.0.
         top_k: int. Sample among the k most likely tokens; 0 keeps all, 1 is greedy.
@@ -105,7 +109,6 @@ def sample(
             sampling, Holtzman et al., 2020); 1 keeps all. Defaults to 1.0.
         seed: int or None. With a seed the draws are stateless and repeatable (step t uses
             the seed `(seed, t)`); None draws a fresh seed per call. Defaults to None.
-        model, source_ids, max_extra_length, max_length, bos_id, eos_id: see `greedy_search`.
 
     Returns:
         `(ids, scores)` as `greedy_search`; scores are the model's log-probabilities (before
@@ -161,6 +164,9 @@ def beam_search(
     `length_penalty=0` and `finish_rule="fairseq"`, `beam_size=1` is greedy search
     (`"tensor2tensor"` also finishes an EOS ranked second, which may score better).
 
+    `model`, `source_ids`, `max_extra_length`, `max_length`, `bos_id`, `eos_id` and
+    `use_cache` are as `greedy_search` takes them.
+
     Args:
         beam_size: int. Hypotheses kept per sentence, k. Defaults to 4 (paper 6.1).
         length_penalty: float >= 0. alpha; 0 ranks by log-probability alone. Defaults to 0.6
@@ -168,8 +174,6 @@ def beam_search(
         finish_rule: str. Which EOS extensions join the finished set: "tensor2tensor" (every
             one among the 2k best) or "fairseq" (those among the k best). Defaults to
             "tensor2tensor".
-        model, source_ids, max_extra_length, max_length, bos_id, eos_id, use_cache: see
-            `greedy_search`.
         num_hypotheses: int or None. None returns each sentence's best hypothesis; n (1 to
             `beam_size`) returns its n best, and a sentence then stops only when no alive
             hypothesis can beat its n-th best finished one. Defaults to None.

@@ -145,8 +145,10 @@ def export_ctranslate2(
         decoding: `kt.decoding.DecodingSettings` or None: the settings recorded in the
             manifest for translators of the directory (beam size, length penalty, extra
             length). None takes the task's, or the defaults (the paper's).
-        beam_size, length_penalty, max_extra_length: each, when given, overrides that
-            setting of `decoding`.
+        beam_size: int or None. When given, overrides that setting of `decoding`, as do
+            the two below.
+        length_penalty: float or None.
+        max_extra_length: int or None.
         manifest: dict or None. Extra facts for `manifest.json`.
 
     Returns:

@@ -178,8 +178,12 @@ def translation_endpoints(
     Args:
         model: a `keras_transformer.Transformer` or `TransformerSeq2SeqLM`.
         vocabularies: its `keras_transformer.text.Vocabularies`.
-        beam_size, length_penalty, max_extra_length, stopping, finish_rule: the decoding
-            settings baked into the graph (`kt.decoding.DecodingSettings`'s).
+        beam_size: int. The beam size baked into the graph, with the four below
+            (`kt.decoding.DecodingSettings`'s settings).
+        length_penalty: float.
+        max_extra_length: int.
+        stopping: str.
+        finish_rule: str.
 
     Returns:
         A dict name -> (function, input signature: a list of `tf.TensorSpec`).
@@ -381,8 +385,12 @@ def export_saved_model(
         manifest: dict or None. Extra facts (config, metrics...) for `assets.extra/manifest.json`.
         decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph.
             None takes the task's, or the defaults (the paper's) for a `Transformer`.
-        beam_size, length_penalty, max_extra_length, stopping, finish_rule: each, when
-            given, overrides that setting of `decoding`.
+        beam_size: int or None. When given, overrides that setting of `decoding`, as do
+            the four below.
+        length_penalty: float or None.
+        max_extra_length: int or None.
+        stopping: str or None.
+        finish_rule: str or None.
 
     Returns:
         The path of the written version.

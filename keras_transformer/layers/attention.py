@@ -164,9 +164,10 @@ class MultiHeadAttention(keras.layers.Layer):
         """The attention proper, on split heads: eq. (1) with dropout on the weights.
 
         Args:
-            query: `[batch, heads, q_len, d_k]`. key: `[batch, heads, k_len, d_k]`.
-            value: `[batch, heads, k_len, d_v]`. mask: boolean, broadcastable to
-            `[batch, heads, q_len, k_len]`, True = attend.
+            query: `[batch, heads, q_len, d_k]`.
+            key: `[batch, heads, k_len, d_k]`.
+            value: `[batch, heads, k_len, d_v]`.
+            mask: boolean, broadcastable to `[batch, heads, q_len, k_len]`, True = attend.
 
         Returns:
             `(output [batch, heads, q_len, d_v], float32 weights [batch, heads, q_len, k_len])`.
@@ -202,9 +203,11 @@ class MultiHeadAttention(keras.layers.Layer):
         - Encoder-decoder attention (`cache_index` None): the keys and values are the
           cache's, from `compute_cache`; `value` and `key` are not read.
 
+        `query`, `value`, `key`, `padding_mask`, `attention_mask`, `use_causal_mask` and
+        `training` are as in the class docstring; with a cache, masks are over the cached
+        positions.
+
         Args:
-            query, value, key, padding_mask, attention_mask, use_causal_mask, training: see
-                the class docstring; with a cache, masks are over the cached positions.
             cache: `AttentionCache` or None. Defaults to None.
             cache_index: scalar int (tensor) or None: the position of the first query in the
                 self-attention cache. Defaults to None.

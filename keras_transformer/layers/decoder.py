@@ -23,9 +23,11 @@ class DecoderLayer(TransformerBlock):
     encoder-decoder attention: masked self-attention and the feed-forward network only, the
     block of decoder-only language models (GPT).
 
+    The block's settings (`num_heads`, `d_ff`, `dropout`, `attention_dropout`,
+    `activation_dropout`, `activation`, `norm_first`, `layer_norm_epsilon`,
+    `kernel_initializer`) are `TransformerBlock`'s.
+
     Args:
-        num_heads, d_ff, dropout, attention_dropout, activation_dropout, activation,
-            norm_first, layer_norm_epsilon, kernel_initializer: see `TransformerBlock`.
 
     Call arguments:
         inputs: tensor `[batch, tgt_len, d_model]`, the embedded target, shifted right.
@@ -100,10 +102,11 @@ class DecoderLayer(TransformerBlock):
     ) -> LayerOutput:
         """The layer's one forward pass; `call` returns its `outputs`.
 
+        `inputs`, `encoder_output`, `padding_mask`, `encoder_padding_mask` and `training` are as
+        in the class docstring. With a cache, `encoder_output` is not read (its keys and values
+        are in the cache) and may be None.
+
         Args:
-            inputs, encoder_output, padding_mask, encoder_padding_mask, training: see the
-                class docstring. With a cache, `encoder_output` is not read (its keys and
-                values are in the cache) and may be None.
             cache: `DecoderLayerCache` or None: incremental decoding (inference). `inputs`
                 are then the new positions `cache_index .. cache_index + new_len - 1`
                 (usually one), and the outputs at those positions equal those of the full
@@ -229,10 +232,12 @@ class Decoder(TransformerBlock):
     Built without an encoder output, its layers have no encoder-decoder attention (a
     decoder-only language model's stack; see `DecoderLayer`).
 
+    The block's settings (`num_heads`, `d_ff`, `dropout`, `attention_dropout`,
+    `activation_dropout`, `activation`, `norm_first`, `layer_norm_epsilon`,
+    `kernel_initializer`) are `TransformerBlock`'s.
+
     Args:
         num_layers: int. Number of layers N.
-        num_heads, d_ff, dropout, attention_dropout, activation_dropout, activation,
-            norm_first, layer_norm_epsilon, kernel_initializer: see `TransformerBlock`.
 
     Call arguments:
         inputs: tensor `[batch, tgt_len, d_model]`, the embedded target, shifted right.

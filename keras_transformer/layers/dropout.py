@@ -23,8 +23,8 @@ class Dropout(keras.layers.Dropout):
     layer is Keras's dropout exactly; with the speed switch on (`kt.fast`), the draws are its 16-bit
     ones (`kt.fast.dropout`).
 
-    Args:
-        rate, noise_shape, seed, **kwargs: as `keras.layers.Dropout`.
+    Its arguments (`rate`, `noise_shape`, `seed` and the layer's own) are
+    `keras.layers.Dropout`'s.
 
     Example:
     >>> import numpy as np

@@ -15,9 +15,11 @@ class EncoderLayer(TransformerBlock):
     """One encoder layer: self-attention, then a feed-forward network, each wrapped in a
     residual connection, dropout and layer norm (paper 3.1).
 
+    The block's settings (`num_heads`, `d_ff`, `dropout`, `attention_dropout`,
+    `activation_dropout`, `activation`, `norm_first`, `layer_norm_epsilon`,
+    `kernel_initializer`) are `TransformerBlock`'s.
+
     Args:
-        num_heads, d_ff, dropout, attention_dropout, activation_dropout, activation,
-            norm_first, layer_norm_epsilon, kernel_initializer: see `TransformerBlock`.
 
     Call arguments:
         inputs: tensor `[batch, src_len, d_model]`.
@@ -96,10 +98,12 @@ class Encoder(TransformerBlock):
 
     With `norm_first=True` a final LayerNorm closes the stack, as pre-norm models need.
 
+    The block's settings (`num_heads`, `d_ff`, `dropout`, `attention_dropout`,
+    `activation_dropout`, `activation`, `norm_first`, `layer_norm_epsilon`,
+    `kernel_initializer`) are `TransformerBlock`'s.
+
     Args:
         num_layers: int. Number of layers N.
-        num_heads, d_ff, dropout, attention_dropout, activation_dropout, activation,
-            norm_first, layer_norm_epsilon, kernel_initializer: see `TransformerBlock`.
 
     Call arguments:
         inputs: tensor `[batch, src_len, d_model]`, the embedded source.
