@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := runs/demo
 DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 
-.PHONY: demo test test-quick lint format clean
+.PHONY: demo test test-quick docs lint format clean
 
 # uv fills the virtualenv: it fetches and unpacks the wheels in parallel, where pip does one
 # at a time. It writes the bytecode (`--compile-bytecode`) as pip does, because where
@@ -64,6 +64,11 @@ test: $(STAMP) lint
 test-quick:
 	$(MAKE) test PYTEST_SELECT='-m "not slow"'
 
+# The documentation site (docs/, mkdocs.yml) into site/: the guides and the API reference
+# from the docstrings. --strict: a broken link or a docstring mkdocstrings cannot read fails.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -73,4 +78,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site
