@@ -2,8 +2,9 @@
 (tests/fixtures/marian, made once by its make_fixture.py; no torch or transformers here).
 
 Token ids against `MarianTokenizer`, decoded text against its `decode`, teacher-forced
-log-probabilities against `MarianMTModel` to 1e-4, greedy ids against `generate`; the same
-weights from tf_model.h5 and model.safetensors; bad checkpoints refused by name."""
+log-probabilities against `MarianMTModel` to 1e-4, greedy ids against `generate` (up to
+where two tokens tie); the same weights from tf_model.h5 and model.safetensors; bad
+checkpoints refused by name."""
 
 import functools
 import json
@@ -50,6 +51,37 @@ def _imported(name: str):
 def ours(order: list[int]) -> dict[int, int]:
     """Marian id -> our id (Marian's start row is our <s>, not our padding)."""
     return {marian_id: i for i, marian_id in enumerate(order) if i != kt.PAD_ID}
+
+
+TIE = 1e-3  # nats between a step's two best logits
+
+
+@functools.cache
+def first_near_ties(name: str) -> tuple[int | None, ...]:
+    """For each greedy item of checkpoint `name`: the first step of transformers' output at
+    which our model's two best tokens (teacher-forced along that output) are within TIE of
+    each other, or None.
+
+    Our logits and transformers' agree to about 1e-5, not to the last bit, so at such a step
+    either engine may take either token, and which one depends on the CPU's rounding: the
+    fixture holds steps whose two best tokens are 4e-6 apart (shared) and 2e-5 (separate).
+    Greedy outputs are compared up to their first such step."""
+    model, source, target = _imported(name)
+    to_source, to_target = ours(source), ours(target)
+    pad = json.loads((FIXTURES / name / "config.json").read_text())["pad_token_id"]
+    ties = []
+    for item in reference(name)["greedy"]["items"]:
+        pairs = zip(item["input_ids"], item["attention_mask"], strict=True)
+        source_ids = np.array([[to_source[i] for i, keep in pairs if keep]])
+        output = [to_target[i] for i in item["ids"][1:] if i != pad]
+        target_ids = np.array([[kt.text.BOS_ID, *output[:-1]]])
+        logits = model({"source_ids": source_ids, "target_ids": target_ids}, training=False)
+        logits = np.array(logits[0])
+        logits[:, [kt.PAD_ID, kt.text.BOS_ID]] = -np.inf  # never generated
+        best = -np.sort(-logits, axis=1)[:, :2]
+        tied = np.flatnonzero(best[:, 0] - best[:, 1] < TIE)
+        ties.append(int(tied[0]) if tied.size else None)
+    return tuple(ties)
 
 
 @pytest.mark.parametrize("name", CHECKPOINTS)
@@ -156,7 +188,8 @@ def test_teacher_forced_log_probabilities_equal_transformers(name):
 @pytest.mark.parametrize("name", CHECKPOINTS)
 def test_greedy_ids_equal_transformers_generate(name):
     """All sentences in one padded batch (padding never changes a sentence's translation),
-    transformers' limit of 64 positions: 63 tokens after the start, the last forced EOS."""
+    transformers' limit of 64 positions: 63 tokens after the start, the last forced EOS. Each
+    up to its first near tie (`first_near_ties`), where either token may come."""
     model, _, source, target = imported(name)
     to_source = ours(source)
     pad = json.loads((FIXTURES / name / "config.json").read_text())["pad_token_id"]
@@ -175,20 +208,25 @@ def test_greedy_ids_equal_transformers_generate(name):
         lambda s: kt.decoding.greedy_search(model, s, max_extra_length=limit, max_length=limit)
     )
     ids, _ = search(source_ids)
-    for item, row in zip(items, ids.numpy(), strict=True):
+    ties = first_near_ties(name)
+    assert sum(tie is None for tie in ties) >= 20  # most compared whole
+    for item, row, tie in zip(items, ids.numpy(), ties, strict=True):
         got = [target[i] for i in row if i != kt.PAD_ID]
-        assert got == [i for i in item["ids"][1:] if i != pad], item["source"]
+        expected = [i for i in item["ids"][1:] if i != pad]
+        assert got[:tie] == expected[:tie], item["source"]  # tie None: the whole output
 
 
 def test_the_library_translator_gives_text():
     """kt.evaluation.Translator (what trainers.evaluate and the dev BLEU run) returns plain
-    strings for an imported model too: the greedy translations of transformers."""
+    strings for an imported model too: the greedy translations of transformers (those
+    without a near tie, `first_near_ties`)."""
     model, vocabularies, _, _ = imported("shared")
     items = []
-    for item in reference("shared")["greedy"]["items"]:
+    greedy = zip(reference("shared")["greedy"]["items"], first_near_ties("shared"), strict=True)
+    for item, tie in greedy:
         output = item["ids"][1:]  # ended within both engines' length limits
         length = output.index(0) + 1 if 0 in output else len(output)
-        if item["source"] and length < min(63, sum(item["attention_mask"]) + 50):
+        if item["source"] and length < min(63, sum(item["attention_mask"]) + 50) and tie is None:
             items.append(item)
     assert len(items) >= 10
     translator = kt.evaluation.Translator(model, vocabularies, beam_size=1)
