@@ -14,6 +14,37 @@ import numpy as np
 
 WEIGHT_FILES = ("model.safetensors", "tf_model.h5")  # in order of preference
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+# Generation settings whose other values this library's searches do not apply, with the value
+# at which transformers' generate decodes as they do.
+NEUTRAL_GENERATION = {
+    "do_sample": False,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "max_new_tokens": None,
+    "forced_bos_token_id": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "sequence_bias": None,
+    "constraints": None,
+    "force_words_ids": None,
+}
+# The generation settings the import reads (`marian.decoding_defaults`) or names as not applied
+# (`marian.ignored_generation_settings`). Checkpoints converted before transformers wrote
+# generation_config.json (its 3.x and early 4.x) keep them in config.json, where transformers
+# still reads them when that file is absent: so does `read_checkpoint`.
+GENERATION_KEYS = (
+    "num_beams",
+    "length_penalty",
+    "max_length",
+    "bad_words_ids",
+    *NEUTRAL_GENERATION,
+)
 
 
 class MarianError(ValueError):
@@ -27,7 +58,8 @@ class Checkpoint:
     Attributes:
         path: the directory.
         config: config.json.
-        generation: generation_config.json ({} when absent).
+        generation: generation_config.json; when it is absent, the generation settings
+            config.json holds (`GENERATION_KEYS`, as transformers then reads them), or {}.
         weights: name -> array, in transformers' PyTorch names and layouts.
         weights_file: the file they came from.
     """
@@ -37,6 +69,13 @@ class Checkpoint:
     generation: dict
     weights: dict
     weights_file: Path
+
+    @property
+    def generation_source(self) -> str:
+        """The file `generation` comes from: generation_config.json, else config.json."""
+        if (self.path / "generation_config.json").exists():
+            return "generation_config.json"
+        return "config.json"
 
     @property
     def files(self) -> list[Path]:
@@ -73,9 +112,10 @@ def read_checkpoint(path) -> Checkpoint:
             "pytorch_model.bin is not read, to keep torch out: download model.safetensors "
             "or tf_model.h5 too)"
         )
-    generation = {}
     if (path / "generation_config.json").exists():
         generation = read_json(path / "generation_config.json")
+    else:
+        generation = {key: config[key] for key in GENERATION_KEYS if config.get(key) is not None}
     weights = (
         _read_safetensors(weights_file)
         if weights_file.suffix == ".safetensors"

@@ -9,9 +9,12 @@ and the weights, `model.safetensors` or `tf_model.h5`, read without torch.
 
 The architecture is the paper's: post-norm, embeddings scaled by sqrt(d_model), sinusoidal
 positions, tied output projection. What Marian does differently is a general option of
-`TransformerConfig`: the swish activation, the sinusoid laid out as all sines then all
-cosines (`sinusoid_layout="concatenated"`), a bias on the output logits (`output_bias`),
-LayerNorm's epsilon 1e-5, and separate source and target vocabularies.
+`TransformerConfig`: the swish activation (relu in the Tatoeba-Challenge models), the sinusoid
+laid out as all sines then all cosines (`sinusoid_layout="concatenated"`), a bias on the output
+logits (`output_bias`), LayerNorm's epsilon 1e-5, and separate source and target vocabularies.
+Configs written by transformers 3.x carry BART's layout keys (`normalize_before`,
+`extra_pos_embeddings`, `add_bias_logits`, `static_position_embeddings`...): accepted at
+Marian's values, refused by name at any other.
 
 Ids. Marian numbers a vocabulary eos 0, unk 1, its pieces, pad last, and starts the decoder
 with pad. This library uses pad 0, unk 1, bos 2, eos 3 in its masks, data pipeline, decoders
@@ -20,6 +23,12 @@ configurable in every module: our id i is Marian's `order[i]`, with `<pad>` and 
 decoder start) both taken from Marian's start row and the other pieces in Marian's order.
 Marian has one such row and we two, so our `<pad>` row gets an output bias of `EXCLUDED`,
 which takes it out of the softmax: the distribution over the other ids is transformers' own.
+The special pieces may have any ids (tc-big models end sentences with 43311, say). An
+embedding table may have one row more than its vocabulary file has ids (config.json's
+vocab_size, or decoder_vocab_size with separate vocabularies, one larger): transformers keeps
+that row in the softmax, so the import keeps it too, last, as a piece that no text gives and
+that decodes to nothing (`EXTRA_PIECE`). With shared embeddings transformers does not use
+decoder_vocab_size (every table has vocab_size rows), and neither does the import.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import numpy as np
 
 from keras_transformer.config import PAD_ID, TransformerConfig
 from keras_transformer.pretrained.checkpoint import (  # noqa: F401 (read_checkpoint: public)
+    NEUTRAL_GENERATION,
     Checkpoint,
     MarianError,
     read_checkpoint,
@@ -48,6 +58,10 @@ LANGUAGE_TOKEN = ">>.*?<<"
 # the text, and our ids for them: its pad is a real token in an input (its start row, our
 # <s>), never our padding id.
 SPECIAL_TOKENS = {"</s>": EOS_ID, "<unk>": UNK_ID, "<pad>": BOS_ID}
+# The piece of an embedding row beyond the vocabulary file's ids: SentencePiece never yields the
+# empty string, and joined into a text it adds nothing (transformers 4 decodes the row as <unk>,
+# which skip_special_tokens drops).
+EXTRA_PIECE = ""
 # Config values our model computes as transformers' Marian does; any other value is refused,
 # and so is a config.json that leaves out `scale_embedding` (transformers' default, false,
 # is not Marian's layout).
@@ -58,6 +72,7 @@ _EXPECTED = {
     "normalize_embedding": False,
     "add_final_layer_norm": False,
     "static_position_embeddings": True,
+    "add_bias_logits": False,
     "tie_word_embeddings": True,
 }
 # transformers' `MarianConfig` defaults: what a key config.json leaves out means there.
@@ -116,6 +131,7 @@ def transformer_config(config: dict, where: str = "config.json") -> TransformerC
                 f"{where}: {key}={config[key]!r} is not supported (expected {expected!r}): "
                 "the weights would be laid out for another architecture"
             )
+    _check_position_offset(config, where)
 
     def get(key, kind=int):
         return number(config, key, kind, where, _DEFAULTS[key])
@@ -136,18 +152,9 @@ def transformer_config(config: dict, where: str = "config.json") -> TransformerC
             f"{where}: activation_function={activation!r} is not supported "
             f"(supported: {', '.join(sorted(_ACTIVATIONS))})"
         )
-    shared = config.get(
-        "share_encoder_decoder_embeddings", _DEFAULTS["share_encoder_decoder_embeddings"]
-    )
-    if not isinstance(shared, bool):
-        raise MarianError(f"{where}: share_encoder_decoder_embeddings={shared!r} is not a boolean")
-    source_size = get("vocab_size") + 1
-    target_size = number(config, "decoder_vocab_size", int, where, source_size - 1) + 1
-    if shared and source_size != target_size:
-        raise MarianError(
-            f"{where}: share_encoder_decoder_embeddings is true but vocab_size="
-            f"{source_size - 1} != decoder_vocab_size={target_size - 1}"
-        )
+    shared = shared_embeddings(config, where)
+    source_rows, target_rows = table_rows(config, where)
+    source_size, target_size = source_rows + 1, target_rows + 1  # our second start row
     try:
         return TransformerConfig(
             vocab_size=target_size,
@@ -174,11 +181,49 @@ def transformer_config(config: dict, where: str = "config.json") -> TransformerC
         raise MarianError(f"{where}: {error}") from None
 
 
+def _check_position_offset(config: dict, where: str) -> None:
+    """`extra_pos_embeddings`, of the BART-based configs of transformers 3.x, offsets learned
+    position tables, which Marian's sinusoids do not have; accepted at the values Marian
+    configs carry: pad_token_id + 1 (which BartConfig computed for the first conversions) and
+    BartConfig's later default, 2."""
+    if config.get("extra_pos_embeddings") is None:
+        return
+    value = number(config, "extra_pos_embeddings", int, where)
+    pad = number(config, "pad_token_id", int, where, 58100)  # MarianConfig's default
+    if value not in (pad + 1, 2):
+        raise MarianError(
+            f"{where}: extra_pos_embeddings={value} is not supported (expected pad_token_id + 1 "
+            f"= {pad + 1}, or 2, the values Marian's configs carry): it offsets learned "
+            "positions, which Marian does not have"
+        )
+
+
+def shared_embeddings(config: dict, where: str = "config.json") -> bool:
+    """config.json's share_encoder_decoder_embeddings (transformers' default: true)."""
+    shared = config.get(
+        "share_encoder_decoder_embeddings", _DEFAULTS["share_encoder_decoder_embeddings"]
+    )
+    if not isinstance(shared, bool):
+        raise MarianError(f"{where}: share_encoder_decoder_embeddings={shared!r} is not a boolean")
+    return shared
+
+
+def table_rows(config: dict, where: str = "config.json") -> tuple[int, int]:
+    """The rows of the source and target embedding tables, as transformers builds them:
+    vocab_size both when the embeddings are shared (decoder_vocab_size then goes unused),
+    else vocab_size and decoder_vocab_size (which defaults to vocab_size)."""
+    source = number(config, "vocab_size", int, where, _DEFAULTS["vocab_size"])
+    decoder = number(config, "decoder_vocab_size", int, where, source)
+    return source, source if shared_embeddings(config, where) else decoder
+
+
 def vocabulary_order(
-    vocab: dict, config: dict | None = None, where: str = "vocab.json"
+    vocab: dict, config: dict | None = None, where: str = "vocab.json", rows: int | None = None
 ) -> list[int]:
     """`order[i]` is the Marian id of our id i: pad, unk, bos (the decoder start), eos, then
     the other pieces in Marian's order. Marian's start row appears twice (pad and bos).
+    `rows`, the rows of the side's embedding table (`table_rows`), may be one more than the
+    vocabulary's ids: that row, which no piece names, comes last.
 
     The special pieces are the vocabulary's own `<pad>`, `<unk>` and `</s>`, as transformers'
     `MarianTokenizer` reads them (a source vocabulary of its own may place them elsewhere than
@@ -218,13 +263,22 @@ def vocabulary_order(
                 f"{vocab[piece]}; only Marian's own convention (the decoder starts with <pad> "
                 "and ends with </s>) is supported"
             )
-    return [pad, unk, pad, eos] + [i for i in range(size) if i not in {pad, unk, eos}]
+    extra = []
+    if rows is not None and rows != size:
+        if rows != size + 1:
+            raise MarianError(
+                f"{where}: its {size} ids do not fit the {rows} rows config.json gives its "
+                "embedding table (the import takes as many rows as ids, or one more)"
+            )
+        extra = [size]  # the row beyond the vocabulary: no piece, still in the softmax
+    return [pad, unk, pad, eos] + [i for i in range(size) if i not in {pad, unk, eos}] + extra
 
 
 def pieces(vocab: dict, order: list[int]) -> list[str]:
-    """The pieces of our ids, in our order: the special ones under this library's names."""
+    """The pieces of our ids, in our order: the special ones under this library's names, and
+    `EXTRA_PIECE` for a table row beyond the vocabulary."""
     by_id = {int(i): piece for piece, i in vocab.items()}
-    return [*SPECIAL_PIECES, *(by_id[i] for i in order[len(SPECIAL_PIECES) :])]
+    return [*SPECIAL_PIECES, *(by_id.get(i, EXTRA_PIECE) for i in order[len(SPECIAL_PIECES) :])]
 
 
 def load_vocabularies(directory):
@@ -241,14 +295,20 @@ def _vocabularies(directory: Path):
     from keras_transformer.text import Vocabularies
 
     config = read_json(directory / "config.json") if (directory / "config.json").exists() else {}
+    rows = table_rows(config, str(directory / "config.json")) if config else (None, None)
     target_file = directory / "target_vocab.json"
     sides = []
-    for spm, file, side_config in (
-        ("source.spm", directory / "vocab.json", None),
-        ("target.spm", target_file if target_file.exists() else directory / "vocab.json", config),
+    for spm, file, side_config, side_rows in (
+        ("source.spm", directory / "vocab.json", None, rows[0]),
+        (
+            "target.spm",
+            target_file if target_file.exists() else directory / "vocab.json",
+            config,
+            rows[1],
+        ),
     ):
         vocab = read_json(file)
-        order = vocabulary_order(vocab, side_config, str(file))
+        order = vocabulary_order(vocab, side_config, str(file), side_rows)
         proto = _sentencepiece_model(directory / spm)
         try:
             tokenizer = PieceVocabularyTokenizer(
@@ -304,34 +364,12 @@ def decoding_defaults(generation: dict, where: str = "generation_config.json") -
     return defaults
 
 
-# generation_config.json settings whose other values this library's searches do not apply,
-# with the value at which transformers' generate decodes as they do.
-_NEUTRAL_GENERATION = {
-    "do_sample": False,
-    "num_beam_groups": 1,
-    "diversity_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "encoder_repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "max_new_tokens": None,
-    "forced_bos_token_id": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "sequence_bias": None,
-    "constraints": None,
-    "force_words_ids": None,
-}
-
-
 def ignored_generation_settings(generation: dict, target_pad: int | None = None) -> list[str]:
     """The settings of generation_config.json that this library's decoding does not apply,
-    as "key=value": those above, and `bad_words_ids` beyond Marian's pad (which it never
-    generates, as the import's output bias has it)."""
+    as "key=value": those of `NEUTRAL_GENERATION` at other values, and `bad_words_ids` beyond
+    Marian's pad (which it never generates, as the import's output bias has it)."""
     ignored = []
-    for key, neutral in _NEUTRAL_GENERATION.items():
+    for key, neutral in NEUTRAL_GENERATION.items():
         value = generation.get(key)
         if value is not None and value != neutral and value not in ([], {}):
             ignored.append(f"{key}={value!r}")
@@ -341,14 +379,72 @@ def ignored_generation_settings(generation: dict, target_pad: int | None = None)
     return ignored
 
 
+def import_notes(checkpoint: Checkpoint) -> list[str]:
+    """What the import decides where the checkpoint leaves it open, a sentence each, for an
+    importer to print and record: the decoding defaults of this library that apply where the
+    generation settings are null or absent, generation settings read from config.json, a
+    decoder_vocab_size that transformers does not use, a table row that no piece names."""
+    from keras_transformer.decoding import DecodingSettings
+
+    notes = []
+    config, generation = checkpoint.config, checkpoint.generation
+    source = checkpoint.generation_source
+    if source == "config.json" and generation:
+        settings = ", ".join(f"{key}={value!r}" for key, value in generation.items())
+        notes.append(
+            f"no generation_config.json: config.json's generation settings apply, as "
+            f"transformers reads them ({settings})"
+        )
+    defaults = DecodingSettings()
+    state = {True: "is null", False: "is not set"}
+    if generation.get("num_beams") is None:
+        notes.append(
+            f"{source}: num_beams {state['num_beams' in generation]}; this library's default "
+            f"beam size, {defaults.beam_size}, applies"
+        )
+    if generation.get("max_length") is None:
+        notes.append(
+            f"{source}: max_length {state['max_length' in generation]}; this library's default "
+            f"length limit applies (the source's length + {defaults.max_extra_length} tokens, "
+            "within the model's positions)"
+        )
+    where = "config.json"
+    if shared_embeddings(config, where) and config.get("decoder_vocab_size") is not None:
+        rows = table_rows(config, where)[0]
+        if number(config, "decoder_vocab_size", int, where) != rows:
+            notes.append(
+                f"config.json: decoder_vocab_size={config['decoder_vocab_size']} is not used: "
+                f"with shared embeddings transformers gives every table vocab_size={rows} rows, "
+                "and so does the import"
+            )
+    target = checkpoint.path / "target_vocab.json"
+    sides = [("source", checkpoint.path / "vocab.json"), ("target", target)]
+    if not target.exists():  # one vocabulary, one note
+        sides = [("shared", checkpoint.path / "vocab.json"), ("shared", None)]
+    for (side, file), rows in zip(sides, table_rows(config, where), strict=True):
+        size = len(read_json(file)) if file else rows
+        if rows == size + 1:
+            notes.append(
+                f"{file.name}: the {side} embedding table has a row beyond its {size} ids "
+                f"(id {size}); kept, as transformers keeps it in the softmax, as an id that no "
+                "text gives and that decodes to nothing"
+            )
+    return notes
+
+
 def load_marian(path):
     """A Marian checkpoint directory (or the `Checkpoint` that `read_checkpoint` made of it)
     as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its weights (in our
     ids, see the module doc) and its tokenizers.
 
     Example:
-    >>> # model, vocabularies = load_marian("opus-mt-en-es")
-    >>> # model.fit(...) fine-tunes it; kt.export.export_saved_model serves it.
+    Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand (the
+    Hugging Face model directory of `Helsinki-NLP/opus-mt-en-es`, here).
+
+    >>> from keras_transformer.pretrained import load_marian
+    >>> model, vocabularies = load_marian("opus-mt-en-es")  # doctest: +SKIP
+
+    `model.fit(...)` fine-tunes it; `kt.export.export_saved_model` serves it.
     """
     from keras_transformer.model import build_transformer
 
