@@ -28,7 +28,13 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks.synthetic import PRESET_VOCAB, peer_record, synthetic_batch, timed  # noqa: E402
+from benchmarks.synthetic import (  # noqa: E402
+    PRESET_VOCAB,
+    add_peer_flags,
+    peer_record,
+    synthetic_batch,
+    timed,
+)
 
 SIZES = {  # d_model, heads, d_ff, layers (encoder = decoder): the project's presets
     "tiny": (128, 4, 512, 2),
@@ -141,15 +147,7 @@ def greedy_decoder(peer: Peer, steps: int, cache: bool, jit_compile: bool):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="tiny", choices=sorted(SIZES))
-    parser.add_argument("--mode", default="train", choices=["train", "decode"])
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--src-len", type=int, default=32)
-    parser.add_argument("--tgt-len", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--jit-compile", default="on", choices=["on", "off"])
-    parser.add_argument("--cache", default="on", choices=["on", "off"])
+    add_peer_flags(parser, SIZES, ["train", "decode"])
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 

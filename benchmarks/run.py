@@ -38,7 +38,7 @@ import tensorflow as tf  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
 from benchmarks import synthetic  # noqa: E402
-from benchmarks.synthetic import PRESET_VOCAB, train_flops_per_token  # noqa: E402
+from benchmarks.synthetic import PRESET_VOCAB, add_peer_flags, train_flops_per_token  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -224,15 +224,7 @@ def bench_serve(args, result):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESET_VOCAB))
-    parser.add_argument("--mode", default="train", choices=["train", "decode", "pipeline", "serve"])
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--src-len", type=int, default=32)
-    parser.add_argument("--tgt-len", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--jit-compile", default="on", choices=["on", "off"])
-    parser.add_argument("--cache", default="on", choices=["on", "off"])
+    add_peer_flags(parser, PRESET_VOCAB, ["train", "decode", "pipeline", "serve"])
     parser.add_argument("--beam-size", type=int, default=1)
     parser.add_argument(
         "--shards",

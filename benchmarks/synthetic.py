@@ -11,6 +11,20 @@ import numpy as np
 PRESET_VOCAB = {"tiny": 8000, "small": 16000, "base": 37000, "big": 37000}  # the peer's sizes
 
 
+def add_peer_flags(parser, presets, modes) -> None:
+    """The flags every benchmark in the peer's schema takes (`benchmarks.peer`'s), so that
+    `benchmarks.compare` can run two of them with the same ones."""
+    parser.add_argument("--preset", default="tiny", choices=sorted(presets))
+    parser.add_argument("--mode", default="train", choices=list(modes))
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--src-len", type=int, default=32)
+    parser.add_argument("--tgt-len", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--jit-compile", default="on", choices=["on", "off"])
+    parser.add_argument("--cache", default="on", choices=["on", "off"])
+
+
 def synthetic_batch(rng: np.random.Generator, vocab: int, b: int, s: int, t: int):
     """The peer's batches: random ids, each row padded from a random point in its second
     half. Returns `({"source_ids", "target_ids"}, labels)`, int32."""
