@@ -47,7 +47,11 @@ def check_backend(backend: str | None = None) -> None:
             (`keras.config.backend()`).
 
     Example:
+    >>> from keras_transformer.backends import check_backend
     >>> check_backend("jax")
+    >>> check_backend("torch")
+    Traceback (most recent call last):
+    ImportError: keras_transformer runs on Keras's tensorflow and jax backends, ...
     """
     backend = keras.config.backend() if backend is None else backend
     if backend not in SUPPORTED_BACKENDS:
@@ -63,7 +67,10 @@ def require_tensorflow(feature: str) -> None:
     """Raises ImportError naming `feature` unless Keras runs on TensorFlow.
 
     Example:
-    >>> require_tensorflow("kt.data") if BACKEND == "tensorflow" else None
+    >>> import keras
+    >>> from keras_transformer.backends import require_tensorflow
+    >>> if keras.config.backend() == "tensorflow":
+    ...     require_tensorflow("kt.data")  # on JAX: ImportError, "kt.data needs Keras's ..."
     """
     if BACKEND != "tensorflow":
         raise ImportError(
@@ -80,7 +87,8 @@ def require_tensorflow_package(feature: str) -> None:
     backend, as keras-hub's does.
 
     Example:
-    >>> require_tensorflow_package("kt.models")
+    >>> from keras_transformer.backends import require_tensorflow_package
+    >>> require_tensorflow_package("kt.models")  # nothing: tensorflow-text is installed
     """
     try:
         import tensorflow  # noqa: F401
@@ -217,7 +225,8 @@ elif BACKEND == "jax":
         model's variables are arguments of the program, read through a
         `keras.StatelessScope`, so the program always uses their current values: training
         between two calls is seen. `seed` (sampling's) is an argument too, drawn here when
-        None. Inside a trace (`jax.jit` around a search) the search runs as it is.
+        None, and so is `target_prefix` (ids, not a setting: a program serves every prefix
+        of a shape). Inside a trace (`jax.jit` around a search) the search runs as it is.
         """
 
         uses_seed = "seed" in inspect.signature(search).parameters
@@ -232,21 +241,25 @@ elif BACKEND == "jax":
             seed = settings.pop("seed", None)
             if uses_seed and "seed" in settings_given and seed is None:
                 seed = random_seed()
+            prefix = settings.pop("target_prefix", None)
+            if prefix is not None:
+                prefix = ops.convert_to_tensor(prefix)
             key = (search, tuple(sorted(settings.items())))
             programs = _COMPILED.setdefault(model, {})
             if key not in programs:
                 variables = list(model.variables)
 
-                def program(values, source_ids, seed):
+                def program(values, source_ids, seed, prefix):
                     mapping = list(zip(variables, values, strict=True))
+                    given = {} if prefix is None else {"target_prefix": prefix}
                     with keras.StatelessScope(state_mapping=mapping):
                         if uses_seed:
-                            return search(model, source_ids, seed=seed, **settings)
-                        return search(model, source_ids, **settings)
+                            return search(model, source_ids, seed=seed, **settings, **given)
+                        return search(model, source_ids, **settings, **given)
 
                 programs[key] = (variables, jax.jit(program))
             variables, program = programs[key]
             values = [variable.value for variable in variables]
-            return program(values, ops.convert_to_tensor(source_ids), seed)
+            return program(values, ops.convert_to_tensor(source_ids), seed, prefix)
 
         return run

@@ -16,6 +16,7 @@ PAD_ID = 0
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")
+SINUSOID_FREQUENCIES = ("paper", "fairseq")
 
 # Overrides of the defaults (the paper's base model) for each preset.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -81,6 +82,14 @@ class TransformerConfig:
             paper's, PE(pos, 2i) = sin and PE(pos, 2i + 1) = cos) or "concatenated" (all sines
             then all cosines, same frequencies, as Marian and tensor2tensor lay them out).
             Defaults to "interleaved".
+        sinusoid_frequencies: str. The sinusoid's d_model / 2 frequencies: "paper" (section
+            3.5, 1 / 10000^(2i / d_model)) or "fairseq" (1 / 10000^(i / (d_model / 2 - 1)),
+            so that the last is exactly 1 / 10000: tensor2tensor's `get_timing_signal_1d`,
+            fairseq's and M2M100's, NLLB-200's). Defaults to "paper".
+        position_offset: int >= 0. The position of a sequence's first token, in the sinusoid
+            or the learned table (which then has `max_length + position_offset` rows): 0 in
+            the paper; fairseq's models (M2M100, NLLB-200) count from their padding id + 1, 2.
+            Defaults to 0.
         output_bias: bool. A bias added to the output logits (Marian's `final_logits_bias`);
             the paper's projection has none. Defaults to False.
         layer_norm_epsilon: float. Epsilon of every LayerNorm. Defaults to 1e-6.
@@ -88,6 +97,7 @@ class TransformerConfig:
             "mixed_bfloat16"; None uses Keras's global policy. Defaults to None.
 
     Example:
+    >>> from keras_transformer import TransformerConfig
     >>> config = TransformerConfig.preset("tiny", vocab_size=1000)
     >>> config.d_model, config.num_heads
     (128, 4)
@@ -110,6 +120,8 @@ class TransformerConfig:
     activation: str = "relu"
     positional: str = "sinusoidal"
     sinusoid_layout: str = "interleaved"
+    sinusoid_frequencies: str = "paper"
+    position_offset: int = 0
     output_bias: bool = False
     layer_norm_epsilon: float = 1e-6
     dtype: str | None = None
@@ -146,6 +158,12 @@ class TransformerConfig:
             raise ValueError(
                 f"sinusoid_layout={self.sinusoid_layout!r} must be one of {SINUSOID_LAYOUTS}"
             )
+        if self.sinusoid_frequencies not in SINUSOID_FREQUENCIES:
+            raise ValueError(
+                f"sinusoid_frequencies={self.sinusoid_frequencies!r} must be one of "
+                f"{SINUSOID_FREQUENCIES}"
+            )
+        _check_int("position_offset", self.position_offset, minimum=0)
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"d_model={self.d_model} must be even for sinusoidal positions")
         if not isinstance(self.activation, str):
@@ -205,7 +223,8 @@ class TransformerConfig:
         )
         embeddings = 1 if self.share_embeddings else 2
         tables = self.target_vocab * d + (0 if self.share_embeddings else self.source_vocab * d)
-        positions = embeddings * self.max_length * d if self.positional == "learned" else 0
+        rows = self.max_length + self.position_offset
+        positions = embeddings * rows * d if self.positional == "learned" else 0
         bias = self.target_vocab if self.output_bias else 0
         return stacks + tables + positions + bias
 

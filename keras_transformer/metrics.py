@@ -23,6 +23,7 @@ class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.metrics import MaskedAccuracy
     >>> metric = MaskedAccuracy()
     >>> metric.update_state(np.array([[1, 2, 0]]), np.eye(3)[None, [1, 0, 0]])
     >>> float(metric.result())  # 1 of the 2 real tokens; the padding is not counted
@@ -62,6 +63,7 @@ class Perplexity(keras.metrics.Metric):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.metrics import Perplexity
     >>> metric = Perplexity()
     >>> metric.update_state(np.array([[1, 0]]), np.zeros((1, 2, 4), "float32"))
     >>> round(float(metric.result()), 4)  # uniform over 4 tokens
@@ -137,9 +139,10 @@ class TokenCount(keras.metrics.Sum):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.metrics import TokenCount
     >>> metric = TokenCount()
     >>> metric.update_state(np.array([[5, 6, 0]]), np.zeros((1, 3, 9)))
-    >>> float(metric.result())
+    >>> float(metric.result())  # the real target tokens: padding is not counted
     2.0
     """
 

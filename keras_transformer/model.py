@@ -134,12 +134,14 @@ class Transformer(TokenLossTraining, workarounds.MultiWorkerFit, keras.Model):
         **kwargs: other `keras.Model` arguments (`name`...).
 
     Example:
+    >>> import keras
     >>> import numpy as np
+    >>> from keras_transformer import Transformer, TransformerConfig
     >>> model = Transformer(TransformerConfig.preset("tiny", vocab_size=100))
     >>> logits = model({"source_ids": np.array([[5, 6, 7, 0]]),
     ...                 "target_ids": np.array([[2, 9, 0]])})
-    >>> logits.shape, logits.dtype
-    (TensorShape([1, 3, 100]), tf.float32)
+    >>> tuple(logits.shape), keras.ops.dtype(logits)  # (batch, tgt_len, target_vocab)
+    ((1, 3, 100), 'float32')
     """
 
     def __init__(self, config: TransformerConfig | dict, dtype=None, **kwargs):
@@ -203,6 +205,8 @@ def build_network(config: TransformerConfig, dtype=None) -> Network:
             max_length=config.max_length,
             positional=config.positional,
             sinusoid_layout=config.sinusoid_layout,
+            sinusoid_frequencies=config.sinusoid_frequencies,
+            position_offset=config.position_offset,
             output_bias=output_bias,
             dropout=config.dropout,
             dtype=dtype,
@@ -261,8 +265,9 @@ def build_transformer(config: TransformerConfig) -> Transformer:
     """Builds the Transformer described by `config` (a functional-API `keras.Model`).
 
     Example:
-    >>> model = build_transformer(TransformerConfig.preset("base"))
-    >>> round(model.count_params() / 1e6)
+    >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> model = build_transformer(TransformerConfig.preset("base"))  # the paper's base model
+    >>> round(model.count_params() / 1e6)  # millions, with 37,000 shared pieces
     63
     """
     if not isinstance(config, TransformerConfig):

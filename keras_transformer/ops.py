@@ -41,9 +41,10 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
 
     Example:
     >>> import numpy as np
-    >>> q = k = v = np.ones((1, 1, 2, 4), "float32")
+    >>> from keras_transformer.ops import scaled_dot_product_attention
+    >>> q = k = v = np.ones((1, 1, 2, 4), "float32")  # (batch, heads, len, depth)
     >>> out, w = scaled_dot_product_attention(q, k, v, mask=np.array([True, False]))
-    >>> np.asarray(w)[0, 0].tolist()
+    >>> np.asarray(w)[0, 0].tolist()  # the masked second key gets no weight
     [[1.0, 0.0], [1.0, 0.0]]
     """
     depth = query.shape[-1]

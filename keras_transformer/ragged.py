@@ -21,6 +21,8 @@ def concat_rows(first: tf.RaggedTensor, second: tf.RaggedTensor) -> tf.RaggedTen
     for two ragged `[rows, (len)]` tensors of the same dtype and number of rows.
 
     Example:
+    >>> import tensorflow as tf
+    >>> from keras_transformer.ragged import concat_rows
     >>> a = tf.ragged.constant([[1, 2], [3], []])
     >>> b = tf.ragged.constant([[9], [], [8, 7]])
     >>> concat_rows(a, b).to_list()

@@ -80,3 +80,27 @@ def test_unknown_preset_and_fields():
         TransformerConfig.preset("huge")
     with pytest.raises(ValueError, match=r"unknown TransformerConfig field\(s\) \['d_modle'\]"):
         TransformerConfig.preset("tiny", d_modle=3)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(sinusoid_frequencies="t2t"), "sinusoid_frequencies='t2t' must be one of"),
+        (dict(position_offset=-1), "position_offset=-1 must be >= 0"),
+        (dict(position_offset=2.0), "position_offset=2.0 must be an integer"),
+    ],
+)
+def test_the_fairseq_position_options_are_checked(fields, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig(**fields)
+
+
+def test_the_fairseq_position_options_default_to_the_papers():
+    config = TransformerConfig()
+    assert (config.sinusoid_frequencies, config.position_offset) == ("paper", 0)
+    learned = TransformerConfig.preset(
+        "tiny", vocab_size=50, positional="learned", position_offset=2
+    )
+    from keras_transformer import build_transformer
+
+    assert learned.parameter_count() == build_transformer(learned).count_params()

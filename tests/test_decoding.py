@@ -699,3 +699,54 @@ def test_int8_model_translates_within_half_a_bleu_point(reversal_model):
     )
     assert float_bleu > 80  # the fixture has learned the task
     assert abs(float_bleu - int8_bleu) <= 0.5, (float_bleu, int8_bleu)
+
+
+PREFIX = np.array([[11, 12], [13, 0], [0, 0]])  # two tokens, one, none
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample", "uncached"])
+def test_a_target_prefix_is_forced_first_and_not_scored(random_model, search):
+    """Each row's prefix (0: none) comes first, then the search goes on from it as a decoder
+    fed the prefix would: every search equals its teacher-forced continuation, and a forced
+    token's log-probability is not in the score (transformers' forced_bos_token_id)."""
+    run = {
+        "greedy": lambda **k: greedy_search(random_model, RANDOM_SOURCE, **k),
+        "beam": lambda **k: beam_search(
+            random_model, RANDOM_SOURCE, beam_size=1, length_penalty=0.0, finish_rule="fairseq", **k
+        ),
+        "sample": lambda **k: sample(random_model, RANDOM_SOURCE, top_k=1, seed=3, **k),
+        "uncached": lambda **k: greedy_search(random_model, RANDOM_SOURCE, use_cache=False, **k),
+    }[search]
+    ids, scores = run(max_extra_length=5, target_prefix=PREFIX)
+    ids, scores = ids.numpy(), scores.numpy()
+    assert ids[0, :2].tolist() == [11, 12] and ids[1, 0] == 13
+    np.testing.assert_array_equal(ids[2], run(max_extra_length=5)[0].numpy()[2])  # no prefix
+    for row, prefix in enumerate(PREFIX):
+        forced = [int(t) for t in prefix if t]
+        output = [int(t) for t in ids[row] if t]
+        target = np.array([[BOS, *output[:-1]]])
+        logits = random_model(
+            {"source_ids": RANDOM_SOURCE[row : row + 1], "target_ids": target}, training=False
+        )
+        log_probs = tf.nn.log_softmax(logits)[0].numpy()
+        steps = range(len(forced), len(output))
+        expected = sum(log_probs[t, output[t]] for t in steps)
+        np.testing.assert_allclose(scores[row], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_target_prefix_for_every_row_under_xla(random_model):
+    """One prefix `[prefix_len]` for all rows, traced once for any batch and prefix width, and
+    compiled by XLA: as eagerly; an empty prefix changes nothing."""
+    search = tf.function(
+        lambda source, prefix: beam_search(random_model, source, beam_size=2, target_prefix=prefix),
+        jit_compile=True,
+    )
+    ids, scores = search(tf.constant(RANDOM_SOURCE, tf.int32), tf.constant([9], tf.int32))
+    eager, eager_scores = beam_search(random_model, RANDOM_SOURCE, beam_size=2, target_prefix=[9])
+    np.testing.assert_array_equal(ids, eager)
+    np.testing.assert_allclose(scores, eager_scores, atol=1e-5)
+    assert (ids.numpy()[:, 0] == 9).all()
+    empty, _ = greedy_search(random_model, RANDOM_SOURCE, target_prefix=np.zeros((3, 0), "int32"))
+    np.testing.assert_array_equal(empty, greedy_search(random_model, RANDOM_SOURCE)[0])
+    with pytest.raises(ValueError, match="target_prefix must be"):
+        greedy_search(random_model, RANDOM_SOURCE, target_prefix=np.zeros((3, 1, 1), "int32"))

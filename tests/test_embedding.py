@@ -214,3 +214,41 @@ def test_reverse_trains_the_table_under_xla_as_eagerly(tie_weights):
     for value, reference in zip(compiled, eager, strict=True):
         if reference is not None:
             np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_fairseq_frequencies_are_m2m100s_sinusoid():
+    """`frequencies="fairseq"`: the i-th of d/2 frequencies is 10000^(-i / (d/2 - 1)), as
+    transformers' M2M100SinusoidalPositionalEmbedding (fairseq's) computes them, laid out
+    sines then cosines; the paper's layouts and frequencies are unchanged by default."""
+    length, d = 30, 16
+    half = d // 2
+    frequencies = np.exp(np.arange(half) * -(np.log(10000) / (half - 1)))
+    angles = np.arange(length)[:, None] * frequencies[None]
+    fairseq = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+    layer = layers.SinusoidalPositionEncoding(layout="concatenated", frequencies="fairseq")
+    np.testing.assert_allclose(layer(np.zeros((1, length, d), "float32"))[0], fairseq, atol=1e-5)
+    assert layers.SinusoidalPositionEncoding().get_config()["frequencies"] == "paper"
+    with pytest.raises(ValueError, match="frequencies='t2t' must be one of"):
+        layers.SinusoidalPositionEncoding(frequencies="t2t")
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_a_position_offset_starts_the_positions_later(positional):
+    """`position_offset=2` (M2M100's: its padding id + 1): token t is at position t + 2, in
+    full and step by step; a learned table has max_length + 2 rows."""
+    plain = layers.TransformerEmbedding(20, 8, max_length=12, positional=positional)
+    offset = layers.TransformerEmbedding(
+        20, 8, max_length=10, positional=positional, position_offset=2
+    )
+    offset = layers.TransformerEmbedding.from_config(offset.get_config())  # round trip
+    plain.build()
+    offset.build()
+    if positional == "learned":
+        assert offset.position_embedding.input_dim == 12
+        offset.position_embedding.embeddings.assign(plain.position_embedding.embeddings)
+    x = np.zeros((1, 10, 8), "float32")
+    full = np.reshape(offset.positions(x), (10, 8))  # ([1,] len, d_model)
+    np.testing.assert_allclose(full, np.reshape(plain.positions(np.zeros((1, 12, 8))), (12, 8))[2:])
+    step = offset.positions(x[:, :1], start_index=tf.constant(7))
+    np.testing.assert_allclose(np.reshape(step, (8,)), full[7], atol=1e-6)
+    assert offset.get_config()["position_offset"] == 2

@@ -1,9 +1,11 @@
-"""README's "Using the library" walkthroughs run as written, each in a fresh process from a
-folder that has the bundled corpus: the task's (load, generate, fit, save_to_preset, export;
-on fewer dev pairs, the only edit, from a small preset the test writes where `make demo`
-writes its model), and the model from its parts (with a vocabulary learned on fewer pairs,
-fewer steps, dev batches and dev sentences and no XLA, the only edits, so that it takes
-seconds rather than minutes)."""
+"""The walkthroughs of "Using the library" (the README shows the task's, the guides hold
+both) run as written, each in a fresh process from a folder that has the bundled corpus: the
+task's
+(docs/guides/task.md: load, generate, fit, save_to_preset, export; on fewer dev pairs, the
+only edit, from a small preset the test writes where `make demo` writes its model), and the
+model from its parts (docs/guides/model.md: with a vocabulary learned on fewer pairs, fewer
+steps, dev batches and dev sentences and no XLA, the only edits, so that it takes seconds
+rather than minutes). The guides' other Python blocks: tests/test_docs.py."""
 
 import os
 import re
@@ -35,10 +37,14 @@ TASK_QUICKER = {  # text in the block -> the test's: 64 dev pairs to fine-tune o
 }
 
 
-def walkthrough(heading: str = "### The model from its parts") -> str:
-    """The first Python block under `heading` in README.md."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index(heading) :]
+TASK = ("docs/guides/task.md", "# The task")  # (page, heading): where each walkthrough is
+MODEL = ("docs/guides/model.md", "## The model from its parts")
+
+
+def walkthrough(page: str, heading: str) -> str:
+    """The first Python block under `heading` in `page` (a path from the repository's root)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    section = text[text.index(heading) :]
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
@@ -61,9 +67,9 @@ def test_the_task_walkthrough_runs_as_written(tmp_path):
     import keras_transformer as kt
     from tests import bible
 
-    code = walkthrough("## Using the library")
+    code = walkthrough(*TASK)
     for text, quicker in TASK_QUICKER.items():
-        assert text in code, text  # the README still says what the test shortens
+        assert text in code, text  # the guide still says what the test shortens
         code = code.replace(text, quicker)
     # Where `make demo` writes its model: a small one, as trainers.train writes it.
     vocabularies = bible.vocabularies()
@@ -85,10 +91,10 @@ def test_the_task_walkthrough_runs_as_written(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_using_the_library_walkthrough_runs(tmp_path):
-    code = walkthrough()
+def test_the_model_from_its_parts_walkthrough_runs(tmp_path):
+    code = walkthrough(*MODEL)
     for text, quicker in QUICKER.items():
-        assert text in code, text  # the README still says what the test shortens
+        assert text in code, text  # the guide still says what the test shortens
         code = code.replace(text, quicker)
     result = run_walkthrough(code, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -96,3 +102,16 @@ def test_the_using_the_library_walkthrough_runs(tmp_path):
     assert translations.startswith("['") and translations.endswith("']")
     assert "'bleu':" in scores and "'chrf':" in scores
     assert (tmp_path / "model.keras").exists() and (tmp_path / "vocab").is_dir()
+
+
+def test_the_readmes_task_example_is_the_guides_walkthrough():
+    """README.md shows the task walkthrough that the guide holds and the test above runs."""
+    assert walkthrough("README.md", "## Using the library") == walkthrough(*TASK)
+
+
+def test_the_readmes_layer_example_runs(tmp_path):
+    """README.md's "One layer in your own model": a classifier on the library's encoder."""
+    code = walkthrough("README.md", "**One layer in your own model.**")
+    result = run_walkthrough(code + "\nprint(classifier.output.shape)\n", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "(None, 2)"

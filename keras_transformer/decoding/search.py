@@ -18,6 +18,12 @@ ends with EOS there. Returned ids are `[batch, out_len]` without the leading BOS
 after EOS, with `out_len = min(src_len + max_extra_length, max_length, config.max_length)` for
 the padded source width `src_len` (a width known from shapes alone, as XLA needs). The padding
 id 0 is never generated. Decoding stops once every sentence has finished.
+
+Target prefix: every search takes `target_prefix`, ids forced as the first output tokens
+(after BOS), as CTranslate2's `target_prefix` and transformers' `forced_bos_token_id` force
+them: NLLB-200's target language code, or the start of a translation to complete. A forced
+token is not the model's choice, so its log-probability is not counted in the score (as
+transformers counts it); it is part of the returned ids and of the output length.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ def greedy_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     use_cache: bool = True,
+    target_prefix=None,
 ) -> tuple:
     """Decodes the most likely token at each step.
 
@@ -62,22 +69,30 @@ def greedy_search(
         eos_id: int. The end token. Defaults to 3.
         use_cache: bool. False recomputes the whole model on the prefix at every step (the
             reference for tests and benchmarks). Defaults to True.
+        target_prefix: int `[batch, prefix_len]` (0: no token forced at that step, as in a
+            shorter row's padding), `[prefix_len]` (one prefix for every row), or None.
+            Tokens forced as the first outputs (see the module doc). Defaults to None.
 
     Returns:
         `(ids int32 [batch, out_len], scores float32 [batch])`: ids end with EOS, then 0s;
         a score is the sum of its tokens' log-probabilities, EOS included.
 
     Example:
+    >>> import keras
     >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> from keras_transformer.decoding import greedy_search
     >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
     >>> ids, scores = greedy_search(model, [[5, 6, 7, 0]], max_extra_length=3)
-    >>> ids.shape, ids.dtype, scores.shape  # out_len = src_len + max_extra_length
-    (TensorShape([1, 7]), tf.int32, TensorShape([1]))
+    >>> tuple(ids.shape), keras.ops.dtype(ids), tuple(scores.shape)  # out_len = 4 + 3
+    ((1, 7), 'int32', (1,))
     """
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     step, cache = _decoder(model, source_ids, 1, max_len, use_cache)
     start = _start_ids(_batch_size(source_ids), max_len, bos_id)
-    return _single_path(step, cache, limits, start, greedy_choice, **_translation(bos_id, eos_id))
+    prefix = _target_prefix(target_prefix, _batch_size(source_ids))
+    return _single_path(
+        step, cache, limits, start, greedy_choice, prefix=prefix, **_translation(bos_id, eos_id)
+    )
 
 
 @backends.compiled_search
@@ -93,12 +108,13 @@ def sample(
     max_length: int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    target_prefix=None,
 ) -> tuple:
     """Draws each token from softmax(logits / temperature), optionally over the top k only
     or the nucleus (top p) only.
 
-    `model`, `source_ids`, `max_extra_length`, `max_length`, `bos_id` and `eos_id` are as
-    `greedy_search` takes them.
+    `model`, `source_ids`, `max_extra_length`, `max_length`, `bos_id`, `eos_id` and
+    `target_prefix` are as `greedy_search` takes them.
 
     Args:
         temperature: float > 0. Below 1 sharpens, above 1 flattens. Defaults to 1.0.
@@ -115,17 +131,23 @@ def sample(
         temperature, top-k and top-p).
 
     Example:
+    >>> import numpy as np
     >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> from keras_transformer.decoding import sample
     >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
-    >>> first = sample(model, [[5, 6, 7]], top_k=5, seed=1)[0]
-    >>> bool(tf.reduce_all(first == sample(model, [[5, 6, 7]], top_k=5, seed=1)[0]))
+    >>> first, _ = sample(model, [[5, 6, 7]], top_k=5, seed=1, max_extra_length=5)
+    >>> again, _ = sample(model, [[5, 6, 7]], top_k=5, seed=1, max_extra_length=5)
+    >>> bool(np.array_equal(first, again))  # the same seed, the same draws
     True
     """
     choose = sampling_choice(temperature, top_k, top_p, seed, model.config.target_vocab)
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     step, cache = _decoder(model, source_ids, 1, max_len, use_cache=True)
     start = _start_ids(_batch_size(source_ids), max_len, bos_id)
-    return _single_path(step, cache, limits, start, choose, **_translation(bos_id, eos_id))
+    prefix = _target_prefix(target_prefix, _batch_size(source_ids))
+    return _single_path(
+        step, cache, limits, start, choose, prefix=prefix, **_translation(bos_id, eos_id)
+    )
 
 
 @backends.compiled_search
@@ -143,6 +165,7 @@ def beam_search(
     use_cache: bool = True,
     num_hypotheses: int | None = None,
     stopping: str = DEFAULT.stopping,
+    target_prefix=None,
 ) -> tuple:
     """Beam search with the length penalty of Wu et al. (2016), as in the paper (6.1).
 
@@ -164,8 +187,8 @@ def beam_search(
     `length_penalty=0` and `finish_rule="fairseq"`, `beam_size=1` is greedy search
     (`"tensor2tensor"` also finishes an EOS ranked second, which may score better).
 
-    `model`, `source_ids`, `max_extra_length`, `max_length`, `bos_id`, `eos_id` and
-    `use_cache` are as `greedy_search` takes them.
+    `model`, `source_ids`, `max_extra_length`, `max_length`, `bos_id`, `eos_id`, `use_cache`
+    and `target_prefix` are as `greedy_search` takes them.
 
     Args:
         beam_size: int. Hypotheses kept per sentence, k. Defaults to 4 (paper 6.1).
@@ -188,11 +211,14 @@ def beam_search(
 
     Example:
     >>> from keras_transformer import TransformerConfig, build_transformer
+    >>> from keras_transformer.decoding import beam_search
     >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
-    >>> search = tf.function(lambda source: beam_search(model, source), jit_compile=True)
-    >>> ids, scores = search(tf.constant([[5, 6, 7, 0], [8, 9, 0, 0]]))
-    >>> ids.shape, scores.shape  # out_len = src_len + 50
-    (TensorShape([2, 54]), TensorShape([2]))
+    >>> ids, scores = beam_search(model, [[5, 6, 7, 0], [8, 9, 0, 0]], max_extra_length=5)
+    >>> tuple(ids.shape), tuple(scores.shape)  # out_len = src_len + max_extra_length
+    ((2, 9), (2,))
+
+    On TensorFlow it runs eagerly, or compiled inside `tf.function(..., jit_compile=True)`;
+    on JAX it compiles itself, once per model and settings.
     """
     _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses)
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
@@ -210,6 +236,7 @@ def beam_search(
         finish_rule=finish_rule,
         stopping=stopping,
         num_hypotheses=num_hypotheses,
+        prefix=_target_prefix(target_prefix, _batch_size(source_ids)),
         **_translation(bos_id, eos_id),
     )
 
@@ -224,12 +251,18 @@ def translate_ids(
     max_extra_length: int = DEFAULT.max_extra_length,
     stopping: str = DEFAULT.stopping,
     max_length: int | None = None,
+    target_prefix=None,
 ) -> tuple:
     """`greedy_search` when `beam_size` is 1, else `beam_search`: what translators call,
-    with `kt.decoding.DecodingSettings`'s defaults (`settings.search_arguments()`)."""
+    with `kt.decoding.DecodingSettings`'s defaults (`settings.search_arguments()`), and the
+    target prefix (`greedy_search`'s) if any."""
     if beam_size == 1:
         return greedy_search(
-            model, source_ids, max_extra_length=max_extra_length, max_length=max_length
+            model,
+            source_ids,
+            max_extra_length=max_extra_length,
+            max_length=max_length,
+            target_prefix=target_prefix,
         )
     return beam_search(
         model,
@@ -240,6 +273,7 @@ def translate_ids(
         max_extra_length=max_extra_length,
         max_length=max_length,
         stopping=stopping,
+        target_prefix=target_prefix,
     )
 
 
@@ -315,11 +349,14 @@ def _decoder(model, source_ids, copies, max_len, use_cache):
     return cached_step, model.decoder.init_cache(memory, _phase_lengths(max_len)[0])
 
 
-def _single_path(step, cache, limits, start_ids, choose, *, never, stops, force_stop, offset=0):
+def _single_path(
+    step, cache, limits, start_ids, choose, *, never, stops, force_stop, offset=0, prefix=None
+):
     """Greedy search and sampling: one hypothesis a row, `choose(log_probs, t)` picks each
     token, from `start_ids` `[batch, max_len + 1]` (the token before the first output, then
     room). A row finishes with a token of `stops`, or at its limit (ending with a stop token
-    there when `force_stop`); `never` tokens are never chosen (see `_allowed_tokens`).
+    there when `force_stop`); `never` tokens are never chosen (see `_allowed_tokens`); the
+    ids of `prefix` `[batch, prefix_len]` (0: none), if given, are forced at the first steps.
     Returns `(ids [batch, max_len], scores [batch])`."""
     batch, max_len = ops.shape(limits)[0], ops.shape(start_ids)[1] - 1
 
@@ -330,9 +367,14 @@ def _single_path(step, cache, limits, start_ids, choose, *, never, stops, force_
         allowed = _allowed_tokens(
             log_probs.shape[-1], never, stops, at_limit[:, None] if force_stop else None
         )
+        forced = None if prefix is None else _forced_token(prefix, t)  # (batch,), 0: none
+        if forced is not None:
+            allowed = _with_forced(allowed, forced[:, None], log_probs.shape[-1])
         token = choose(ops.where(allowed, log_probs, NEG_INF), t)  # (batch,)
         token = ops.where(finished, PAD_ID, token)
         chosen = backends.batch_gather(log_probs, token[:, None])[:, 0]  # (batch,)
+        if forced is not None:
+            chosen = ops.where(forced > 0, 0.0, chosen)  # not the model's choice
         scores += ops.where(finished, 0.0, chosen)
         ids = ops.slice_update(ids, [0, t + 1], token[:, None])  # (batch, T + 1)
         return (ids, scores, finished | _is_stop(token, stops) | at_limit), cache
@@ -360,10 +402,12 @@ def _beam(
     stops,
     force_stop,
     offset=0,
+    prefix=None,
 ):
     """Beam search's loop (see `beam_search`) over `step` on `batch * beam_size` rows,
     sentence-major, from `start_ids` `[batch, max_len + 1]`. A hypothesis ends with a token
-    of `stops`, or at its row's limit (with a stop token there when `force_stop`).
+    of `stops`, or at its row's limit (with a stop token there when `force_stop`); the ids of
+    `prefix` `[batch, prefix_len]` (0: none), if given, are forced at the first steps.
     Returns what `beam_search` returns: each row's best `(ids [batch, max_len], scores
     [batch])`, or with `num_hypotheses=n` its n best `([batch, n, max_len], [batch, n])`."""
     k = beam_size
@@ -381,6 +425,10 @@ def _beam(
         at_limit = t + 1 >= limits  # (batch,)
         forced = at_limit[:, None, None] if force_stop else None
         allowed = _allowed_tokens(vocab, never, stops, forced)  # (batch, 1, vocab) or (vocab,)
+        if prefix is not None:
+            token = _forced_token(prefix, t)[:, None, None]  # (batch, 1, 1), 0: none
+            allowed = _with_forced(allowed, token, vocab)
+            log_probs = ops.where(token > 0, 0.0, log_probs)  # not the model's choice
         scores = ops.where(allowed, alive_logp[:, :, None] + log_probs, NEG_INF)
         top_logp, top_index = fast.top_k(ops.reshape(scores, (batch, k * vocab)), 2 * k)
         parents, tokens = top_index // vocab, top_index % vocab  # (batch, 2 * beam)
@@ -494,6 +542,36 @@ def _translation(bos_id, eos_id) -> dict:
     """What the translation searches pass `_single_path` and `_beam`: padding and the start
     token never chosen, EOS the one stop token, forced at the length limit."""
     return {"never": (PAD_ID, bos_id), "stops": (eos_id,), "force_stop": True}
+
+
+def _target_prefix(target_prefix, batch):
+    """A search's `target_prefix` as int32 `[batch, prefix_len + 1]`, its last column 0 (so
+    that every step has a column to read, an empty prefix too), or None for none."""
+    if target_prefix is None:
+        return None
+    prefix = ops.cast(ops.convert_to_tensor(target_prefix), "int32")
+    if len(prefix.shape) == 1:
+        prefix = ops.broadcast_to(prefix[None, :], (batch, ops.shape(prefix)[0]))
+    if len(prefix.shape) != 2:
+        raise ValueError(
+            f"target_prefix must be [batch, prefix_len] or [prefix_len] ids, got shape "
+            f"{prefix.shape}"
+        )
+    return ops.pad(prefix, [[0, 0], [0, 1]])
+
+
+def _forced_token(prefix, t):
+    """The token `prefix` `[batch, prefix_len + 1]` forces at step t: `[batch]`, 0 where
+    none (past the prefix, or in a shorter row's padding)."""
+    last = ops.shape(prefix)[1] - 1
+    return ops.take(prefix, ops.minimum(t, last)[None], axis=1)[:, 0]
+
+
+def _with_forced(allowed, forced, vocab):
+    """`allowed` (broadcastable to `forced`'s shape + `[vocab]`), but only the `forced` token
+    where it is not 0: `forced` is `[batch, 1]` or `[batch, 1, 1]`."""
+    token = ops.arange(vocab, dtype="int32")
+    return ops.where(forced > 0, token == forced, allowed)
 
 
 def _is_stop(tokens, stops):

@@ -40,6 +40,7 @@ class DecodingSettings:
             Defaults to 1.
 
     Example:
+    >>> from keras_transformer.decoding import DecodingSettings
     >>> DecodingSettings().beam_size, DecodingSettings.preset("greedy").beam_size
     (4, 1)
     >>> DecodingSettings(length_penalty=1.0).replace(beam_size=5).length_penalty

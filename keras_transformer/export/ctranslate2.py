@@ -6,7 +6,8 @@ Face models, but not Keras ones. This module maps a `keras_transformer.Transform
 
 - token embeddings (times sqrt(d_model), as `scale_embeddings` does) and, since CTranslate2's
   built-in sinusoid concatenates sines and cosines where ours interleaves them (paper 3.5),
-  our position table itself (`config.max_length` rows, sinusoidal or learned);
+  our position table itself (`config.max_length` rows, sinusoidal or learned, from the
+  `position_offset`: NLLB's positions count from 2);
 - each attention's query/key/value projections fused into one linear layer (self-attention)
   or query and key+value (encoder-decoder attention), heads in our order;
 - the feed-forward network, every layer norm (with `config.layer_norm_epsilon`), pre- or
@@ -129,6 +130,7 @@ def export_ctranslate2(
     length_penalty: float | None = None,
     max_extra_length: int | None = None,
     manifest: dict | None = None,
+    target_prefix: str | None = None,
 ) -> Path:
     """Writes `directory`, a CTranslate2 model of `model` (see the module doc).
 
@@ -150,6 +152,10 @@ def export_ctranslate2(
         length_penalty: float or None.
         max_extra_length: int or None.
         manifest: dict or None. Extra facts for `manifest.json`.
+        target_prefix: str or None. Text every translation starts with (NLLB's target
+            language code, "spa_Latn"), recorded in the manifest for translators of the
+            directory, which give its tokens to CTranslate2's `translate_batch(...,
+            target_prefix=...)`. Defaults to None (none).
 
     Returns:
         The directory written.
@@ -192,6 +198,7 @@ def export_ctranslate2(
                 "length_penalty": length_penalty,
                 "max_extra_length": max_extra_length,
                 "max_length": model.config.max_length,
+                **({"target_prefix": target_prefix} if target_prefix is not None else {}),
             },
             **(manifest or {}),
         }

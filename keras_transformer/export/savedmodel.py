@@ -1,6 +1,7 @@
 """A SavedModel for TF Serving: raw strings in, translations out.
 
-`export_saved_model` writes `DIRECTORY/VERSION/` (TF Serving's layout) with four signatures:
+`export_saved_model` writes `DIRECTORY/VERSION/` (TF Serving's layout) with four signatures
+(five with `serving_prefix`):
 
 - `serving_default`: input `text` (string `[batch]`) -> outputs `translation` (string
   `[batch]`) and `score` (float32 `[batch]`, the beam's length-normalised log-probability).
@@ -16,6 +17,11 @@
   (float32 `[batch, beam_size]`): every finished hypothesis of the beam, best first (the
   search runs until none of them can be beaten, so it can take longer than
   `serving_default`).
+- `serving_prefix` (written when asked, and for a vocabulary with language codes: NLLB-200's):
+  inputs `text` and `target_prefix` (string `[batch]`: each translation's forced start, cut
+  by the target vocabulary; NLLB's target language code, "spa_Latn") -> outputs
+  `translation` and `score`, as `serving_default`. The translation holds the prefix's text
+  (a language code, a special token, is left out of it).
 - `translate_ids`: input `source_ids` (int32 `[batch, src_len]`, 0-padded, ending with EOS)
   -> outputs `ids` (int32 `[batch, out_len]`, EOS-terminated, 0-padded) and `score`, for
   users with their own tokenizer (the SentencePiece models are in `assets.extra/`). A row
@@ -169,6 +175,8 @@ def translation_endpoints(
     max_extra_length: int = DEFAULT.max_extra_length,
     stopping: str = DEFAULT.stopping,
     finish_rule: str = DEFAULT.finish_rule,
+    target_prefix: str | None = None,
+    prefix_signature: bool = False,
 ) -> dict:
     """The four endpoints of a translation model (see the module doc), as
     `export_saved_model` writes them. To serve endpoints of your own beside them, add yours
@@ -184,11 +192,20 @@ def translation_endpoints(
         max_extra_length: int.
         stopping: str.
         finish_rule: str.
+        target_prefix: str or None. Text every translation of the four starts with (its
+            tokens forced first: NLLB's target language code). Defaults to None (none).
+        prefix_signature: bool. Add the `serving_prefix` endpoint, whose requests give
+            their own prefixes. Defaults to False.
 
     Returns:
         A dict name -> (function, input signature: a list of `tf.TensorSpec`).
     """
     max_length = model.config.max_length
+    fixed_prefix = None  # the target prefix's ids, [prefix_len], baked into the graph
+    if target_prefix is not None:
+        fixed_prefix = _prefix_ids(vocabularies.target, [target_prefix]).numpy()[0]
+        if not fixed_prefix.size:
+            raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
 
     # One search, traced once, for any batch and length: `serving_default` and
     # `translate_ids` call it, and `serving_xla`'s compiled search is a call of it that XLA
@@ -206,6 +223,7 @@ def translation_endpoints(
             max_extra_length=max_extra_length,
             stopping=stopping,
             finish_rule=finish_rule,
+            target_prefix=fixed_prefix,
         )
 
     compiled_search = tf.function(lambda ids: search(ids), jit_compile=True, autograph=False)
@@ -263,6 +281,7 @@ def translation_endpoints(
             num_hypotheses=beam_size,
             stopping=stopping,
             finish_rule=finish_rule,
+            target_prefix=fixed_prefix,
         )  # (batch, beam, out_len), (batch, beam)
         batch, out_len = tf.shape(ids)[0], tf.shape(ids)[2]  # (an empty batch has no -1)
         flat = vocabularies.target.detokenize(tf.reshape(ids, [batch * beam_size, out_len]))
@@ -274,7 +293,7 @@ def translation_endpoints(
         }
 
     text = [tf.TensorSpec([None], tf.string, "text")]
-    return {
+    endpoints = {
         "serving_default": (serve, text),
         "serving_xla": (serve_xla, text),
         "n_best": (n_best, text),
@@ -283,6 +302,48 @@ def translation_endpoints(
             [tf.TensorSpec([None, None], tf.int32, "source_ids")],
         ),
     }
+    if prefix_signature:
+
+        @functools.partial(
+            tf.function,
+            input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2,
+            autograph=False,
+        )
+        def prefixed_search(source_ids, prefix_ids):
+            return decoding.translate_ids(
+                model,
+                source_ids,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                max_extra_length=max_extra_length,
+                stopping=stopping,
+                finish_rule=finish_rule,
+                target_prefix=prefix_ids,
+            )
+
+        def serve_prefix(text, target_prefix):
+            check = tf.debugging.assert_equal(
+                tf.size(text),
+                tf.size(target_prefix),
+                message="text and target_prefix must have one entry per sentence",
+            )
+            with tf.control_dependencies([check]):
+                prefix_ids = _prefix_ids(vocabularies.target, target_prefix)
+            return translate_text(text, lambda ids: prefixed_search(ids, prefix_ids))
+
+        endpoints["serving_prefix"] = (
+            serve_prefix,
+            text + [tf.TensorSpec([None], tf.string, "target_prefix")],
+        )
+    return endpoints
+
+
+def _prefix_ids(tokenizer, texts):
+    """Target prefixes (strings `[batch]`) -> int32 ids `[batch, prefix_len]`, 0-padded."""
+    ids = tokenizer.tokenize(tf.convert_to_tensor(texts, tf.string))
+    if isinstance(ids, tf.RaggedTensor):
+        ids = ids.to_tensor()
+    return tf.cast(ids, tf.int32)
 
 
 def _tokenizers(vocabularies) -> list:
@@ -367,6 +428,8 @@ def export_saved_model(
     max_extra_length: int | None = None,
     stopping: str | None = None,
     finish_rule: str | None = None,
+    target_prefix: str | None = None,
+    prefix_signature: bool | None = None,
 ) -> Path:
     """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
 
@@ -391,6 +454,12 @@ def export_saved_model(
         max_extra_length: int or None.
         stopping: str or None.
         finish_rule: str or None.
+        target_prefix: str or None. Text that every translation of `serving_default`,
+            `serving_xla`, `n_best` and `translate_ids` starts with (NLLB's target language
+            code, "spa_Latn"). Defaults to None (none).
+        prefix_signature: bool or None. Write the `serving_prefix` signature, which takes a
+            prefix per sentence. None writes it for a target vocabulary with language codes
+            (an imported NLLB-200 model's). Defaults to None.
 
     Returns:
         The path of the written version.
@@ -407,6 +476,8 @@ def export_saved_model(
         finish_rule=finish_rule,
     )
     beam_size = settings.beam_size
+    if target_prefix is not None and not _prefix_ids(vocabularies.target, [target_prefix]).shape[1]:
+        raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
     version = next_version(directory) if version is None else version
     final = directory / str(version)
     if final.exists():
@@ -415,8 +486,13 @@ def export_saved_model(
     settings = {
         key: value for key, value in settings.to_dict().items() if key != "n_best"
     }  # every n-best is the `n_best` signature's
+    if prefix_signature is None:
+        prefix_signature = bool(getattr(vocabularies.target, "language_codes", None))
+    prefix = {"target_prefix": target_prefix} if target_prefix is not None else {}
     with atomic_directory(final) as temporary:
-        endpoints = translation_endpoints(model, vocabularies, **settings)
+        endpoints = translation_endpoints(
+            model, vocabularies, **settings, **prefix, prefix_signature=prefix_signature
+        )
         write_saved_model(temporary, endpoints, model, _tokenizers(vocabularies))
         extra = temporary / "assets.extra"
         extra.mkdir()
@@ -432,7 +508,7 @@ def export_saved_model(
                 "target_size": vocabularies.target.vocabulary_size(),
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
             },
-            "decoding": {**settings, "max_input_tokens": model.config.max_length - 1},
+            "decoding": {**settings, **prefix, "max_input_tokens": model.config.max_length - 1},
             "signatures": {
                 "serving_default": {
                     "inputs": {"text": "string [batch]"},
@@ -454,6 +530,22 @@ def export_saved_model(
                     "inputs": {"source_ids": "int32 [batch, src_len]"},
                     "outputs": {"ids": "int32 [batch, out_len]", "score": "float32 [batch]"},
                 },
+                **(
+                    {
+                        "serving_prefix": {
+                            "inputs": {
+                                "text": "string [batch]",
+                                "target_prefix": "string [batch]",
+                            },
+                            "outputs": {
+                                "translation": "string [batch]",
+                                "score": "float32 [batch]",
+                            },
+                        }
+                    }
+                    if prefix_signature
+                    else {}
+                ),
             },
             **(manifest or {}),
         }

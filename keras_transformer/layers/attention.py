@@ -78,12 +78,13 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.layers import MultiHeadAttention
     >>> mha = MultiHeadAttention(num_heads=2)
-    >>> x = np.random.rand(3, 5, 8).astype("float32")
-    >>> mha(x, padding_mask=np.array([[True] * 4 + [False]] * 3)).shape
-    TensorShape([3, 5, 8])
-    >>> mha.forward(x, return_weights=True).weights.shape  # (batch, heads, q_len, k_len)
-    TensorShape([3, 2, 5, 5])
+    >>> x = np.random.rand(3, 5, 8).astype("float32")  # (batch, len, d_model)
+    >>> tuple(mha(x, padding_mask=np.array([[True] * 4 + [False]] * 3)).shape)
+    (3, 5, 8)
+    >>> tuple(mha.forward(x, return_weights=True).weights.shape)  # (batch, heads, q, k)
+    (3, 2, 5, 5)
     """
 
     def __init__(

@@ -45,13 +45,14 @@ class DecoderLayer(TransformerBlock):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.layers import DecoderLayer
     >>> layer = DecoderLayer(num_heads=2, d_ff=32)
-    >>> target = np.random.rand(2, 4, 8).astype("float32")
-    >>> memory = np.random.rand(2, 6, 8).astype("float32")
-    >>> layer(target, memory).shape
-    TensorShape([2, 4, 8])
-    >>> DecoderLayer(num_heads=2, d_ff=32)(target).shape  # decoder-only: no cross-attention
-    TensorShape([2, 4, 8])
+    >>> target = np.random.rand(2, 4, 8).astype("float32")  # (batch, tgt_len, d_model)
+    >>> memory = np.random.rand(2, 6, 8).astype("float32")  # the encoder's output
+    >>> tuple(layer(target, memory).shape)
+    (2, 4, 8)
+    >>> tuple(DecoderLayer(num_heads=2, d_ff=32)(target).shape)  # no cross-attention
+    (2, 4, 8)
     """
 
     def build(self, inputs_shape, encoder_output_shape=None):
@@ -252,11 +253,12 @@ class Decoder(TransformerBlock):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.layers import Decoder
     >>> decoder = Decoder(num_layers=2, num_heads=2, d_ff=32)
-    >>> target = np.random.rand(2, 4, 8).astype("float32")
-    >>> memory = np.random.rand(2, 6, 8).astype("float32")
-    >>> decoder(target, memory).shape
-    TensorShape([2, 4, 8])
+    >>> target = np.random.rand(2, 4, 8).astype("float32")  # (batch, tgt_len, d_model)
+    >>> memory = np.random.rand(2, 6, 8).astype("float32")  # the encoder's output
+    >>> tuple(decoder(target, memory).shape)
+    (2, 4, 8)
     """
 
     def __init__(self, num_layers: int, num_heads: int, d_ff: int, **kwargs):

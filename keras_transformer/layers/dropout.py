@@ -27,9 +27,11 @@ class Dropout(keras.layers.Dropout):
     `keras.layers.Dropout`'s.
 
     Example:
+    >>> import keras
     >>> import numpy as np
+    >>> from keras_transformer.layers import Dropout
     >>> drop = Dropout(0.5, seed=1)
-    >>> y = drop(np.ones((4, 1000), "float32"), training=True).numpy()
+    >>> y = keras.ops.convert_to_numpy(drop(np.ones((4, 1000), "float32"), training=True))
     >>> sorted(set(y.ravel().tolist()))  # dropped, or kept and scaled by 1 / (1 - 0.5)
     [0.0, 2.0]
     """

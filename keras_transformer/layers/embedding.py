@@ -7,7 +7,12 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.config import PAD_ID, POSITIONAL_KINDS, SINUSOID_LAYOUTS
+from keras_transformer.config import (
+    PAD_ID,
+    POSITIONAL_KINDS,
+    SINUSOID_FREQUENCIES,
+    SINUSOID_LAYOUTS,
+)
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
@@ -33,6 +38,9 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     With `layout="concatenated"` the same sines fill the first d_model / 2 columns and the
     cosines the rest (as Marian and tensor2tensor lay them out; a permutation of the columns).
+    With `frequencies="fairseq"` the i-th of the d_model / 2 frequencies is
+    1 / max_wavelength^(i / (d_model / 2 - 1)) instead of the paper's
+    1 / max_wavelength^(2i / d_model) (tensor2tensor's, fairseq's and M2M100's sinusoid).
 
     The angles are computed in float32 whatever the dtype policy, then cast to the compute
     dtype, so half-precision models get the same encodings.
@@ -41,6 +49,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         max_wavelength: float. The longest wavelength, 10000 in the paper. Defaults to 10000.
         layout: str. "interleaved" (the paper's) or "concatenated". Defaults to
             "interleaved".
+        frequencies: str. "paper" or "fairseq" (above). Defaults to "paper".
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
 
     Call arguments:
@@ -55,17 +64,27 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> x = np.zeros((2, 5, 16), "float32")
-    >>> SinusoidalPositionEncoding()(x).shape
-    TensorShape([2, 5, 16])
+    >>> from keras_transformer.layers import SinusoidalPositionEncoding
+    >>> x = np.zeros((2, 5, 16), "float32")  # (batch, len, d_model)
+    >>> tuple(SinusoidalPositionEncoding()(x).shape)
+    (2, 5, 16)
     """
 
-    def __init__(self, max_wavelength: float = 10000.0, layout: str = "interleaved", **kwargs):
+    def __init__(
+        self,
+        max_wavelength: float = 10000.0,
+        layout: str = "interleaved",
+        frequencies: str = "paper",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if layout not in SINUSOID_LAYOUTS:
             raise ValueError(f"layout={layout!r} must be one of {SINUSOID_LAYOUTS}")
+        if frequencies not in SINUSOID_FREQUENCIES:
+            raise ValueError(f"frequencies={frequencies!r} must be one of {SINUSOID_FREQUENCIES}")
         self.max_wavelength = max_wavelength
         self.layout = layout
+        self.frequencies = frequencies
         self.supports_masking = True  # a Keras mask on the inputs passes to the encodings
 
     def call(self, inputs, start_index=0):
@@ -80,7 +99,11 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
             even_dims = ops.cast(ops.arange(depth) // 2 * 2, "float32")  # 0, 0, 2, 2, 4, 4...
         else:
             even_dims = ops.cast(ops.arange(depth) % (depth // 2) * 2, "float32")  # 0, 2, .. 0, 2
-        inverse_wavelengths = ops.power(self.max_wavelength, -even_dims / depth)  # (d_model,)
+        if self.frequencies == "paper":
+            exponents = even_dims / depth  # 2i / d_model
+        else:  # i / (d_model / 2 - 1)
+            exponents = even_dims / 2 / max(depth // 2 - 1, 1)
+        inverse_wavelengths = ops.power(self.max_wavelength, -exponents)  # (d_model,)
         angles = positions[..., None] * inverse_wavelengths  # ([batch,] len, d_model)
         if self.layout == "interleaved":
             is_sine = ops.arange(depth) % 2 == 0
@@ -97,6 +120,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
             **super().get_config(),
             "max_wavelength": self.max_wavelength,
             "layout": self.layout,
+            "frequencies": self.frequencies,
         }
 
 
@@ -120,6 +144,11 @@ class TransformerEmbedding(keras.layers.Layer):
             Defaults to "sinusoidal".
         sinusoid_layout: str. "interleaved" (the paper's) or "concatenated" sines and cosines
             (`SinusoidalPositionEncoding`). Defaults to "interleaved".
+        sinusoid_frequencies: str. "paper" or "fairseq" (`SinusoidalPositionEncoding`).
+            Defaults to "paper".
+        position_offset: int. The position of the first token (fairseq's models: their
+            padding id + 1); a learned table has `max_length + position_offset` rows.
+            Defaults to 0.
         dropout: float. Dropout on the sum of embeddings and positions. Defaults to 0.0.
         tie_weights: bool. Use `E^T` as the output projection; False gives the projection its
             own matrix. Defaults to True.
@@ -151,10 +180,11 @@ class TransformerEmbedding(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.layers import TransformerEmbedding
     >>> embed = TransformerEmbedding(vocab_size=100, d_model=16)
-    >>> x = embed(np.array([[5, 7, 0]]))
-    >>> x.shape, embed(x, reverse=True).shape
-    (TensorShape([1, 3, 16]), TensorShape([1, 3, 100]))
+    >>> x = embed(np.array([[5, 7, 0]]))  # token embeddings * sqrt(d_model) + positions
+    >>> tuple(x.shape), tuple(embed(x, reverse=True).shape)  # and the tied projection
+    ((1, 3, 16), (1, 3, 100))
     """
 
     def __init__(
@@ -169,6 +199,8 @@ class TransformerEmbedding(keras.layers.Layer):
         sinusoid_layout: str = "interleaved",
         output_bias: bool = False,
         mask_zero: bool = False,
+        sinusoid_frequencies: str = "paper",
+        position_offset: int = 0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -181,6 +213,8 @@ class TransformerEmbedding(keras.layers.Layer):
         self.dropout = dropout
         self.tie_weights = tie_weights
         self.sinusoid_layout = sinusoid_layout
+        self.sinusoid_frequencies = sinusoid_frequencies
+        self.position_offset = position_offset
         self.output_bias = output_bias
         self.mask_zero = mask_zero
         self.logits_bias = None  # built with output_bias
@@ -204,16 +238,19 @@ class TransformerEmbedding(keras.layers.Layer):
         self.token_embedding.supports_masking = True
         if self.positional == "learned":
             self.position_embedding = keras.layers.Embedding(
-                self.max_length,
+                self.max_length + self.position_offset,
                 self.d_model,
                 embeddings_initializer="glorot_uniform",
                 dtype=sublayer_policy(self, "position_embedding"),
                 name="position_embedding",
             )
-            self.position_embedding.build((self.max_length,))
+            self.position_embedding.build((self.max_length + self.position_offset,))
         else:
             self.position_embedding = SinusoidalPositionEncoding(
-                layout=self.sinusoid_layout, dtype=self.dtype_policy, name="position_encoding"
+                layout=self.sinusoid_layout,
+                frequencies=self.sinusoid_frequencies,
+                dtype=self.dtype_policy,
+                name="position_encoding",
             )
             self.position_embedding.build((None, self.max_length, self.d_model))
         if self.output_bias:
@@ -262,11 +299,14 @@ class TransformerEmbedding(keras.layers.Layer):
     def positions(self, x, start_index=0):
         """The position encodings `[len, d_model]` or `[batch, len, d_model]` added to the
         embedded tokens `x [batch, len, d_model]` whose first token is at `start_index`
-        (a scalar, or `[batch]`: each row's)."""
+        (a scalar, or `[batch]`: each row's), `position_offset` added."""
+        if self.position_offset:
+            start_index = start_index + self.position_offset
         if self.positional == "learned":
             length = ops.shape(x)[-2]
+            rows = self.max_length + self.position_offset
             # ([batch,] len, d_model)
-            return self.position_embedding(position_ids(length, start_index, self.max_length))
+            return self.position_embedding(position_ids(length, start_index, rows))
         return self.position_embedding(x, start_index=start_index)
 
     def get_config(self):
@@ -279,6 +319,8 @@ class TransformerEmbedding(keras.layers.Layer):
             "dropout": self.dropout,
             "tie_weights": self.tie_weights,
             "sinusoid_layout": self.sinusoid_layout,
+            "sinusoid_frequencies": self.sinusoid_frequencies,
+            "position_offset": self.position_offset,
             "output_bias": self.output_bias,
             "mask_zero": self.mask_zero,
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),

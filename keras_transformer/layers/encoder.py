@@ -33,9 +33,10 @@ class EncoderLayer(TransformerBlock):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.layers import EncoderLayer
     >>> layer = EncoderLayer(num_heads=2, d_ff=32)
-    >>> layer(np.random.rand(2, 5, 8).astype("float32")).shape
-    TensorShape([2, 5, 8])
+    >>> tuple(layer(np.random.rand(2, 5, 8).astype("float32")).shape)  # (batch, len, d_model)
+    (2, 5, 8)
     """
 
     def build(self, inputs_shape):
@@ -116,9 +117,11 @@ class Encoder(TransformerBlock):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer.layers import Encoder
     >>> encoder = Encoder(num_layers=2, num_heads=2, d_ff=32)
-    >>> encoder(np.random.rand(2, 5, 8).astype("float32")).shape
-    TensorShape([2, 5, 8])
+    >>> x = np.random.rand(2, 5, 8).astype("float32")  # (batch, src_len, d_model)
+    >>> tuple(encoder(x, padding_mask=np.array([[True] * 5, [True] * 3 + [False] * 2])).shape)
+    (2, 5, 8)
     """
 
     def __init__(self, num_layers: int, num_heads: int, d_ff: int, **kwargs):

@@ -32,8 +32,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> PositionwiseFeedForward(d_ff=32)(np.ones((2, 3, 8), "float32")).shape
-    TensorShape([2, 3, 8])
+    >>> from keras_transformer.layers import PositionwiseFeedForward
+    >>> tuple(PositionwiseFeedForward(d_ff=32)(np.ones((2, 3, 8), "float32")).shape)
+    (2, 3, 8)
     """
 
     def __init__(

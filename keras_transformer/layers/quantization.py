@@ -32,6 +32,7 @@ def dtype_policy_with_sublayers(layer: keras.layers.Layer) -> keras.DTypePolicy:
     Example:
     >>> import numpy as np
     >>> from keras_transformer.layers import MultiHeadAttention
+    >>> from keras_transformer.layers.quantization import dtype_policy_with_sublayers
     >>> mha = MultiHeadAttention(num_heads=2)
     >>> _ = mha(np.ones((1, 3, 8), "float32"))
     >>> mha.query_dense.quantize("int8")

@@ -45,9 +45,10 @@ class AddAndNorm(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> x = np.random.rand(2, 3, 8).astype("float32")
-    >>> AddAndNorm()(x, 2 * x).shape
-    TensorShape([2, 3, 8])
+    >>> from keras_transformer.layers import AddAndNorm
+    >>> x = np.random.rand(2, 3, 8).astype("float32")  # the sublayer's input
+    >>> tuple(AddAndNorm()(x, 2 * x).shape)  # LayerNorm(x + Dropout(2 * x)), sublayer 2 * x
+    (2, 3, 8)
     """
 
     def __init__(

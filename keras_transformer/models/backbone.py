@@ -31,6 +31,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
 
     Example:
     >>> import numpy as np
+    >>> from keras_transformer import TransformerConfig
+    >>> from keras_transformer.models import TransformerBackbone
     >>> backbone = TransformerBackbone(TransformerConfig.preset("tiny", vocab_size=100))
     >>> outputs = backbone({"source_ids": np.array([[5, 6, 3]]),
     ...                     "target_ids": np.array([[2, 9]])})

@@ -1,5 +1,6 @@
 """Where a `TransformerSeq2SeqLM` comes from: a keras-hub preset, a Hugging Face Marian
-(OPUS-MT) checkpoint, or a `trainers.train` model directory, told apart by their files."""
+(OPUS-MT) or NLLB-200 (M2M100) checkpoint, or a `trainers.train` model directory, told apart
+by their files."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from keras_transformer.decoding.settings import DecodingSettings
 
 PRESET = "preset"
 MARIAN = "marian"
+M2M100 = "m2m_100"
 MODEL_DIRECTORY = "model directory"
 MODEL_FILE = "model.keras"  # a model directory's trained model (trainers.run_dir's MODEL)
 EXPERIMENT = "experiment.yaml"
@@ -24,7 +26,8 @@ MARIAN_LENGTH_PENALTY = 1.0
 
 def kind(preset, model_file: str | None = None) -> str:
     """What `preset` is: `PRESET` (a keras-hub preset, or a handle keras-hub resolves),
-    `MARIAN` or `MODEL_DIRECTORY`. Raises ValueError naming the path or file otherwise."""
+    `MARIAN`, `M2M100` or `MODEL_DIRECTORY`. Raises ValueError naming the path or file
+    otherwise."""
     if isinstance(preset, str) and "://" in preset:
         return PRESET  # kaggle://, hf://...: keras-hub's loaders
     path = Path(preset)
@@ -46,18 +49,20 @@ def kind(preset, model_file: str | None = None) -> str:
             return PRESET
         if config.get("model_type") == "marian":
             return MARIAN
+        if config.get("model_type") == "m2m_100":
+            return M2M100
         if "model_type" in config:
             raise ValueError(
                 f"{config_path}: model_type={config['model_type']!r} is not one this library "
-                "converts (it converts 'marian': OPUS-MT)"
+                "converts (it converts 'marian': OPUS-MT, and 'm2m_100': NLLB-200)"
             )
     if (path / MODEL_FILE).exists() or (path / EXPERIMENT).exists():
         return MODEL_DIRECTORY
     raise ValueError(
         f"{path} is neither a keras-hub preset (config.json with 'registered_name', as "
-        "save_to_preset writes it), a Hugging Face Marian checkpoint (config.json with "
-        "'model_type': 'marian') nor a trainers.train model directory (experiment.yaml, "
-        "model.keras, vocab/)"
+        "save_to_preset writes it), a Hugging Face Marian or NLLB-200 checkpoint (config.json "
+        "with 'model_type': 'marian' or 'm2m_100') nor a trainers.train model directory "
+        "(experiment.yaml, model.keras, vocab/)"
     )
 
 
@@ -76,6 +81,8 @@ def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_fi
             )
         if found == MARIAN:
             model, vocabularies, stored = _marian(preset)
+        elif found == M2M100:
+            model, vocabularies, stored = _m2m100(preset)
         else:
             model, vocabularies, stored = _model_directory(Path(preset), model_file or MODEL_FILE)
         task = task_from_transformer(cls, model, vocabularies, stored)
@@ -125,11 +132,26 @@ def _marian(path):
     from keras_transformer.pretrained import marian
 
     checkpoint = marian.read_checkpoint(path)
-    defaults = marian.decoding_defaults(checkpoint.generation)
+    defaults = marian.decoding_defaults(checkpoint.generation, checkpoint.generation_source)
     model, vocabularies = marian.load_marian(checkpoint)
     decoding = DecodingSettings(
         beam_size=defaults.get("beam_size", DecodingSettings.beam_size),
         length_penalty=defaults.get("length_penalty", MARIAN_LENGTH_PENALTY),
+    )
+    return model, vocabularies, decoding
+
+
+def _m2m100(path):
+    """An NLLB-200 checkpoint's model, vocabulary and decoding settings: its
+    generation_config.json's, with transformers' defaults (greedy search, length penalty 1)
+    where it sets none."""
+    from keras_transformer.pretrained import m2m100
+
+    checkpoint = m2m100.read_checkpoint(path)
+    defaults = m2m100.decoding_defaults(checkpoint.generation)
+    model, vocabularies = m2m100.load_m2m100(checkpoint)
+    decoding = DecodingSettings(
+        beam_size=defaults["beam_size"], length_penalty=defaults["length_penalty"]
     )
     return model, vocabularies, decoding
 

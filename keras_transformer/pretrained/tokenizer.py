@@ -52,9 +52,13 @@ class PieceVocabularyTokenizer(keras.layers.Layer):
         **kwargs: other `keras.layers.Layer` arguments (`name`...).
 
     Example:
-    >>> # from keras_transformer.pretrained import marian
-    >>> # vocabularies = marian.load_vocabularies("opus-mt-en-es")
-    >>> # vocabularies.source.tokenize([">>es<< Hello world"])  # ragged ids, without EOS
+    Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand.
+
+    >>> from keras_transformer.pretrained import marian
+    >>> vocabularies = marian.load_vocabularies("opus-mt-en-es")  # doctest: +SKIP
+    >>> ids = vocabularies.source.tokenize([">>es<< Hello world"])  # doctest: +SKIP
+
+    `ids` are ragged, without EOS.
     """
 
     def __init__(
