@@ -9,7 +9,7 @@ Each reader returns a `ParallelCorpus` of stripped (source, target) sentence str
   start of the file are dropped. Every sentence is stripped of surrounding whitespace.
 - TSV: the first line is the header, fields are separated by tabs, with no quoting (as
   `csv.QUOTE_NONE`), and columns are chosen by name. Every row must have exactly as many fields
-  as the header.
+  as the header; blank lines may end the file (they are not rows), not come between rows.
 - Text pair: one sentence a line in each file; both files must have the same number of lines.
 - TFDS: a dataset already prepared in `data_dir` (nothing is downloaded);
   `tensorflow-datasets` is an optional dependency, imported only when TFDS is read.
@@ -76,6 +76,7 @@ class ParallelCorpus:
             whitespace. Defaults to 0.
 
     Example:
+    >>> from keras_transformer.corpus import ParallelCorpus
     >>> corpus = ParallelCorpus(["a house", "a dog"], ["una casa", "un perro"], "inline")
     >>> len(corpus), corpus.take(1).targets
     (2, ('una casa',))
@@ -189,9 +190,16 @@ def read_tsv(path: str | os.PathLike, source_column: str, target_column: str) ->
             a row has the wrong number of fields, or no non-empty pair is left.
 
     Example:
-    >>> dev = read_tsv("data/bible-en-es/dev.tsv.xz", "en", "es")  # doctest: +SKIP
-    >>> len(dev), dev.origin  # doctest: +SKIP
-    (316, 'data/bible-en-es/dev.tsv.xz (en -> es)')
+    `read_tsv("data/bible-en-es/dev.tsv.xz", "en", "es")` reads the bundled corpus's dev
+    split; here a small file is written first:
+
+    >>> import pathlib, tempfile
+    >>> from keras_transformer.corpus import read_tsv
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "pairs.tsv"
+    >>> _ = path.write_text("en\\tes\\na house\\tuna casa\\na dog\\tun perro\\n", "utf-8")
+    >>> pairs = read_tsv(path, "en", "es")
+    >>> len(pairs), pairs.targets[0], pairs.origin
+    (2, 'una casa', '.../pairs.tsv (en -> es)')
     """
     name = os.fspath(path)
     origin = f"{name} ({source_column} -> {target_column})"
@@ -221,13 +229,22 @@ def _tsv_header(
 def _tsv_rows(
     name: str, lines: Iterator[tuple[int, str]], columns: list[int], width: int
 ) -> Iterator[tuple[str, str]]:
-    """The two fields of each row after the header, each row checked for `width` fields."""
+    """The two fields of each row after the header, each row checked for `width` fields.
+    Blank lines (whitespace alone, not a row of `width` fields) may end the file, as an
+    editor or `echo >>` leaves them; one between rows is an error."""
+    blank = None  # the first of the blank lines since the last row
     for number, line in lines:
         fields = line.split("\t")
-        if len(fields) != width:
-            found = (
-                "an empty line" if not line else f"{len(fields)} field" + "s" * (len(fields) > 1)
+        if len(fields) != width and not line.strip():
+            blank = blank or number
+            continue
+        if blank is not None:
+            raise CorpusError(
+                f"{name}:{blank}: an empty line, but the header has {width} fields (blank "
+                "lines may end the file, not come between rows)"
             )
+        if len(fields) != width:
+            found = f"{len(fields)} field" + "s" * (len(fields) > 1)
             raise CorpusError(f"{name}:{number}: {found}, but the header has {width} fields")
         yield fields[columns[0]], fields[columns[1]]
 
@@ -250,7 +267,14 @@ def read_text_pair(
             non-empty pair is left.
 
     Example:
-    >>> pairs = read_text_pair("newstest2014.en", "newstest2014.de")  # doctest: +SKIP
+    >>> import pathlib, tempfile
+    >>> from keras_transformer.corpus import read_text_pair
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "train.en").write_text("a house\\na dog\\n", "utf-8")
+    >>> _ = (folder / "train.es").write_text("una casa\\nun perro\\n", "utf-8")
+    >>> pairs = read_text_pair(folder / "train.en", folder / "train.es")
+    >>> list(zip(pairs.sources, pairs.targets))
+    [('a house', 'una casa'), ('a dog', 'un perro')]
     """
     source_name, target_name = os.fspath(source_path), os.fspath(target_path)
     origin = f"{source_name} -> {target_name}"
@@ -287,6 +311,10 @@ def read_tfds(
             a language is not a key of its examples, or no non-empty pair is left.
 
     Example:
+    Skipped by the doctests: it needs the dataset prepared beforehand (`tfds build`), which
+    needs the internet.
+
+    >>> from keras_transformer.corpus import read_tfds
     >>> pairs = read_tfds("ted_hrlr_translate/pt_to_en", "train", "pt", "en")  # doctest: +SKIP
     """
     return TfdsSplit(name, split, source_language, target_language, data_dir).read()
@@ -488,7 +516,8 @@ class CorpusFiles(_Streamed):
         kind: "tsv" or "text".
         units: tuple of file tuples: `(path,)` per TSV file, `(source path, target path)` per
             text pair. Read in this order.
-        source_column, target_column: str. TSV column names ("" for text pairs).
+        source_column: str. The TSV column of the source ("" for text pairs).
+        target_column: str. The TSV column of the target ("" for text pairs).
         origin: str. For logs.
     """
 
@@ -576,9 +605,11 @@ class CorpusFiles(_Streamed):
             if self.kind == "tsv":
                 (path,) = unit
                 with contextlib.closing(_lines(path)) as lines:
-                    columns, _ = _tsv_header(path, lines, self.source_column, self.target_column)
+                    columns, width = _tsv_header(
+                        path, lines, self.source_column, self.target_column
+                    )
                 rows = _text_lines(path).skip(1).batch(_READ_BATCH)
-                return rows.map(plain(lambda lines: _tsv_columns(lines, columns)))
+                return rows.map(plain(lambda lines: _tsv_columns(lines, columns, width)))
             sources, targets = (_text_lines(path, drop_bom=True) for path in unit)
             return tf.data.Dataset.zip(sources, targets).batch(_READ_BATCH)
         return _generated_batches(lambda: self._unit_pairs(unit))
@@ -642,8 +673,12 @@ def _text_lines(path: str, drop_bom: bool = False) -> tf.data.Dataset:
     return first.concatenate(lines.skip(1))
 
 
-def _tsv_columns(lines, columns):
-    fields = tf.strings.split(lines, "\t")  # (batch, (fields)); every row checked by scan()
+def _tsv_columns(lines, columns, width):
+    # Every line was checked by scan(): those without `width` fields are the blank lines
+    # that may end a file.
+    tabs = tf.strings.length(tf.strings.regex_replace(lines, "[^\t]", ""))
+    lines = tf.boolean_mask(lines, tf.equal(tabs, width - 1))
+    fields = tf.strings.split(lines, "\t")  # (batch, (fields))
     starts = fields.row_starts()
     return tuple(tf.gather(fields.values, starts + column) for column in columns)
 

@@ -28,6 +28,8 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             `gradient_accumulation_steps` (1 without accumulation). Defaults to 1.
 
     Example:
+    >>> import keras
+    >>> from keras_transformer import WarmupSchedule
     >>> schedule = WarmupSchedule(d_model=512, warmup_steps=4000)
     >>> round(float(schedule(3999)), 6)  # update 4000, the peak: 512^-0.5 * 4000^-0.5
     0.000699
@@ -51,7 +53,10 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.accumulation_steps = accumulation_steps
 
     def __call__(self, step):
-        update = ops.floor_divide(ops.cast(step, "int64"), self.accumulation_steps) + 1
+        # In the step's own integer type (the optimizer's int64 count on TensorFlow, int32 on
+        # JAX, where asking for int64 warns and truncates).
+        step = ops.convert_to_tensor(step)
+        update = ops.floor_divide(step, self.accumulation_steps) + 1
         update = ops.cast(update, "float32")
         decay = ops.rsqrt(update)
         warmup = update * float(self.warmup_steps) ** -1.5

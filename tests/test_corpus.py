@@ -133,7 +133,14 @@ TSV_ERRORS = {
     "duplicated column": (b"en\ten\tes\n", "en", 1, "column 'en' appears 2 times"),
     "short row": (HEADER + b"1\ta\tb\n2\tc\n", "en", 3, "2 fields, but the header has 3"),
     "long row": (HEADER + b"1\ta\tb\tc\n", "en", 2, "4 fields, but the header has 3"),
-    "empty line": (HEADER + b"1\ta\tb\n\n", "en", 3, "an empty line, but the header has 3"),
+    "empty line": (HEADER + b"1\ta\tb\n\n2\tc\td\n", "en", 3, "an empty line, but the header"),
+    "blank lines": (
+        HEADER + b"1\ta\tb\n \r\n\n2\tc\td\n",
+        "en",
+        3,
+        "an empty line, but the header has 3 fields (blank lines may end the file, not come "
+        "between rows)",
+    ),
     "no rows": (HEADER, "en", None, "no sentence pairs after the header"),
     "all empty": (HEADER + b"1\t\tb\n2\t \t \n", "en", None, "all 2 pairs are empty"),
     "bad UTF-8": (HEADER + b"1\ta\tb\n2\tcaf\xe9\tb\n", "en", 3, "invalid UTF-8 at byte 6 (0xe9)"),

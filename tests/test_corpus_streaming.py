@@ -125,13 +125,27 @@ def test_limit_counts_the_first_pairs(tmp_path):
 
 def test_a_bad_line_past_the_limit_fails_the_scan_as_without_a_limit(tmp_path):
     """tf.data reads the files in blocks, past the limit: what it reads, the scan checks
-    (a blank last line failed in to_dataset with an opaque InvalidArgumentError)."""
+    (a short last line would fail in to_dataset with an opaque InvalidArgumentError)."""
     path = _numbered(tmp_path, "n.tsv", 0, 100)
-    path.write_bytes(path.read_bytes() + b"\n")
+    path.write_bytes(path.read_bytes() + b"s100\n")
     files = corpus.tsv_files(path, "en", "es")
     for limit in (None, 30):
-        with pytest.raises(corpus.CorpusError, match=r"n\.tsv:102: an empty line, but the header"):
+        with pytest.raises(corpus.CorpusError, match=r"n\.tsv:102: 1 field, but the header"):
             files.scan(sample_size=10, limit=limit)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz", ".xz"])
+def test_blank_lines_may_end_a_tsv_file(tmp_path, suffix):
+    """As an editor or `echo >>` leaves them (empty, CRLF, spaces): not rows, so not errors,
+    in the scan, in memory and through tf.data; between rows they still are (test_corpus)."""
+    rows = "".join(f"s{i}\tt{i}\n" for i in range(5)).encode()
+    path = write(tmp_path / f"n.tsv{suffix}", b"en\tes\n" + rows + b"\n\r\n  \n\n")
+    expected = [(f"s{i}", f"t{i}") for i in range(5)]
+    files = corpus.tsv_files(path, "en", "es")
+    scan = files.scan(sample_size=10)
+    assert (scan.pairs, scan.skipped_empty) == (5, 0)
+    assert pairs_of(read_tsv(path, "en", "es")) == expected
+    assert streamed(files.to_dataset()) == expected
 
 
 def test_a_glob_reads_files_in_order_and_workers_share_them_by_file(tmp_path):

@@ -182,6 +182,33 @@ def test_bad_overrides(override, message):
         load_experiment(DEMO, [override])
 
 
+def test_an_overrides_error_names_the_flag_not_the_file(tmp_path):
+    """A value set by --set is refused as the flag's, not the file's (a new user's
+    `--set training.steps=1` on an imported model's experiment.yaml); a value from the file
+    beside it names the file too, and the error says what to set."""
+    with pytest.raises(ConfigError) as error:
+        load_experiment(DEMO, ["training.steps=1"])
+    assert str(error.value).startswith(
+        f"--set training.steps=1 (with {DEMO}): training.steps=1 is not a multiple of "
+        "training.steps_per_epoch=200"
+    )
+    assert "--set training.steps_per_epoch=1" in str(error.value)
+    assert load_experiment(DEMO, ["training.steps=1", "training.steps_per_epoch=1"])
+    for override, message in [
+        ("training.jit_compile=maybe", "--set training.jit_compile=maybe: training.jit_compile"),
+        ("data.vocab_size=10", "--set data.vocab_size=10: data.vocab_size=10 must be >= 300"),
+        ("model.preset=huge", "--set model.preset=huge: model.preset='huge'"),
+        ("training.steps=ten", "--set training.steps=ten: training.steps='ten' must be of type"),
+    ]:
+        with pytest.raises(ConfigError) as error:
+            load_experiment(DEMO, ["model.dropout=0.2", override])
+        assert str(error.value).startswith(message), str(error.value)
+    # Only the file's values: the file, as before.
+    path = write(tmp_path, "model: {preset: tiny}\ndata: {train: x}\ntraining: {steps: 7}\n")
+    with pytest.raises(ConfigError, match=f"^{path}: training.steps=7 is not a multiple"):
+        load_experiment(path, ["model.dropout=0.2"])
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="no such config file"):
         load_experiment(tmp_path / "nope.yaml")

@@ -4,6 +4,8 @@ XLA), the cached steps give the uncached model's log-probabilities, sampling's s
 stop and never ids, length limits and errors. The same on JAX: tests/jax/test_generate.py.
 """
 
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -85,6 +87,22 @@ def test_cached_steps_give_the_uncached_models_log_probabilities(model, method):
     np.testing.assert_allclose(scores, full_scores, atol=1e-5)
     # And the user's own model, called on each prompt + continuation alone, without padding.
     np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, ids), atol=1e-4)
+
+
+def test_beam_scores_are_log_probabilities_over_the_length_penalty_as_the_guide_says(model):
+    """generate's greedy scores are log-probabilities; beam search's are divided by the
+    length penalty it ranks by (the searches' own rule): the decoding guide's generate
+    paragraph (once README.md's) says both."""
+    ids, scores = generate(model, PROMPTS, method="beam", beam_size=3, length_penalty=0.6, **SHORT)
+    lengths = (np.asarray(ids) != 0).sum(axis=1)  # the continuation, stop token included
+    penalty = ((5.0 + lengths) / 6.0) ** 0.6
+    np.testing.assert_allclose(scores * penalty, log_prob_of(model, PROMPTS, ids), atol=1e-4)
+    guide = Path(__file__).resolve().parents[1] / "docs" / "guides" / "decoding.md"
+    text = guide.read_text(encoding="utf-8")
+    paragraph = text[text.index("It returns the continuations") :].split("\n\n")[0]
+    said = " ".join(paragraph.split())
+    assert "log-probabilities" in said
+    assert 'beam search (`method="beam"`) divides by the length penalty' in said
 
 
 def test_a_ragged_tensor_a_padded_array_and_wider_padding_give_the_same(model):

@@ -49,6 +49,7 @@ def test_the_import_writes_a_model_directory_with_its_provenance(imported):
     assert f"into {model_dir}" in result.stdout
     names = sorted(p.name for p in model_dir.iterdir())
     expected = ["experiment.yaml", "model.keras", "pretrained.json", "vocab", *PRESET_FILES]
+    expected.append("model.pretrained.keras")  # the imported weights, kept when fine-tuned
     assert names == sorted(expected)  # a model directory, and a keras-hub preset
     assert sorted(p.name for p in (model_dir / "vocab").iterdir()) == [
         "manifest.json",
@@ -63,11 +64,19 @@ def test_the_import_writes_a_model_directory_with_its_provenance(imported):
     # evaluate's and export's defaults: the generation config's beam, transformers' exponent
     experiment = load_experiment(model_dir / "experiment.yaml", resolved=True)
     assert experiment.decoding == DecodingConfig(beam_size=4, length_penalty=1.0)
+    # No preset: the base preset's name on a d_model-64 model said what it is not.
+    assert "preset: null\n" in (model_dir / "experiment.yaml").read_text()
+    assert experiment.preset is None and experiment.model.d_model == 64
+    # Fine-tuning without XLA, which compiles every length bucket (BENCHMARKS.md).
+    assert experiment.training.jit_compile is False
     task = keras_hub.models.Seq2SeqLM.from_preset(str(model_dir))
     assert isinstance(task, kt.models.TransformerSeq2SeqLM)
     assert task.decoding == experiment.decoding
     expected = keras.saving.load_model(model_dir / "model.keras").get_weights()
     for ours, theirs in zip(task.backbone.get_weights(), expected, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    kept = keras.saving.load_model(model_dir / "model.pretrained.keras").get_weights()
+    for ours, theirs in zip(kept, expected, strict=True):
         np.testing.assert_array_equal(ours, theirs)
 
 
@@ -122,6 +131,13 @@ def test_a_file_as_the_model_directory_is_refused_and_kept(tmp_path):
         "trainers.import_marian", FIXTURES / "separate", "--model-dir", file, check=False
     )
     assert result.returncode == 2 and f"--model-dir {file} is a file" in result.stderr
+    assert file.read_text() == "mine"
+    # A directory under a file: one line, before any work (not the traceback of a mkdir).
+    under = run_main(
+        "trainers.import_marian", FIXTURES / "separate", "--model-dir", file / "x", check=False
+    )
+    assert under.returncode == 2
+    assert under.stderr == f"error: --model-dir {file / 'x'}: {file} is a file, not a folder\n"
     assert file.read_text() == "mine"
 
 
@@ -205,26 +221,61 @@ def test_training_fine_tunes_the_imported_weights(imported, tmp_path, capsys):
     model_dir, _ = imported
     fine_tuned = tmp_path / "fine-tuned"
     shutil.copytree(model_dir, fine_tuned)
-    train = slice_config(tmp_path).parent / "train.tsv"
+    train_file = slice_config(tmp_path).parent / "train.tsv"
     result = train_cli(
         None,
         fine_tuned,
         "--set",
-        f"data.train={train}",
+        f"data.train={train_file}",
         "--set",
         "training.steps=20",
         "--set",
         "training.steps_per_epoch=10",
-        "--set",
-        "training.jit_compile=false",  # XLA would compile every length bucket: a slow start
-    )
-    assert f"starting from the pretrained weights of {fine_tuned / 'model.keras'}" in result.stdout
+    )  # without XLA: the imported experiment's default
+    pretrained = fine_tuned / "model.pretrained.keras"
+    assert f"starting from the pretrained weights of {pretrained}" in result.stdout
+    # The imported file holds no optimizer state, and is loaded before Adam exists: no
+    # "Skipping variable loading for optimizer 'adam', ... the saved optimizer has 0".
+    assert "Skipping variable loading" not in result.stderr, result.stderr[-2000:]
     summary = summary_line(result.stdout)
-    assert summary["steps"] == 20
+    assert summary["steps"] == 20 and summary["jit_compile"] is False
     assert summary["final_loss"] < summary["initial_loss"]
+    # model.keras is the fine-tuned model; the imported one stays, named so.
+    imported_weights = keras.saving.load_model(model_dir / "model.keras").get_weights()
+    for kept, imported_weight in zip(
+        keras.saving.load_model(pretrained).get_weights(), imported_weights, strict=True
+    ):
+        np.testing.assert_array_equal(kept, imported_weight)
+    tuned = keras.saving.load_model(fine_tuned / "model.keras").get_weights()
+    assert any(not np.array_equal(a, b) for a, b in zip(tuned, imported_weights, strict=True))
     # The directory now belongs to this fine-tuning: the same command resumes it (in this
-    # process: nothing to train).
+    # process: nothing to train); a bad flag is refused as the flag's.
     from trainers import train
 
     assert train.main(["--model-dir", str(fine_tuned), "--set", "training.steps=20"]) == 0
     assert "already holds this run" in capsys.readouterr().out
+    assert train.main(["--model-dir", str(fine_tuned), "--set", "training.steps=1"]) == 2
+    refused = capsys.readouterr().err
+    assert refused.startswith(
+        f"error: --set training.steps=1 (with {fine_tuned / 'experiment.yaml'}): "
+        "training.steps=1 is not a multiple of training.steps_per_epoch=10"
+    ), refused
+    # Starting over, as docs/guides/pretrained.md says: without the fine-tuning's files,
+    # training starts from the imported weights again, on any data.
+    for name in ("backup", "checkpoints", "logs"):
+        shutil.rmtree(fine_tuned / name)
+    (fine_tuned / "train_summary.json").unlink()
+    other = shutil.copyfile(train_file, tmp_path / "other.tsv")  # another data.train
+    again = train_cli(
+        None,
+        fine_tuned,
+        "--set",
+        f"data.train={other}",
+        "--set",
+        "training.steps=10",
+    )
+    assert f"starting from the pretrained weights of {pretrained}" in again.stdout
+    assert summary_line(again.stdout)["initial_loss"] == pytest.approx(
+        summary["initial_loss"], rel=0.2
+    )
+    assert load_experiment(fine_tuned / "experiment.yaml", resolved=True).data.train == str(other)

@@ -75,6 +75,28 @@ def test_a_directory_belongs_to_one_experiment(tmp_path):
     )
 
 
+def test_an_imported_model_takes_any_data_until_a_fine_tuning_commits_a_backup(tmp_path):
+    """A new import, or one whose fine-tuning was removed to start over
+    (docs/guides/pretrained.md), starts from model.pretrained.keras on any data; once a backup is
+    committed, the directory belongs to that fine-tuning's data."""
+    run = RunDirectory(tmp_path)
+    tuned = load_experiment(DEMO, ["data.train=first.tsv"]).with_vocab_sizes(2000, 2000)
+    run.save_experiment(tuned)
+    other = load_experiment(DEMO, ["data.train=second.tsv"])
+    with pytest.raises(ConfigError, match="data.train: 'first.tsv' there, 'second.tsv' here"):
+        run.check_owner(other)  # not an import
+    run.pretrained.write_text("{}")
+    assert run.untrained_import() and run.check_owner(other) is True
+    assert run.pretrained_weights() == tmp_path / "model.keras"  # imported before it was kept
+    (tmp_path / "model.pretrained.keras").write_bytes(b"")
+    assert run.pretrained_weights() == tmp_path / run_dir.PRETRAINED_MODEL
+    run.backup.path.mkdir()
+    run.backup.latest.write_text("{}")
+    assert not run.untrained_import()
+    with pytest.raises(ConfigError, match="belongs to another experiment"):
+        run.check_owner(other)
+
+
 def test_an_unwritable_directory_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

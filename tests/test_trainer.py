@@ -318,6 +318,12 @@ def test_evaluate_own_files(trained, tmp_path):
         ("evaluate", ["--split", "test", "--limit", "0"], "--limit: 0 must be >= 1"),
         ("evaluate", ["--split", "test", "--output", "x.json"], "the scores go to NAME.json"),
         ("export", ["--out", "x", "--length-penalty", "-1"], "--length-penalty: -1 must be >="),
+        ("export", ["--out", str(ROOT / "README.md" / "x")], "README.md is a file, not a folder"),
+        (
+            "evaluate",
+            ["--split", "test", "--output", str(ROOT / "README.md" / "x")],
+            "README.md is a file, not a folder",
+        ),
         ("visualize", ["--text", "x", "--out", "x.txt"], "the heat map is a PNG file"),
         ("average_checkpoints", ["--output", "model.keras"], "other than model.keras"),
     ],
@@ -328,6 +334,22 @@ def test_bad_flags_are_refused_before_any_work(trained, program, args, message):
     result = run_main(f"trainers.{program}", "--model-dir", model_dir, *args, check=False)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert (model_dir / "model.keras").read_bytes() == saved
+
+
+def test_translate_refuses_an_output_it_cannot_write_in_one_line(tmp_path):
+    """Before the model loads: a file in the way of --output's folders, or a folder named
+    as --output, is one line naming the user's path (not a traceback, nor the temporary
+    file written beside it)."""
+    file = tmp_path / "README.md"
+    file.write_text("mine")
+    model = ("--model", tmp_path / "no-model")
+    under = run_main("trainers.translate", *model, "--output", file / "x", check=False)
+    assert under.returncode == 2
+    assert under.stderr == f"error: --output {file / 'x'}: {file} is a file, not a folder\n"
+    folder = run_main("trainers.translate", *model, "--output", tmp_path, check=False)
+    assert folder.returncode == 2
+    assert folder.stderr == f"error: --output {tmp_path}: is a folder; name a file\n"
+    assert file.read_text() == "mine" and sorted(tmp_path.iterdir()) == [file]
 
 
 @pytest.fixture(scope="module")
@@ -386,6 +408,10 @@ def test_export_then_translate_through_the_saved_model(trained, exported, tmp_pa
     assert (tmp_path / "input.txt").read_text() == "\n".join(lines) + "\n"
     run_main("trainers.translate", *inputs, "--output", saved)
     assert saved.read_text().splitlines() == [line.split("\t")[1] for line in translations]
+    # Missing folders are made, as trainers.evaluate makes them.
+    nested = tmp_path / "new" / "folder" / "out.txt"
+    run_main("trainers.translate", *inputs, "--output", nested)
+    assert nested.read_text() == saved.read_text()
     # An existing version is never overwritten, and says so.
     again = run_main("trainers.export", "--model-dir", model_dir, "--out", out, "--version", "1",
                      check=False)  # fmt: skip

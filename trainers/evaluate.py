@@ -99,6 +99,8 @@ def main(argv=None) -> int:
     from keras_transformer.files import atomic_write
     from trainers.experiment import read_split
 
+    if args.output and (problem := flags.creatable(args.output)):  # before any work
+        return errors.fail(f"--output {args.output}: {problem}")
     run = RunDirectory(args.model_dir)
     try:
         experiment, task = run.load_task(

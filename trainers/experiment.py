@@ -2,14 +2,17 @@
 sections mapped onto dataclasses, overridden from the command line with
 `--set section.key=value`.
 
-Unknown sections and keys are errors that name the file (or the --set argument) and the key.
-The model section is a `TransformerConfig`: `preset: NAME` plus any field override; the
+Unknown sections and keys, and values that cannot work, are errors that name the key and
+where its value came from: the file, or the --set argument. The model section is a
+`TransformerConfig`: `preset: NAME` plus any field override (`preset: null`: no preset, the
+fields over TransformerConfig's defaults, as an imported model's experiment.yaml says); the
 vocabulary sizes are not set there, they come from the vocabulary learned on the data.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +127,7 @@ class Experiment:
     """The whole configuration of a run. `model` has its vocabulary sizes filled once the
     vocabulary is known (`with_vocab_sizes`)."""
 
-    preset: str
+    preset: str | None  # None: the model's fields alone (an imported model's)
     model: TransformerConfig
     data: DataConfig
     training: TrainingConfig
@@ -150,9 +153,29 @@ class Experiment:
 _VOCAB_FIELDS = ("vocab_size", "source_vocab_size", "target_vocab_size")
 
 
+class _Origins:
+    """Where each value of an experiment came from, for its errors: the YAML file, or the
+    `--set` argument that set it (the last one, when a key is set twice)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.flags: dict[str, str] = {}  # "section.key" -> the --set argument
+
+    def __call__(self, *names: str) -> str:
+        """The origin of the values `names` ("section.key"): the --set arguments among
+        them, with the file when some others come from it; the file alone otherwise."""
+        flags = list(dict.fromkeys(self.flags[n] for n in names if n in self.flags))
+        if not flags:
+            return self.path
+        told = ", ".join(f"--set {flag}" for flag in flags)
+        rest = any(name not in self.flags for name in names)
+        return f"{told} (with {self.path})" if rest else told
+
+
 def load_experiment(path, overrides: list[str] = (), *, resolved: bool = False) -> Experiment:
     """Reads a YAML experiment and applies `section.key=value` overrides (values are YAML).
 
+    An error names where the offending value came from: the file, or the override.
     `resolved=True` reads a model directory's experiment.yaml, whose model section holds the
     vocabulary sizes."""
     path = Path(path)
@@ -173,10 +196,12 @@ def load_experiment(path, overrides: list[str] = (), *, resolved: bool = False) 
     for name in raw:
         if name not in sections:
             raise ConfigError(f"{path}: unknown section {name!r} (known: {', '.join(SECTIONS)})")
+    origins = _Origins(str(path))
     for override in overrides:
         section, key, value = _parse_override(override)
         sections[section][key] = value
-    return _build(sections, where=str(path), resolved=resolved)
+        origins.flags[f"{section}.{key}"] = override.strip()
+    return _build(sections, origins, resolved=resolved)
 
 
 def _parse_override(override: str):
@@ -191,51 +216,62 @@ def _parse_override(override: str):
         value = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"--set {override!r}: value is not valid YAML: {error}") from None
-    return section, key, value
+    return section, key.strip(), value
 
 
-def _build(sections: dict[str, dict], where: str, resolved: bool) -> Experiment:
+def _build(sections: dict[str, dict], where: _Origins, resolved: bool) -> Experiment:
     model = dict(sections["model"])
+    # No preset (null): the fields below are the whole model, over TransformerConfig's
+    # defaults (an imported model's, whose sizes are no preset's).
     preset = model.pop("preset", "base")
-    if preset not in PRESETS:
-        raise ConfigError(f"{where}: model.preset={preset!r}; choose one of {sorted(PRESETS)}")
+    if preset is not None and preset not in PRESETS:
+        raise ConfigError(
+            f"{where('model.preset')}: model.preset={preset!r}; choose one of "
+            f"{sorted(PRESETS)}, or null for none"
+        )
     for field in _VOCAB_FIELDS:
         if field in model and not resolved:
             raise ConfigError(
-                f"{where}: model.{field} comes from the learned vocabulary; "
+                f"{where(f'model.{field}')}: model.{field} comes from the learned vocabulary; "
                 "set data.vocab_size instead"
             )
     data = _dataclass(DataConfig, sections["data"], "data", where)
     training = _dataclass(TrainingConfig, sections["training"], "training", where)
     decoding = _dataclass(DecodingSettings, sections["decoding"], "decoding", where)
     try:
-        model_config = TransformerConfig.preset(preset, **model)
+        if preset is None:
+            model_config = TransformerConfig.from_dict(model)
+        else:
+            model_config = TransformerConfig.preset(preset, **model)
     except ValueError as error:
-        raise ConfigError(f"{where}: model: {error}") from None
+        keys = [f"model.{key}" for key in model] or ["model"]
+        raise ConfigError(f"{where(*keys)}: model: {error}") from None
     _check(model_config, data, training, where, resolved)
     return Experiment(preset, model_config, data, training, decoding)
 
 
-def _dataclass(cls, values: dict, section: str, where: str):
+def _dataclass(cls, values: dict, section: str, where: _Origins):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key, value in values.items():
         if key not in fields:
             raise ConfigError(
-                f"{where}: unknown key {section}.{key} (known: {', '.join(sorted(fields))})"
+                f"{where(f'{section}.{key}')}: unknown key {section}.{key} "
+                f"(known: {', '.join(sorted(fields))})"
             )
         _check_type(f"{section}.{key}", value, fields[key], where)
     try:
         return cls(**values)
     except ValueError as error:  # DecodingSettings checks its values: "beam_size=0 must..."
-        raise ConfigError(f"{where}: {section}.{error}") from None
+        keys = [f"{section}.{key}" for key in values] or [section]
+        raise ConfigError(f"{where(*keys)}: {section}.{error}") from None
 
 
-def _check_type(name: str, value, field: dataclasses.Field, where: str) -> None:
+def _check_type(name: str, value, field: dataclasses.Field, where: _Origins) -> None:
     kind = field.type if isinstance(field.type, str) else field.type.__name__
     optional = "None" in kind
     if value is None:
         if not optional:
-            raise ConfigError(f"{where}: {name} may not be null")
+            raise ConfigError(f"{where(name)}: {name} may not be null")
         return
     expected = kind.split(" | ")[0]
     ok = {
@@ -246,38 +282,46 @@ def _check_type(name: str, value, field: dataclasses.Field, where: str) -> None:
         "Any": True,
     }[expected]
     if not ok:
-        raise ConfigError(f"{where}: {name}={value!r} must be of type {expected}")
+        raise ConfigError(f"{where(name)}: {name}={value!r} must be of type {expected}")
 
 
-def _at_least(where: str, minimum: int, **values) -> None:
+def _at_least(where: _Origins, minimum: int, **values) -> None:
     for name, value in values.items():
         if value is not None and value < minimum:
-            raise ConfigError(f"{where}: {name}={value} must be >= {minimum}")
+            raise ConfigError(f"{where(name)}: {name}={value} must be >= {minimum}")
 
 
 def _check(
     model: TransformerConfig,
     data: DataConfig,
     training: TrainingConfig,
-    where: str,
+    where: _Origins,
     resolved: bool = False,
 ):
     if data.format not in DATA_FORMATS:
-        raise ConfigError(f"{where}: data.format={data.format!r}; choose one of {DATA_FORMATS}")
+        raise ConfigError(
+            f"{where('data.format')}: data.format={data.format!r}; choose one of {DATA_FORMATS}"
+        )
     if not data.train and not resolved:  # an imported model's directory has none yet
-        raise ConfigError(f"{where}: data.train is required")
+        raise ConfigError(f"{where('data.train')}: data.train is required")
     if data.format == "tfds" and not data.tfds_name:
-        raise ConfigError(f"{where}: data.format=tfds needs data.tfds_name")
+        raise ConfigError(
+            f"{where('data.format', 'data.tfds_name')}: data.format=tfds needs data.tfds_name"
+        )
     if model.share_embeddings and not data.shared_vocab:
         raise ConfigError(
-            f"{where}: model.share_embeddings=true needs data.shared_vocab=true "
+            f"{where('model.share_embeddings', 'data.shared_vocab')}: "
+            "model.share_embeddings=true needs data.shared_vocab=true "
             "(one vocabulary for source, target and output projection)"
         )
     if data.vocab_model_type not in ("unigram", "bpe"):
-        raise ConfigError(f"{where}: data.vocab_model_type={data.vocab_model_type!r}")
+        raise ConfigError(
+            f"{where('data.vocab_model_type')}: data.vocab_model_type={data.vocab_model_type!r}"
+        )
     if data.tokens_per_batch < model.max_length:
         raise ConfigError(
-            f"{where}: data.tokens_per_batch={data.tokens_per_batch} is smaller than "
+            f"{where('data.tokens_per_batch', 'model.max_length')}: "
+            f"data.tokens_per_batch={data.tokens_per_batch} is smaller than "
             f"model.max_length={model.max_length}: no batch could hold a long sentence"
         )
     _at_least(
@@ -306,15 +350,21 @@ def _check(
     _at_least(where, MIN_VOCAB_SIZE, **{"data.vocab_size": data.vocab_size})
     if training.steps % training.steps_per_epoch:
         raise ConfigError(
-            f"{where}: training.steps={training.steps} is not a multiple of "
-            f"training.steps_per_epoch={training.steps_per_epoch}"
+            f"{where('training.steps', 'training.steps_per_epoch')}: "
+            f"training.steps={training.steps} is not a multiple of "
+            f"training.steps_per_epoch={training.steps_per_epoch} (the updates between "
+            "checkpoints): set both, e.g. --set training.steps_per_epoch="
+            f"{math.gcd(training.steps, training.steps_per_epoch)}"
         )
     if training.jit_compile not in ("auto", True, False):
         raise ConfigError(
-            f"{where}: training.jit_compile={training.jit_compile!r}; use auto, true or false"
+            f"{where('training.jit_compile')}: training.jit_compile={training.jit_compile!r}; "
+            "use auto, true or false"
         )
     if not 0 <= training.label_smoothing < 1:
-        raise ConfigError(f"{where}: training.label_smoothing must be in [0, 1)")
+        raise ConfigError(
+            f"{where('training.label_smoothing')}: training.label_smoothing must be in [0, 1)"
+        )
 
 
 def open_split(data: DataConfig, split: str):

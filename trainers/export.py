@@ -96,6 +96,8 @@ def main(argv=None) -> int:
         return errors.fail(
             ValueError("--stopping applies to --format savedmodel only (CTranslate2 has its own)")
         )
+    if problem := flags.creatable(args.out):  # before any work
+        return errors.fail(f"--out {args.out}: {problem}")
     run = RunDirectory(args.model_dir)
     try:  # the flags over the directory's decoding settings
         experiment, task = run.load_task(

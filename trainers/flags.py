@@ -5,6 +5,8 @@ TensorFlow."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 
 def at_least(minimum, kind=int):
@@ -27,3 +29,20 @@ def at_least(minimum, kind=int):
 
 positive_int = at_least(1)
 non_negative_float = at_least(0.0, float)
+
+
+def creatable(path) -> str | None:
+    """Why `path` (a file or folder to write, with any folders missing above it) cannot be
+    created, naming the file in its way or the folder that cannot be written; None if it
+    can. For the programs' output flags, checked before any work: `--output README.md/x`
+    is refused in one line, not by the traceback of a write that fails later."""
+    for folder in Path(path).parents:
+        if folder.exists():
+            if not folder.is_dir():
+                return f"{folder} is a file, not a folder"
+            if not os.access(folder, os.W_OK | os.X_OK):
+                return f"cannot write in {folder}"
+            return None
+        if folder.is_symlink():
+            return f"{folder} is a broken link"
+    return None

@@ -12,14 +12,17 @@ torch). DIR becomes a model directory like the ones `trainers.train` writes, so 
 works on it: `evaluate`, `export` (SavedModel and CTranslate2), `translate`, `visualize`,
 `average_checkpoints`, and `train`, which fine-tunes it:
 
-    DIR/experiment.yaml   the model's TransformerConfig, no training data yet, a
-                          fine-tuning schedule (see below), and the decoding defaults of
+    DIR/experiment.yaml   the model's TransformerConfig (no preset), no training data
+                          yet, a fine-tuning schedule (see below) without XLA
+                          (`training.jit_compile: false`), and the decoding defaults of
                           evaluate and export: generation_config.json's beam size, and
                           transformers' length penalty exponent (1.0 unless it sets one)
     DIR/vocab/            the checkpoint's source.spm and target.spm, pieces.json (its
                           vocabularies in this library's ids), and their sha256
     DIR/model.keras       the imported model (this library's ids: keras_transformer.pretrained
-                          .marian's docstring)
+                          .marian's docstring), which fine-tuning replaces
+    DIR/model.pretrained.keras  the same, kept: fine-tuning starts from it, and
+                          `trainers.evaluate --model model.pretrained.keras` scores it
     DIR/config.json...    the same model as a keras-hub preset (config.json, task.json,
                           model.weights.h5, preprocessor.json, tokenizer.json, metadata.json,
                           assets/), as trainers.train writes it: TransformerSeq2SeqLM
@@ -47,11 +50,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from trainers import errors, startup_logs
+from trainers import errors, flags, startup_logs
 from trainers.errors import ConfigError
 
 PRETRAINED = "pretrained.json"
@@ -96,20 +100,22 @@ def import_marian(
     """Writes the model directory `model_dir` from the Marian checkpoint at `path`."""
     from keras_transformer.files import atomic_directory, sha256
     from keras_transformer.pretrained import marian
-    from trainers.run_dir import RunDirectory, write_json
+    from trainers.run_dir import PRETRAINED_MODEL, RunDirectory, write_json
 
     model_dir = Path(model_dir)
     if model_dir.exists() and not model_dir.is_dir():
         raise ConfigError(f"--model-dir {model_dir} is a file; choose a new directory")
     if model_dir.exists() and any(model_dir.iterdir()):
         raise ConfigError(f"--model-dir {model_dir} exists and is not empty; choose a new one")
+    if problem := flags.creatable(model_dir):
+        raise ConfigError(f"--model-dir {model_dir}: {problem}")
     if not peak_learning_rate > 0:
         raise ConfigError(f"--peak-learning-rate={peak_learning_rate} must be > 0")
     if warmup_steps < 1:
         raise ConfigError(f"--warmup-steps={warmup_steps} must be >= 1")
     try:
         checkpoint = marian.read_checkpoint(path)
-        decoding = marian.decoding_defaults(checkpoint.generation)
+        decoding = marian.decoding_defaults(checkpoint.generation, checkpoint.generation_source)
         with startup_logs.native_logs():
             model, vocabularies = marian.load_marian(checkpoint)
     except marian.MarianError as error:
@@ -123,6 +129,9 @@ def import_marian(
             f"{', '.join(ignored)}",
             file=sys.stderr,
         )
+    notes = marian.import_notes(checkpoint)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     experiment = _experiment(checkpoint, model.config, decoding, peak_learning_rate, warmup_steps)
     record = {
         "format": "marian (Hugging Face transformers)",
@@ -132,17 +141,22 @@ def import_marian(
         "files": {p.name: sha256(p) for p in checkpoint.files},
         "decoding": decoding,
         "ignored_generation_settings": ignored,
+        "notes": notes,
         "imported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    if model_dir.exists():
-        model_dir.rmdir()  # empty: replaced by the complete directory
-    model_dir.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_directory(model_dir) as temporary:
-        run = RunDirectory(temporary)
-        vocabularies.save(run.vocab)
-        run.save_experiment(experiment)
-        run.save_trained(model, vocabularies)  # model.keras and the preset
-        write_json(temporary / PRETRAINED, record)
+    try:
+        if model_dir.exists():
+            model_dir.rmdir()  # empty: replaced by the complete directory
+        model_dir.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(model_dir) as temporary:
+            run = RunDirectory(temporary)
+            vocabularies.save(run.vocab)
+            run.save_experiment(experiment)
+            run.save_trained(model, vocabularies)  # model.keras and the preset
+            shutil.copyfile(run.model(), run.model(PRETRAINED_MODEL))  # kept when fine-tuned
+            write_json(temporary / PRETRAINED, record)
+    except OSError as error:  # a full disk, a folder made read-only meanwhile...
+        raise ConfigError(f"--model-dir {model_dir}: cannot write there ({error})") from None
     return model_dir
 
 
@@ -164,12 +178,16 @@ def _experiment(checkpoint, config, decoding: dict, peak_learning_rate: float, w
     )
     # WarmupSchedule peaks at scale * d_model^-0.5 * warmup^-0.5 (update = warmup).
     scale = peak_learning_rate * math.sqrt(config.d_model) * math.sqrt(warmup_steps)
+    # Without XLA: it compiles one program a length bucket (and a dev batch shape), which a
+    # fine-tuning of a few hundred updates on a CPU never earns back (BENCHMARKS.md,
+    # "Fine-tuning an imported model").
     training = dataclasses.replace(
         TrainingConfig(),
         steps=1000,
         steps_per_epoch=100,
         warmup_steps=warmup_steps,
         learning_rate_scale=scale,
+        jit_compile=False,
         bleu_max_sentences=200,
     )
     # generation_config.json's beam, and transformers' length penalty exponent (1.0 unless it
@@ -178,7 +196,7 @@ def _experiment(checkpoint, config, decoding: dict, peak_learning_rate: float, w
         beam_size=decoding.get("beam_size", 4),
         length_penalty=decoding.get("length_penalty", 1.0),
     )
-    return Experiment("base", config, data, training, defaults)
+    return Experiment(None, config, data, training, defaults)  # no preset: the sizes above
 
 
 def _read_optional_json(path: Path) -> dict:

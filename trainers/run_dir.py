@@ -16,8 +16,10 @@ and how the programs read and write it.
                                experiment.yaml's decoding settings:
                                `kt.models.TransformerSeq2SeqLM.from_preset(DIR)` and
                                `keras_hub.models.Seq2SeqLM.from_preset(DIR)` load it
-    DIR/pretrained.json        an imported model's origin (trainers.import_marian): training
-                               in a directory with one starts from model.keras
+    DIR/pretrained.json        an imported model's origin (trainers.import_marian)
+    DIR/model.pretrained.keras the imported model, kept when fine-tuning replaces model.keras:
+                               fine-tuning starts from it while backup/ holds no state (a
+                               new fine-tuning, or one started over: `untrained_import`)
     DIR/model.averaged.keras   written by trainers.average_checkpoints
     DIR/train_summary.json     strategy, replicas, steps, losses, tokens/s, dev BLEU
     DIR/eval/                  hypotheses (SPLIT.hyp) and scores (SPLIT.json) from
@@ -55,6 +57,7 @@ from trainers.experiment import Experiment, load_experiment
 
 MODEL = "model.keras"
 AVERAGED = "model.averaged.keras"
+PRETRAINED_MODEL = "model.pretrained.keras"  # an imported model's weights, never replaced
 PRESET_CONFIG = "config.json"  # keras-hub's root file of a preset: written last, removed first
 
 
@@ -169,8 +172,8 @@ class RunDirectory:
             return False
         saved = yaml.safe_load(self.experiment_file.read_text(encoding="utf-8"))
         ours = experiment.to_dict()
-        if not saved["data"].get("train"):  # an imported model: any data fine-tunes it
-            saved = {**saved, "data": ours["data"]}
+        if not saved["data"].get("train") or self.untrained_import():
+            saved = {**saved, "data": ours["data"]}  # an imported model: any data fine-tunes it
         if _comparable(saved) != _comparable(ours):
             differences = [
                 f"{section}.{key}: {saved[section].get(key)!r} there, {value!r} here"
@@ -184,6 +187,19 @@ class RunDirectory:
                 "was trained with"
             )
         return True
+
+    def untrained_import(self) -> bool:
+        """Whether the directory holds an imported model (pretrained.json) that no
+        fine-tuning has committed a backup to: a new import, or one whose fine-tuning was
+        removed to start over. Fine-tuning it starts from model.pretrained.keras, on any
+        data."""
+        return self.pretrained.exists() and not self.backup.latest.exists()
+
+    def pretrained_weights(self) -> Path:
+        """The imported weights fine-tuning starts from: model.pretrained.keras, or
+        model.keras in a directory imported before the import kept them apart."""
+        kept = self.model(PRETRAINED_MODEL)
+        return kept if kept.exists() else self.model()
 
     def check_disk_space(self, experiment: Experiment) -> None:
         """Refuses a run whose files cannot fit on the disk: the kept checkpoints, two backups

@@ -227,7 +227,7 @@ def _resolve_experiment(run: RunDirectory, experiment, vocabularies, resuming, i
     experiment = experiment.with_vocab_sizes(
         vocabularies.source.vocabulary_size(), vocabularies.target.vocabulary_size()
     )
-    if is_chief and (saved is None or not saved.data.train):
+    if is_chief and (saved is None or not saved.data.train or run.untrained_import()):
         run.save_experiment(experiment)  # a new run, or the first fine-tuning of an import
     return experiment
 
@@ -252,12 +252,13 @@ def _model(run: RunDirectory, experiment, placement: Placement):
     """(compiled model, `checkpointing.Progress`): a new model, or the backup's state when
     there is one. Every worker resumes from the chief's backup: all hold the same state. A
     backup that the planned steps cannot continue is refused here, before any training."""
+    # An imported model starts from its weights, unless a backup holds fine-tuned ones.
+    pretrained = run.pretrained_weights() if run.pretrained.exists() else None
     with placement.strategy.scope():
-        model = _compiled_model(experiment, placement.jit_compile)
+        model = _compiled_model(experiment, placement.jit_compile, weights=pretrained)
         progress = checkpointing.restore_state(model, run.backup)
-        if not progress.updates and run.pretrained.exists():
-            model.load_weights(run.model())  # fine-tuning starts from the imported weights
-            print(f"starting from the pretrained weights of {run.model()}", flush=True)
+    if pretrained is not None and not progress.updates:
+        print(f"starting from the pretrained weights of {pretrained}", flush=True)
     print(runtime.describe(placement.strategy), f"jit_compile={placement.jit_compile}", flush=True)
     if progress.updates:
         _check_plan(run, experiment.training, progress)
@@ -286,8 +287,12 @@ def _check_plan(run: RunDirectory, training, progress) -> None:
         )
 
 
-def _compiled_model(experiment, jit_compile: bool):
-    """The model, compiled with the paper's optimizer, schedule and loss (section 5)."""
+def _compiled_model(experiment, jit_compile: bool, weights=None):
+    """The model, compiled with the paper's optimizer, schedule and loss (section 5); with
+    the weights of the .keras file `weights` (an imported model's) loaded before it is
+    compiled: that file holds no optimizer state, and loaded into a compiled model it would
+    be asked for Adam's (Keras warns "Skipping variable loading for optimizer 'adam'",
+    which reads as a failure). Adam's moments start empty."""
     import keras
 
     import keras_transformer as kt
@@ -295,6 +300,8 @@ def _compiled_model(experiment, jit_compile: bool):
     training = experiment.training
     accumulation = training.gradient_accumulation_steps
     model = kt.build_transformer(experiment.model)
+    if weights is not None:
+        model.load_weights(weights)
     schedule = kt.WarmupSchedule(
         experiment.model.d_model,
         warmup_steps=training.warmup_steps,

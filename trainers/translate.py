@@ -53,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--output",
         type=Path,
         help="default: stdout (a file is written whole or not at all: an existing one is "
-        "replaced once every line is translated)",
+        "replaced once every line is translated; missing folders are made)",
     )
     parser.add_argument(
         "--batch-size",
@@ -354,6 +354,10 @@ def main(argv=None) -> int:
     if args.input and args.output and _same_file(args.input, args.output):
         print(f"error: --output {args.output} is the --input file", file=sys.stderr)
         return 2
+    problem = args.output and _output_problem(args.output)  # before any work
+    if problem:
+        print(f"error: --output {args.output}: {problem}", file=sys.stderr)
+        return 2
     try:
         if is_ctranslate2(args.model):
             translator = CTranslate2Translator(args.model, threads=args.threads)
@@ -362,6 +366,12 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.output:  # its missing folders, as trainers.evaluate makes them
+        try:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            print(f"error: --output {args.output}: {error.strerror or error}", file=sys.stderr)
+            return 2
     sentences, started = 0, time.perf_counter()
     # The output goes to a temporary file beside --output, renamed when every line is done:
     # a failure leaves an existing file as it was.
@@ -401,6 +411,9 @@ def main(argv=None) -> int:
         if isinstance(error, BrokenPipeError):  # the reader went away (`| head`)
             sys.stdout = None
             return 1
+        written = getattr(error, "filename", None)
+        if partial and written is not None and os.fspath(written) == os.fspath(partial):
+            error = f"--output {args.output}: {error.strerror}"  # the user's name, not ours
         print(f"error: {error}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - started
@@ -410,6 +423,14 @@ def main(argv=None) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _output_problem(output: Path) -> str | None:
+    """Why --output cannot be written (a file in the way of its folders, a folder by its
+    name), or None."""
+    if output.is_dir():
+        return "is a folder; name a file"
+    return flags.creatable(output)
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -54,6 +55,26 @@ def test_the_model_learns_on_numpy_and_round_trips_as_keras_file(model, tmp_path
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")
     np.testing.assert_array_equal(loaded(inputs), model(inputs))
+
+
+def test_the_warmup_schedule_trains_without_a_dtype_warning():
+    """The paper's schedule (kt.WarmupSchedule) in `fit` on JAX, with and without gradient
+    accumulation: no "Explicitly requested dtype int64 ... truncated to int32" (JAX runs
+    without 64-bit integers), and the rate of paper 5.3 at the optimizer's count."""
+    for accumulation in (1, 2):
+        schedule = kt.WarmupSchedule(8, warmup_steps=4, accumulation_steps=accumulation)
+        optimizer = keras.optimizers.Adam(
+            schedule, gradient_accumulation_steps=accumulation if accumulation > 1 else None
+        )
+        net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        net.compile(optimizer, "mse")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            net.fit(np.ones((8, 3)), np.ones((8, 1)), batch_size=2, epochs=1, verbose=0)
+            rate = float(optimizer.learning_rate)
+        assert [str(w.message) for w in caught if "int64" in str(w.message)] == []
+        update = 4 // accumulation + 1  # 4 batches done
+        np.testing.assert_allclose(rate, 8**-0.5 * min(update**-0.5, update * 4**-1.5), rtol=1e-6)
 
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search])
@@ -156,3 +177,18 @@ def test_the_tensorflow_model_on_the_same_weights_gives_the_same_logits_and_ids(
     np.testing.assert_allclose(logits, tensorflow["logits"], atol=1e-4)
     np.testing.assert_array_equal(greedy_search(model, source, **SHORT)[0], tensorflow["greedy"])
     np.testing.assert_array_equal(beam_search(model, source, **SHORT)[0], tensorflow["beam"])
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search, sample])
+def test_a_target_prefix_is_an_argument_of_the_compiled_search(model, search):
+    """The prefix is forced first on JAX too, passed to the compiled program as ids (a list
+    or an array, not a setting it is compiled for): two prefixes of one shape, one program."""
+    from keras_transformer import backends
+
+    settings = {**SHORT, **({"seed": 1} if search is sample else {})}
+    first = search(model, SOURCE, target_prefix=[5, 6], **settings)[0]
+    programs = len(backends._COMPILED[model])
+    second = search(model, SOURCE, target_prefix=np.array([7, 8]), **settings)[0]
+    assert (np.asarray(first)[:, :2] == [5, 6]).all()
+    assert (np.asarray(second)[:, :2] == [7, 8]).all()
+    assert len(backends._COMPILED[model]) == programs
