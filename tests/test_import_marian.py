@@ -252,9 +252,12 @@ def test_training_fine_tunes_the_imported_weights(imported, tmp_path, capsys):
     # process: nothing to train); a bad flag is refused as the flag's.
     from trainers import train
 
-    assert train.main(["--model-dir", str(fine_tuned), "--set", "training.steps=20"]) == 0
-    assert "already holds this run" in capsys.readouterr().out
-    assert train.main(["--model-dir", str(fine_tuned), "--set", "training.steps=1"]) == 2
+    # The program turns the speed switch on for the run (training.fast); in this process it
+    # must be left as it was, for the tests that run after this one.
+    with kt.fast.switched(kt.fast.is_enabled()):
+        assert train.main(["--model-dir", str(fine_tuned), "--set", "training.steps=20"]) == 0
+        assert "already holds this run" in capsys.readouterr().out
+        assert train.main(["--model-dir", str(fine_tuned), "--set", "training.steps=1"]) == 2
     refused = capsys.readouterr().err
     assert refused.startswith(
         f"error: --set training.steps=1 (with {fine_tuned / 'experiment.yaml'}): "
