@@ -51,6 +51,33 @@ class MarianError(ValueError):
     """A directory that is not an importable Marian checkpoint; the message says why."""
 
 
+def number(
+    settings: dict,
+    key: str,
+    kind=int,
+    where: str = "config.json",
+    default=None,
+    *,
+    error: type[ValueError] = MarianError,
+):
+    """`settings[key]` as `kind` (int or float), `default` when absent (or null, as
+    transformers reads it); `error` names the key when the value is not a number of that
+    kind (a string, a list, a boolean, 2.5 for an int). The checkpoint readers' one check."""
+    value = settings.get(key)
+    if value is None:
+        if default is None:
+            raise error(f"{where}: no {key!r}")
+        return default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (kind is int and value != int(value))
+    ):
+        noun = "an integer" if kind is int else "a number"
+        raise error(f"{where}: {key}={value!r} is not {noun}")
+    return kind(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
     """A Marian checkpoint directory, read and checked.

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.pretrained.checkpoint import number as checkpoint_number
 from keras_transformer.pretrained.tokenizer import SPECIAL_PIECES
 from keras_transformer.text import BOS_ID
 
@@ -126,21 +127,8 @@ class Vocabulary:
 
 
 def number(settings: dict, key: str, kind=int, where: str = "config.json", default=None):
-    """`settings[key]` as `kind`, `default` when absent (or null); `M2M100Error` names the
-    key when the value is not a number of that kind."""
-    value = settings.get(key)
-    if value is None:
-        if default is None:
-            raise M2M100Error(f"{where}: no {key!r}")
-        return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (kind is int and value != int(value))
-    ):
-        noun = "an integer" if kind is int else "a number"
-        raise M2M100Error(f"{where}: {key}={value!r} is not {noun}")
-    return kind(value)
+    """`checkpoint.number`, refusing with `M2M100Error`."""
+    return checkpoint_number(settings, key, kind, where, default, error=M2M100Error)
 
 
 def special_ids(config: dict, where: str = "config.json") -> dict:

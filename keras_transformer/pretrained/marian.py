@@ -42,6 +42,7 @@ from keras_transformer.pretrained.checkpoint import (  # noqa: F401 (read_checkp
     NEUTRAL_GENERATION,
     Checkpoint,
     MarianError,
+    number,
     read_checkpoint,
     read_json,
 )
@@ -95,25 +96,6 @@ _DEFAULTS = {
 }
 # transformers' activation names -> Keras's (the same functions).
 _ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
-
-
-def number(settings: dict, key: str, kind=int, where: str = "config.json", default=None):
-    """`settings[key]` as `kind` (int or float), `default` when absent (or null, as
-    transformers reads it); `MarianError` names the key when the value is not a number of that
-    kind (a string, a list, a boolean, 2.5 for an int)."""
-    value = settings.get(key)
-    if value is None:
-        if default is None:
-            raise MarianError(f"{where}: no {key!r}")
-        return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or (kind is int and value != int(value))
-    ):
-        noun = "an integer" if kind is int else "a number"
-        raise MarianError(f"{where}: {key}={value!r} is not {noun}")
-    return kind(value)
 
 
 def transformer_config(config: dict, where: str = "config.json") -> TransformerConfig:
