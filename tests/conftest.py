@@ -54,10 +54,17 @@ collect_ignore = [] if BACKEND == "jax" else ["jax"]
 
 @pytest.fixture(autouse=True)
 def _seeded_float32():
-    """Every test starts seeded under the float32 policy and leaves it that way."""
+    """Every test starts seeded under the float32 policy, with `kt.fast`'s speed switch off,
+    and leaves them that way: a trainer run in the test's process turns the switch on for
+    the rest of its process, as it does in a process of its own (test_dropout's stock-path
+    test failed after test_reliability's in-process NaN run in the same worker)."""
+    from keras_transformer import fast
+
     keras.utils.set_random_seed(1234)
     keras.config.set_dtype_policy("float32")
+    fast.disable()
     yield
+    fast.disable()
     keras.config.set_dtype_policy("float32")
 
 
