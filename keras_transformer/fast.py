@@ -17,8 +17,8 @@ What it switches:
 - `smoothed_cross_entropy`: the label-smoothed loss with a hand-written gradient that holds
   one vocabulary-sized buffer instead of two (peak memory at large vocabularies).
 - `top_k`: beam search's top-2k over `beam * vocab` candidates by block maxima.
-- `dropout`: 16 random bits an element instead of 32, for `kt.layers.Dropout` (Keras's
-  draws when the switch is off).
+- `dropout`: 16 random bits an element instead of 32, for `kt.layers.PerReplicaDropout`
+  (Keras's draws when the switch is off).
 - `output_projection`: the decoders' tied pre-softmax projection with its matrix transposed
   once a decode instead of at every step, for steps of a few rows.
 """
@@ -78,7 +78,7 @@ LEVELS = 2**16
 
 def dropout(inputs, rate: float, seed):
     """Dropout at `rate` with two 16-bit draws from each 32-bit Philox word (the speed path
-    of `kt.layers.Dropout`).
+    of `kt.layers.PerReplicaDropout`).
 
     Keras draws one 32-bit uniform number an element; generating them is a noticeable share
     of a training step on a CPU. Here each 32-bit word (Philox, as Keras's own) gives two

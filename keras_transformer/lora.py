@@ -30,7 +30,7 @@ TARGETS = ("query", "value")  # the LoRA paper's choice (its section 7.1)
 
 def enable_lora(model, rank: int, *, alpha: float | None = None, targets=TARGETS) -> list[str]:
     """Turns LoRA on for the projections named `targets` inside every attention layer of
-    `model` (`MultiHeadAttention`'s `query`, `key`, `value`, `output`), and freezes every
+    `model` (`TransformerAttention`'s `query`, `key`, `value`, `output`), and freezes every
     other weight, their biases included: the adapters alone train (the LoRA paper's
     setting; keras-hub's `Backbone.enable_lora` leaves the biases trainable).
 
@@ -117,11 +117,11 @@ def load_adapters(model, path) -> list[str]:
 
 def _projections(model, targets) -> list:
     """The `targets` projections (`query_dense`...) of every attention layer in `model`."""
-    from keras_transformer.layers.attention import MultiHeadAttention
+    from keras_transformer.layers.attention import TransformerAttention
 
     attentions = [
         layer
         for layer in [model, *workarounds.sublayers(model)]
-        if isinstance(layer, MultiHeadAttention)
+        if isinstance(layer, TransformerAttention)
     ]
     return [getattr(attention, f"{name}_dense") for attention in attentions for name in targets]

@@ -57,8 +57,8 @@ CASES = {
         {"vocab_size": 50, "d_model": D, "max_length": 16, "positional": "learned"},
         {"inputs": _ids(BATCH, TGT, pad_from=3)},
     ),
-    "MultiHeadAttention": (
-        layers.MultiHeadAttention,
+    "TransformerAttention": (
+        layers.TransformerAttention,
         {"num_heads": 2, "dropout": 0.1},
         {
             "query": _floats(BATCH, TGT, D),

@@ -1,5 +1,5 @@
-"""MultiHeadAttention: Keras's layer test, equality with keras.layers.MultiHeadAttention, masks,
-weights on request, key/value caches and the swappable attention."""
+"""TransformerAttention: Keras's layer test, equality with keras.layers.MultiHeadAttention,
+masks, weights on request, key/value caches and the swappable attention."""
 
 import keras
 import numpy as np
@@ -17,10 +17,10 @@ MEMORY = RNG.normal(size=(2, 7, 16)).astype("float32")
 PADDING = np.array([[True] * 7, [True] * 4 + [False] * 3])
 
 
-class MultiHeadAttentionLayerTest(TestCase):
+class TransformerAttentionLayerTest(TestCase):
     def test_self_attention(self):
         self.run_layer_test(
-            layers.MultiHeadAttention,
+            layers.TransformerAttention,
             init_kwargs={"num_heads": 4, "dropout": 0.1},
             input_shape=(2, 5, 16),
             expected_output_shape=(2, 5, 16),
@@ -31,7 +31,7 @@ class MultiHeadAttentionLayerTest(TestCase):
 
     def test_cross_attention_with_other_sizes(self):
         self.run_layer_test(
-            layers.MultiHeadAttention,
+            layers.TransformerAttention,
             init_kwargs={
                 "num_heads": 2,
                 "key_dim": 3,
@@ -59,7 +59,7 @@ def _keras_twin(ours, query, value):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_self_attention_equals_keras_multi_head_attention(causal):
-    ours = layers.MultiHeadAttention(num_heads=4)
+    ours = layers.TransformerAttention(num_heads=4)
     ours(QUERY)
     theirs = _keras_twin(ours, QUERY, QUERY)
     np.testing.assert_allclose(
@@ -70,7 +70,7 @@ def test_self_attention_equals_keras_multi_head_attention(causal):
 
 
 def test_cross_attention_with_padding_equals_keras_multi_head_attention():
-    ours = layers.MultiHeadAttention(num_heads=4)
+    ours = layers.TransformerAttention(num_heads=4)
     ours(QUERY, MEMORY)
     theirs = _keras_twin(ours, QUERY, MEMORY)
     keras_mask = np.broadcast_to(PADDING[:, None, :], (2, 5, 7))  # Keras takes [B, T, S]
@@ -83,7 +83,7 @@ def test_cross_attention_with_padding_equals_keras_multi_head_attention():
 
 
 def test_weights_on_request_are_float32_masked_and_normalised():
-    layer = layers.MultiHeadAttention(num_heads=4, dtype="mixed_float16")
+    layer = layers.TransformerAttention(num_heads=4, dtype="mixed_float16")
     layer(QUERY, MEMORY)  # builds the weights
     output, _, weights = layer.forward(
         ops.cast(QUERY, "float16"), MEMORY, padding_mask=PADDING, return_weights=True
@@ -95,14 +95,14 @@ def test_weights_on_request_are_float32_masked_and_normalised():
 
 
 def test_padding_keys_change_nothing():
-    layer = layers.MultiHeadAttention(num_heads=4)
+    layer = layers.TransformerAttention(num_heads=4)
     short = layer(QUERY, MEMORY[:, :4])
     padded = layer(QUERY, MEMORY, padding_mask=np.array([[True] * 4 + [False] * 3] * 2))
     np.testing.assert_allclose(padded, short, atol=1e-5)
 
 
 def test_attention_mask_and_padding_mask_combine():
-    layer = layers.MultiHeadAttention(num_heads=2)
+    layer = layers.TransformerAttention(num_heads=2)
     attention_mask = RNG.random((2, 5, 7)) < 0.6
     attention_mask[..., 0] = True
     layer(QUERY, MEMORY)
@@ -115,12 +115,12 @@ def test_attention_mask_and_padding_mask_combine():
 
 def test_key_dim_must_divide_width():
     with pytest.raises(ValueError, match="query width 16 is not divisible by num_heads=3"):
-        layers.MultiHeadAttention(num_heads=3)(QUERY)
+        layers.TransformerAttention(num_heads=3)(QUERY)
 
 
 def test_cache_methods_need_a_built_layer():
     with pytest.raises(ValueError, match="needs built weights"):
-        layers.MultiHeadAttention(num_heads=2).empty_cache(2, 8)
+        layers.TransformerAttention(num_heads=2).empty_cache(2, 8)
 
 
 def _step(layer, query, cache, index, **kwargs):
@@ -129,7 +129,7 @@ def _step(layer, query, cache, index, **kwargs):
 
 
 def test_incremental_self_attention_equals_causal_call():
-    layer = layers.MultiHeadAttention(num_heads=4)
+    layer = layers.TransformerAttention(num_heads=4)
     full = layer(QUERY, use_causal_mask=True)
     cache = layer.empty_cache(batch_size=2, length=8)  # longer than the 5 steps: padding
     steps = []
@@ -141,7 +141,7 @@ def test_incremental_self_attention_equals_causal_call():
 
 
 def test_incremental_self_attention_in_chunks_equals_causal_call():
-    layer = layers.MultiHeadAttention(num_heads=4)
+    layer = layers.TransformerAttention(num_heads=4)
     full = layer(QUERY, use_causal_mask=True)
     cache = layer.empty_cache(batch_size=2, length=5)
     first, cache = _step(layer, QUERY[:, :3], cache, 0)
@@ -150,7 +150,7 @@ def test_incremental_self_attention_in_chunks_equals_causal_call():
 
 
 def test_a_grown_cache_goes_on_where_it_was():
-    layer = layers.MultiHeadAttention(num_heads=4)
+    layer = layers.TransformerAttention(num_heads=4)
     full = layer(QUERY, use_causal_mask=True)
     cache = layer.empty_cache(batch_size=2, length=3)
     first, cache = _step(layer, QUERY[:, :3], cache, 0)
@@ -163,7 +163,7 @@ def test_a_grown_cache_goes_on_where_it_was():
 def test_cached_attention_mask_narrows_what_each_query_sees():
     # Two new queries at positions 3 and 4, which the mask keeps from seeing position 1:
     # the same outputs as the full call with that mask and the causal one.
-    layer = layers.MultiHeadAttention(num_heads=4)
+    layer = layers.TransformerAttention(num_heads=4)
     mask = np.ones((2, 5, 5), bool)
     mask[:, 3, 4] = mask[:, 3, 1] = mask[:, 4, 1] = False
     full = layer(QUERY, attention_mask=mask & np.tril(np.ones((5, 5), bool)))
@@ -176,7 +176,7 @@ def test_cached_attention_mask_narrows_what_each_query_sees():
 
 
 def test_cross_attention_cache_equals_call():
-    layer = layers.MultiHeadAttention(num_heads=4)
+    layer = layers.TransformerAttention(num_heads=4)
     full = layer(QUERY, MEMORY, padding_mask=PADDING)
     cache = layer.compute_cache(MEMORY)
     out, same_cache, _ = layer.forward(QUERY, cache=cache, padding_mask=PADDING)
@@ -185,7 +185,7 @@ def test_cross_attention_cache_equals_call():
 
 
 def test_incremental_decoding_compiles_in_a_while_loop_with_xla():
-    layer = layers.MultiHeadAttention(num_heads=4)
+    layer = layers.TransformerAttention(num_heads=4)
     full = layer(QUERY, use_causal_mask=True)
 
     @tf.function(jit_compile=True)
@@ -204,7 +204,7 @@ def test_incremental_decoding_compiles_in_a_while_loop_with_xla():
     np.testing.assert_allclose(decode(QUERY), full, atol=1e-5)
 
 
-class _UniformAttention(layers.MultiHeadAttention):
+class _UniformAttention(layers.TransformerAttention):
     """Swaps the attention for a plain average of the values."""
 
     def compute_attention(self, query, key, value, mask=None, training=None):
@@ -224,7 +224,7 @@ def test_attention_is_swapped_by_overriding_compute_attention():
 
 
 def test_weights_are_those_of_the_op_on_the_projections():
-    layer = layers.MultiHeadAttention(num_heads=2)
+    layer = layers.TransformerAttention(num_heads=2)
     layer(QUERY, MEMORY)
     weights = layer.forward(QUERY, MEMORY, padding_mask=PADDING, return_weights=True).weights
     q, k, v = layer.query_dense(QUERY), layer.key_dense(MEMORY), layer.value_dense(MEMORY)
@@ -233,7 +233,7 @@ def test_weights_are_those_of_the_op_on_the_projections():
 
 
 def test_projections_are_keras_einsum_dense_layers():
-    layer = layers.MultiHeadAttention(num_heads=2)
+    layer = layers.TransformerAttention(num_heads=2)
     layer(QUERY, MEMORY)
     projections = [layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense]
     assert all(type(p) is keras.layers.EinsumDense for p in projections)
@@ -241,7 +241,7 @@ def test_projections_are_keras_einsum_dense_layers():
 
 
 def test_int8_quantization_reaches_the_projections():
-    layer = layers.MultiHeadAttention(num_heads=4)
+    layer = layers.TransformerAttention(num_heads=4)
     expected = layer(QUERY, MEMORY, padding_mask=PADDING)
     for projection in (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense):
         projection.quantize("int8")

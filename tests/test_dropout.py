@@ -1,5 +1,5 @@
-"""`kt.layers.Dropout`: Keras's dropout on one replica, its own masks on each replica under
-`tf.distribute`, and the 16-bit draws of the speed switch (keras_transformer/fast.py)."""
+"""`kt.layers.PerReplicaDropout`: Keras's dropout on one replica, its own masks on each replica
+under `tf.distribute`, and the 16-bit draws of the speed switch (keras_transformer/fast.py)."""
 
 import keras
 import numpy as np
@@ -19,16 +19,16 @@ def switch(request):
 
 def test_is_keras_dropout_on_one_replica_with_the_switch_off():
     x = np.random.default_rng(0).normal(size=(8, 300)).astype("float32")
-    ours, theirs = kt.layers.Dropout(0.3, seed=5), keras.layers.Dropout(0.3, seed=5)
+    ours, theirs = kt.layers.PerReplicaDropout(0.3, seed=5), keras.layers.Dropout(0.3, seed=5)
     for training in (True, False):
         np.testing.assert_array_equal(ours(x, training=training), theirs(x, training=training))
     assert ours.get_config() == {**theirs.get_config(), "name": ours.name}
 
 
 def test_round_trips_through_keras_serialization():
-    layer = kt.layers.Dropout(0.2, noise_shape=(None, 1), seed=3, name="drop")
+    layer = kt.layers.PerReplicaDropout(0.2, noise_shape=(None, 1), seed=3, name="drop")
     restored = keras.layers.deserialize(keras.layers.serialize(layer))
-    assert type(restored) is kt.layers.Dropout
+    assert type(restored) is kt.layers.PerReplicaDropout
     assert restored.get_config() == layer.get_config()
 
 
@@ -45,7 +45,7 @@ def _masks_per_replica(strategy, layer, x):
 def test_each_replica_draws_its_own_mask(mirrored, switch):
     x = np.ones((64, 256), "float32")
     with mirrored.scope():
-        layer = kt.layers.Dropout(0.3, seed=7)
+        layer = kt.layers.PerReplicaDropout(0.3, seed=7)
     first, second = _masks_per_replica(mirrored, layer, x)
     for y in (first, second):
         assert abs((y == 0).mean() - 0.3) < 0.02
@@ -57,7 +57,10 @@ def test_each_replica_draws_its_own_mask(mirrored, switch):
 def test_replica_masks_are_reproducible_and_change_every_call(mirrored, switch):
     x = np.ones((16, 128), "float32")
     with mirrored.scope():
-        one, two = kt.layers.Dropout(0.5, seed=11), kt.layers.Dropout(0.5, seed=11)
+        one, two = (
+            kt.layers.PerReplicaDropout(0.5, seed=11),
+            kt.layers.PerReplicaDropout(0.5, seed=11),
+        )
     first_call = _masks_per_replica(mirrored, one, x)
     for ours, again in zip(first_call, _masks_per_replica(mirrored, two, x), strict=True):
         np.testing.assert_array_equal(ours, again)  # same seed, same masks
@@ -98,7 +101,7 @@ def test_a_mirrored_model_drops_differently_on_each_replica(mirrored):
 @pytest.mark.parametrize("rate", [0.1, 0.5])
 def test_the_switch_on_keeps_the_rate_and_the_mean(rate, compiled):
     with fast_path(True):
-        layer = kt.layers.Dropout(rate, seed=2)
+        layer = kt.layers.PerReplicaDropout(rate, seed=2)
         x = np.ones((200, 1001), "float32")  # odd size: the last 32-bit word is half used
         call = lambda x: layer(x, training=True)  # noqa: E731
         y = np.asarray(tf.function(call, jit_compile=True)(x) if compiled else call(x))
@@ -114,6 +117,6 @@ def test_the_switch_on_keeps_the_rate_and_the_mean(rate, compiled):
 
 def test_edge_rates_and_noise_shape(switch):
     x = np.ones((4, 6), "float32")
-    np.testing.assert_array_equal(kt.layers.Dropout(0.0)(x, training=True), x)
-    shared = kt.layers.Dropout(0.5, noise_shape=(4, 1), seed=1)(x, training=True).numpy()
+    np.testing.assert_array_equal(kt.layers.PerReplicaDropout(0.0)(x, training=True), x)
+    shared = kt.layers.PerReplicaDropout(0.5, noise_shape=(4, 1), seed=1)(x, training=True).numpy()
     assert all(len(set(row.tolist())) == 1 for row in shared)  # one decision a row

@@ -67,7 +67,7 @@ def save_and_load(model, path):
 
 
 QUANTIZED_LAYERS = {
-    "attention": (lambda: kt.layers.MultiHeadAttention(num_heads=2), (5, 8), "float32"),
+    "attention": (lambda: kt.layers.TransformerAttention(num_heads=2), (5, 8), "float32"),
     "feed_forward": (lambda: kt.layers.PositionwiseFeedForward(d_ff=16), (5, 8), "float32"),
     "embedding": (lambda: kt.layers.TransformerEmbedding(30, 8, output_bias=True), (5,), "int32"),
     "embedding_bfloat16": (

@@ -47,7 +47,7 @@ def make(name):
         "encoder": lambda: kt.layers.Encoder(2, **common),
         "decoder_layer": lambda: kt.layers.DecoderLayer(**common),
         "decoder": lambda: kt.layers.Decoder(2, **common),
-        "self_attention": lambda: kt.layers.MultiHeadAttention(num_heads=2),
+        "self_attention": lambda: kt.layers.TransformerAttention(num_heads=2),
     }[name]()
 
 
@@ -79,7 +79,7 @@ def test_the_encoder_outputs_mask_is_the_cross_attention_padding(name):
 
 def test_cross_attention_takes_the_values_mask_and_keeps_the_querys():
     query, value = embedded(IDS), embedded(MEMORY_IDS, seed=1)
-    layer = kt.layers.MultiHeadAttention(num_heads=2)
+    layer = kt.layers.TransformerAttention(num_heads=2)
     implicit = no_mask_warnings(lambda: layer(query, value))
     plain = [keras.ops.convert_to_tensor(np.asarray(t)) for t in (query, value)]
     explicit = layer(*plain, padding_mask=MEMORY_IDS != 0)
@@ -119,7 +119,7 @@ def test_cross_attention_takes_both_the_keys_and_the_values_masks():
     key's nor the value's mask leaves it out."""
     query, value = embedded(IDS), embedded(MEMORY_IDS, seed=1)
     key = keras.ops.convert_to_tensor(np.asarray(value))  # no mask of its own
-    layer = kt.layers.MultiHeadAttention(num_heads=2)
+    layer = kt.layers.TransformerAttention(num_heads=2)
     implicit = layer(query, value, key)
     explicit = layer(query, value, key, padding_mask=MEMORY_IDS != 0)
     np.testing.assert_allclose(real_rows(implicit), real_rows(explicit), atol=1e-6)
@@ -127,7 +127,7 @@ def test_cross_attention_takes_both_the_keys_and_the_values_masks():
 
 def test_an_attention_mask_without_a_batch_axis_is_the_same_for_every_sentence():
     x = keras.ops.convert_to_tensor(np.asarray(embedded(IDS)))
-    layer = kt.layers.MultiHeadAttention(num_heads=2)
+    layer = kt.layers.TransformerAttention(num_heads=2)
     pattern = np.tril(np.ones((5, 5), bool))
     shared = layer(x, attention_mask=pattern)
     batched = layer(x, attention_mask=np.broadcast_to(pattern, (2, 5, 5)))

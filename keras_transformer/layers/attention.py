@@ -9,13 +9,13 @@ from keras import ops
 
 from keras_transformer import ops as kt_ops
 from keras_transformer.decoding.cache import AttentionCache
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.dropout import PerReplicaDropout
 from keras_transformer.layers.initializers import fresh
 from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
 
 class AttentionOutput(NamedTuple):
-    """What `MultiHeadAttention.forward` returns.
+    """What `TransformerAttention.forward` returns.
 
     outputs: `[batch, q_len, output_dim]` in the compute dtype.
     cache: the updated `AttentionCache` when one was given, else None.
@@ -28,7 +28,7 @@ class AttentionOutput(NamedTuple):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class MultiHeadAttention(keras.layers.Layer):
+class TransformerAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K,
     V W_i^V)  (paper 3.2.2).
 
@@ -42,6 +42,10 @@ class MultiHeadAttention(keras.layers.Layer):
     two layers. The attention itself is
     `kt.ops.scaled_dot_product_attention` (eq. 1), called from `compute_attention`: override
     that method to swap the attention without forking the layer.
+
+    It was named `MultiHeadAttention`, Keras's layer's name, although its bias layout, call
+    arguments and cache are its own: that name still works for one release, with a
+    `DeprecationWarning`, and files saved under it load.
 
     Args:
         num_heads: int. Number of heads h.
@@ -78,8 +82,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Example:
     >>> import numpy as np
-    >>> from keras_transformer.layers import MultiHeadAttention
-    >>> mha = MultiHeadAttention(num_heads=2)
+    >>> from keras_transformer.layers import TransformerAttention
+    >>> mha = TransformerAttention(num_heads=2)
     >>> x = np.random.rand(3, 5, 8).astype("float32")  # (batch, len, d_model)
     >>> tuple(mha(x, padding_mask=np.array([[True] * 4 + [False]] * 3)).shape)
     (3, 5, 8)
@@ -110,7 +114,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = PerReplicaDropout(dropout, dtype=self.dtype_policy, name="dropout")
         self.supports_masking = True  # the output keeps the query's Keras mask
 
     def build(self, query_shape, value_shape=None, key_shape=None):
@@ -317,3 +321,12 @@ class MultiHeadAttention(keras.layers.Layer):
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "dtype": keras.dtype_policies.serialize(dtype_policy_with_sublayers(self)),
         }
+
+
+def __getattr__(name: str):
+    # PEP 562: the layer's name before its rename, for one release (layers/_renamed.py).
+    if name == "MultiHeadAttention":
+        from keras_transformer.layers import _renamed
+
+        return _renamed.deprecated(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

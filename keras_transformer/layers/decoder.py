@@ -6,7 +6,7 @@ import keras
 
 from keras_transformer import ops as kt_ops
 from keras_transformer.decoding.cache import DecoderCache, DecoderLayerCache
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import TransformerAttention
 from keras_transformer.layers.block import LayerOutput, TransformerBlock
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
@@ -59,7 +59,7 @@ class DecoderLayer(TransformerBlock):
         self._check_width(inputs_shape)
 
         def attention(name, query_shape, value_shape):
-            layer = MultiHeadAttention(
+            layer = TransformerAttention(
                 self.num_heads,
                 dropout=self.attention_dropout,
                 kernel_initializer=self.kernel_initializer,

@@ -8,7 +8,7 @@ from keras_transformer import backends, fast
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Dropout(keras.layers.Dropout):
+class PerReplicaDropout(keras.layers.Dropout):
     """`keras.layers.Dropout` (same arguments, config and seed generator), with each replica
     drawing its own masks.
 
@@ -24,13 +24,14 @@ class Dropout(keras.layers.Dropout):
     ones (`kt.fast.dropout`).
 
     Its arguments (`rate`, `noise_shape`, `seed` and the layer's own) are
-    `keras.layers.Dropout`'s.
+    `keras.layers.Dropout`'s. It was named `Dropout`, as Keras's layer: that name still works
+    for one release, with a `DeprecationWarning`, and files saved under it load.
 
     Example:
     >>> import keras
     >>> import numpy as np
-    >>> from keras_transformer.layers import Dropout
-    >>> drop = Dropout(0.5, seed=1)
+    >>> from keras_transformer.layers import PerReplicaDropout
+    >>> drop = PerReplicaDropout(0.5, seed=1)
     >>> y = keras.ops.convert_to_numpy(drop(np.ones((4, 1000), "float32"), training=True))
     >>> sorted(set(y.ravel().tolist()))  # dropped, or kept and scaled by 1 / (1 - 0.5)
     [0.0, 2.0]
@@ -60,3 +61,12 @@ class Dropout(keras.layers.Dropout):
         """`noise_shape` with its None entries taken from `inputs` (as Keras does)."""
         shape = keras.ops.shape(inputs)
         return [shape[i] if size is None else size for i, size in enumerate(self.noise_shape)]
+
+
+def __getattr__(name: str):
+    # PEP 562: the layer's name before its rename, for one release (layers/_renamed.py).
+    if name == "Dropout":
+        from keras_transformer.layers import _renamed
+
+        return _renamed.deprecated(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from keras_transformer.config import (
     SINUSOID_FREQUENCIES,
     SINUSOID_LAYOUTS,
 )
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.dropout import PerReplicaDropout
 from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
 
@@ -221,7 +221,7 @@ class TransformerEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.RandomNormal(stddev=d_model**-0.5)
         )
-        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = PerReplicaDropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, inputs_shape=None):
         self.token_embedding = keras.layers.ReversibleEmbedding(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 from keras_transformer import ops as kt_ops
-from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import TransformerAttention
 from keras_transformer.layers.block import LayerOutput, TransformerBlock
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
@@ -41,7 +41,7 @@ class EncoderLayer(TransformerBlock):
 
     def build(self, inputs_shape):
         self._check_width(inputs_shape)
-        self.self_attention = MultiHeadAttention(
+        self.self_attention = TransformerAttention(
             self.num_heads,
             dropout=self.attention_dropout,
             kernel_initializer=self.kernel_initializer,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.dropout import PerReplicaDropout
 from keras_transformer.layers.initializers import fresh
 from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy
 
@@ -71,7 +71,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
         self.inner_dense = dense(self.d_ff, "inner_dense", activation=self.activation)
         self.inner_dense.build(inputs_shape)
-        self.dropout_layer = Dropout(self.dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = PerReplicaDropout(
+            self.dropout, dtype=self.dtype_policy, name="dropout"
+        )
         self.output_dense = dense(d_model, "output_dense")
         self.output_dense.build((*inputs_shape[:-1], self.d_ff))
         self.built = True

@@ -31,9 +31,9 @@ def dtype_policy_with_sublayers(layer: keras.layers.Layer) -> keras.DTypePolicy:
 
     Example:
     >>> import numpy as np
-    >>> from keras_transformer.layers import MultiHeadAttention
+    >>> from keras_transformer.layers import TransformerAttention
     >>> from keras_transformer.layers.quantization import dtype_policy_with_sublayers
-    >>> mha = MultiHeadAttention(num_heads=2)
+    >>> mha = TransformerAttention(num_heads=2)
     >>> _ = mha(np.ones((1, 3, 8), "float32"))
     >>> mha.query_dense.quantize("int8")
     >>> dtype_policy_with_sublayers(mha)[mha.query_dense.path].name

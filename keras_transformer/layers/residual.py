@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer.layers.dropout import Dropout
+from keras_transformer.layers.dropout import PerReplicaDropout
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -13,7 +13,7 @@ class AddAndNorm(keras.layers.Layer):
     """LayerNorm(x + Dropout(Sublayer(x))) (paper 3.1, 5.4), or its pre-norm variant: the
     sublayer connection that wraps every attention and feed-forward sublayer of the encoder
     and decoder layers, made of `keras.layers.LayerNormalization` and a dropout
-    (`kt.layers.Dropout`: Keras's `Dropout`, each replica drawing its own masks).
+    (`kt.layers.PerReplicaDropout`: Keras's `Dropout`, each replica drawing its own masks).
 
     Post-norm (the paper, `norm_first=False`): `call(x, sublayer(x))` returns
     `LayerNorm(x + Dropout(sublayer(x)))`.
@@ -59,7 +59,7 @@ class AddAndNorm(keras.layers.Layer):
         self.dropout = dropout
         self.norm_first = norm_first
         self.epsilon = epsilon
-        self.dropout_layer = Dropout(dropout, dtype=self.dtype_policy, name="dropout")
+        self.dropout_layer = PerReplicaDropout(dropout, dtype=self.dtype_policy, name="dropout")
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm"
         )

@@ -5,8 +5,8 @@ batch gets its own dropout masks.
 Under `DataParallel` one program runs over the global batch, sharded by rows: a dropout
 mask is drawn for the global batch, so the devices' shares get different masks, and they
 are the masks one device would draw for the whole batch. (Under tf.distribute each replica
-runs the step on its share with the same seed state: `kt.layers.Dropout` folds the replica
-id into the seed there; tests/test_dropout.py.)
+runs the step on its share with the same seed state: `kt.layers.PerReplicaDropout` folds the
+replica id into the seed there; tests/test_dropout.py.)
 """
 
 import jax
@@ -69,7 +69,7 @@ def test_data_parallel_fit_trains_as_one_device_would(data_parallel):
 
 def test_each_device_share_of_the_batch_gets_its_own_dropout_masks(data_parallel):
     keras.utils.set_random_seed(3)
-    layer = kt.layers.Dropout(0.5, seed=11)
+    layer = kt.layers.PerReplicaDropout(0.5, seed=11)
     ones = np.ones((4, 256), "float32")
     layer.build(ones.shape)
     state = [variable.value for variable in layer.non_trainable_variables]
