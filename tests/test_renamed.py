@@ -1,6 +1,6 @@
 """The layers' former names (keras_transformer/layers/_renamed.py): `MultiHeadAttention` and
 `Dropout` warn once and are the renamed layers; configs and `.keras` files saved under them
-load, with their weights, without a warning."""
+(and with AddAndNorm's former `epsilon`) load, with their weights, without a warning."""
 
 import importlib
 import json
@@ -81,6 +81,8 @@ def test_a_keras_file_saved_before_the_renames_loads_with_its_weights():
     assert sum(issubclass(kind, kt.layers.TransformerAttention) for kind in kinds) == 1
     assert sum(issubclass(kind, kt.layers.PerReplicaDropout) for kind in kinds) == 1
     assert keras.layers.MultiHeadAttention in kinds
+    (residual,) = [layer for layer in model.layers if isinstance(layer, kt.layers.AddAndNorm)]
+    assert residual.layer_norm_epsilon == residual.layer_norm.epsilon == 1e-3  # saved `epsilon`
 
 
 def test_a_model_loaded_from_a_former_file_saves_and_loads_again(tmp_path):

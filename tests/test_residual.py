@@ -1,6 +1,11 @@
-"""AddAndNorm: post-norm and pre-norm, and layer norm in float32 under mixed precision."""
+"""AddAndNorm: post-norm and pre-norm, layer norm in float32 under mixed precision, and
+`layer_norm_epsilon` (`epsilon` before, still read for one release)."""
 
+import warnings
+
+import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from keras.src.testing import TestCase
 
@@ -51,3 +56,32 @@ def test_layer_norm_is_computed_in_float32_under_float16():
     out = layer(x, np.zeros_like(x))
     assert out.dtype == tf.float16
     np.testing.assert_allclose(np.asarray(out, "float32"), layer_norm(x), atol=1e-2)
+
+
+def test_layer_norm_epsilon_is_the_layer_norms():
+    layer = layers.AddAndNorm(layer_norm_epsilon=1e-3)
+    assert layer.layer_norm.epsilon == 1e-3 == layer.get_config()["layer_norm_epsilon"]
+    assert "epsilon" not in layer.get_config()
+
+
+def test_the_former_epsilon_argument_warns_once_and_sets_it():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        layer = layers.AddAndNorm(0.1, epsilon=1e-3)
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "layer_norm_epsilon" in str(caught[0].message) and caught[0].filename == __file__
+    assert layer.layer_norm_epsilon == layer.layer_norm.epsilon == layer.epsilon == 1e-3
+    assert layer.get_config()["layer_norm_epsilon"] == 1e-3
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="alone"):
+        layers.AddAndNorm(epsilon=1e-3, layer_norm_epsilon=1e-5)
+
+
+def test_a_config_saved_with_epsilon_loads_without_a_warning():
+    saved = keras.layers.serialize(layers.AddAndNorm(0.1, norm_first=True, layer_norm_epsilon=1e-3))
+    saved["config"]["epsilon"] = saved["config"].pop("layer_norm_epsilon")  # before the rename
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        restored = keras.layers.deserialize(saved)
+    assert type(restored) is layers.AddAndNorm
+    assert restored.layer_norm_epsilon == restored.layer_norm.epsilon == 1e-3
+    assert restored.norm_first and restored.dropout == 0.1

@@ -95,7 +95,7 @@ class TransformerBlock(keras.layers.Layer):
         residual = AddAndNorm(
             self.dropout,
             norm_first=self.norm_first,
-            epsilon=self.layer_norm_epsilon,
+            layer_norm_epsilon=self.layer_norm_epsilon,
             dtype=self.dtype_policy,
             name=name,
         )

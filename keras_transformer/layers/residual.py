@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 
 from keras_transformer.layers.dropout import PerReplicaDropout
@@ -32,7 +34,9 @@ class AddAndNorm(keras.layers.Layer):
     Args:
         dropout: float. Residual dropout on the sublayer output. Defaults to 0.0.
         norm_first: bool. Pre-norm instead of the paper's post-norm. Defaults to False.
-        epsilon: float. LayerNorm epsilon. Defaults to 1e-6.
+        layer_norm_epsilon: float. LayerNorm epsilon. Defaults to 1e-6. (Its former name,
+            `epsilon`, is still accepted for one release, with a `DeprecationWarning`; a
+            config saved with it loads.)
         **kwargs: other `keras.layers.Layer` arguments (`name`, `dtype`...).
 
     Call arguments:
@@ -52,17 +56,41 @@ class AddAndNorm(keras.layers.Layer):
     """
 
     def __init__(
-        self, dropout: float = 0.0, norm_first: bool = False, epsilon: float = 1e-6, **kwargs
+        self,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
     ):
+        if "epsilon" in kwargs:  # the former name, for one release
+            epsilon = kwargs.pop("epsilon")
+            warnings.warn(
+                "AddAndNorm(epsilon=) is deprecated: pass layer_norm_epsilon=, as to every "
+                "other layer; epsilon= goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if layer_norm_epsilon not in (1e-6, epsilon):
+                raise ValueError(
+                    f"epsilon={epsilon} and layer_norm_epsilon={layer_norm_epsilon}: pass "
+                    "layer_norm_epsilon alone"
+                )
+            layer_norm_epsilon = epsilon
         super().__init__(**kwargs)
         self.supports_masking = True  # position-wise: the residual's Keras mask passes through
         self.dropout = dropout
         self.norm_first = norm_first
-        self.epsilon = epsilon
+        self.layer_norm_epsilon = layer_norm_epsilon
         self.dropout_layer = PerReplicaDropout(dropout, dtype=self.dtype_policy, name="dropout")
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=epsilon, dtype=self.dtype_policy, name="layer_norm"
+            epsilon=layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
+
+    @property
+    def epsilon(self) -> float:
+        """The former name of `layer_norm_epsilon`, for one release. (It does not warn:
+        Keras's saving reads every attribute of a layer.)"""
+        return self.layer_norm_epsilon
 
     def build(self, residual_shape, sublayer_output_shape=None):
         self.layer_norm.build(residual_shape)
@@ -84,5 +112,14 @@ class AddAndNorm(keras.layers.Layer):
             **super().get_config(),
             "dropout": self.dropout,
             "norm_first": self.norm_first,
-            "epsilon": self.epsilon,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
         }
+
+    @classmethod
+    def from_config(cls, config):
+        # A config saved before the rename holds `epsilon`: a file read, not a use of the
+        # former name, so it loads without a warning.
+        config = dict(config)
+        if "epsilon" in config:
+            config["layer_norm_epsilon"] = config.pop("epsilon")
+        return super().from_config(config)
