@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from keras_transformer import decoding as decoding_lib
 from keras_transformer.data import source_batches
-from keras_transformer.decoding.settings import DecodingSettings
+from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
 from keras_transformer.text import detokenize
 
 
@@ -35,11 +35,13 @@ class Translator:
         decoding: `kt.decoding.DecodingSettings` or None. How to decode; None takes the
             task's settings, or the defaults (the paper's) for a plain model.
         beam_size: int or None. When given, overrides that setting of `decoding` (see
-            `kt.decoding.DecodingSettings`), as do the four below.
+            `kt.decoding.DecodingSettings`), as do the five below.
         length_penalty: float or None.
         finish_rule: str or None.
         stopping: str or None.
         max_extra_length: int or None.
+        target_prefix: str or None. Text every translation starts with (NLLB-200's target
+            language code).
         batch_size: int. Sentences per batch. Defaults to 64.
 
     Example:
@@ -68,6 +70,7 @@ class Translator:
         finish_rule: str | None = None,
         stopping: str | None = None,
         max_extra_length: int | None = None,
+        target_prefix: str | None = None,
         batch_size: int = 64,
     ):
         if vocabularies is None:
@@ -80,6 +83,7 @@ class Translator:
             finish_rule=finish_rule,
             stopping=stopping,
             max_extra_length=max_extra_length,
+            target_prefix=target_prefix,
         )
         self.model = model
         self.vocabularies = vocabularies
@@ -87,6 +91,9 @@ class Translator:
         self.beam_size = decoding.beam_size
         self.batch_size = batch_size
         settings = decoding.search_arguments()
+        prefix = prefix_ids(decoding, vocabularies.target)
+        if prefix is not None:
+            settings["target_prefix"] = prefix[0]
         self._search = tf.function(
             lambda source_ids: decoding_lib.translate_ids(model, source_ids, **settings),
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
@@ -161,3 +168,6 @@ def score(hypotheses, references) -> dict:
         "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hypotheses),
     }
+
+
+__all__ = ["Translator", "score"]

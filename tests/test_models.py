@@ -141,6 +141,38 @@ def test_generate_with_greedy_and_n_best_settings(model, vocabularies):
         assert texts == kt.text.detokenize(vocabularies.target, row)
 
 
+def test_new_settings_take_effect_at_the_next_generate(model, vocabularies):
+    """Setting `task.decoding` after a `generate` (whose search is made once per settings)
+    decodes with the new settings, as a fresh task with them does."""
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies)
+    assert task.generate(SENTENCES) == kt.evaluation.Translator(task).translate(SENTENCES)
+    task.decoding = kt.decoding.DecodingSettings(beam_size=1, max_extra_length=3)
+    fresh = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=task.decoding)
+    assert task.generate(SENTENCES) == fresh.generate(SENTENCES)
+
+
+def test_a_target_prefix_starts_every_translation(task, vocabularies):
+    """`target_prefix` (text, through the target tokenizer) is forced first, from the
+    settings or per call, and the same ids come from the search given its ids."""
+    prefix = "Y dijo"
+    forced = kt.text.detokenize(
+        vocabularies.target,
+        kt.decoding.translate_ids(
+            task,
+            task.preprocessor.source_ids(SENTENCES[:2]),
+            **task.decoding.search_arguments(),
+            target_prefix=np.asarray(vocabularies.target.tokenize(prefix), "int32"),
+        )[0].numpy(),
+    )
+    assert task.generate(SENTENCES[:2], target_prefix=prefix) == forced
+    assert all(text.startswith(prefix) for text in forced)
+    prefixed = TransformerSeq2SeqLM(
+        task.backbone, task.preprocessor, decoding=task.decoding.replace(target_prefix=prefix)
+    )
+    assert prefixed.generate(SENTENCES[:2]) == forced
+    assert kt.evaluation.Translator(prefixed).translate(SENTENCES[:2]) == forced
+
+
 def test_generate_refuses_what_it_cannot_do(task):
     with pytest.raises(ValueError, match="stop at EOS \\(id 3\\) only"):
         task.generate("Amen.", stop_token_ids=[5])

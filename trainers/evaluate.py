@@ -75,6 +75,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "ending at the next step; exact: tensor2tensor's rule, the paper's code)",
     )
     parser.add_argument(
+        "--target-prefix",
+        help="text every translation starts with: an NLLB-200 model's target language code, "
+        "e.g. spa_Latn (default: the directory's decoding.target_prefix, else none)",
+    )
+    parser.add_argument(
         "--quantize",
         choices=("int8",),
         help="quantize the model's weights with Keras (model.quantize) before translating",
@@ -109,6 +114,7 @@ def main(argv=None) -> int:
             length_penalty=args.length_penalty,
             finish_rule=args.finish_rule,
             stopping=args.stopping,
+            target_prefix=args.target_prefix,
         )
         if args.split:
             pairs = read_split(experiment.data, args.split)

@@ -82,6 +82,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "hypothesis the beam can reach, about twice the steps for almost always the same "
         "translations: BENCHMARKS.md)",
     )
+    parser.add_argument(
+        "--target-prefix",
+        help="text every translation starts with: an NLLB-200 model's target language code, "
+        "e.g. spa_Latn (default: the directory's decoding.target_prefix, else none)",
+    )
     return parser.parse_args(argv)
 
 
@@ -105,6 +110,7 @@ def main(argv=None) -> int:
             beam_size=args.beam_size,
             length_penalty=args.length_penalty,
             stopping=args.stopping,
+            target_prefix=args.target_prefix,
         )
     except errors.USER_ERRORS as error:
         return errors.fail(error)

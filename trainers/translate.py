@@ -108,6 +108,13 @@ class Hypothesis(NamedTuple):
 
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
+# What NLLB's tokenizer reads as whitespace (kt.pretrained.nllb_tokenizer's WHITESPACE: RE2's
+# \s, vertical tab, and Unicode's separators, category Z).
+WHITESPACE_CHARACTERS = frozenset(
+    "\t\n\x0b\x0c\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029"
+    "\u202f\u205f\u3000"
+)
+WHITESPACE = "".join(sorted(WHITESPACE_CHARACTERS))  # a character class's body (none is special)
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 
 
@@ -129,14 +136,27 @@ class PieceRules:
         self.target_ids = {piece: i for i, piece in enumerate(target_vocabulary)}
         if rules:
             self.special = rules["special_tokens"]  # text -> piece
-            # One group: re.split keeps each special token, at the odd places.
-            self.special_re = re.compile("(" + "|".join(map(re.escape, self.special)) + ")")
+            # One group: re.split keeps each special token, at the odd places. Longest first:
+            # of two tokens starting at one place, the longer is the token.
+            tokens = sorted(self.special, key=lambda t: (-len(t), t))
+            self.special_re = re.compile("(" + "|".join(map(re.escape, tokens)) + ")")
             pattern = rules["prefix_pattern"]
             self.prefix_re = re.compile(pattern, re.DOTALL) if pattern else None
+            # NLLB's (kt.pretrained.nllb_tokenizer): whitespace taken by special tokens, a
+            # "▁" for a segment's trailing whitespace, special tokens left out when decoding.
+            space = f"[{WHITESPACE}]"
+            self.strip_res = [
+                re.compile(f"{space}+({re.escape(t)})") for t in rules.get("lstrip_tokens", ())
+            ] + [re.compile(f"({re.escape(t)}){space}+") for t in rules.get("rstrip_tokens", ())]
+            self.trailing_piece = rules.get("trailing_whitespace_piece", False)
+            skipped = rules.get("decode_skips_special_tokens", False)
+            self.skipped = set(SPECIAL_PIECES) | (set(self.special.values()) if skipped else set())
 
     def split(self, text: str) -> list[str]:
         if not self.rules:
             return self.source.encode(text, out_type=str)
+        for strip in self.strip_res:
+            text = strip.sub(r"\1", text)
         parts = self.special_re.split(text) if self.special else [text]
         pieces = []
         for index, part in enumerate(parts):
@@ -147,7 +167,10 @@ class PieceRules:
         prefix = self.prefix_re.match(segment) if self.prefix_re and segment else None
         if prefix is not None and prefix.end() > 0:
             return [prefix.group()] + self.source.encode(segment[prefix.end() :], out_type=str)
-        return self.source.encode(segment, out_type=str) if segment else []
+        pieces = self.source.encode(segment, out_type=str) if segment else []
+        if self.trailing_piece and segment and segment[-1] in WHITESPACE_CHARACTERS:
+            pieces.append(WORD_BOUNDARY)  # SentencePiece drops it; NLLB's tokenizer keeps it
+        return pieces
 
     def ids(self, pieces: list[str]) -> list[int]:
         """The model's ids of target pieces."""
@@ -158,8 +181,9 @@ class PieceRules:
     def join(self, pieces: list[str]) -> str:
         if not self.rules:
             return self.target.decode([self.target.piece_to_id(p) for p in pieces])
-        kept = "".join(p for p in pieces if p not in SPECIAL_PIECES)
-        return kept.replace(WORD_BOUNDARY, " ").strip()
+        kept = "".join(p for p in pieces if p not in self.skipped).replace(WORD_BOUNDARY, " ")
+        # NLLB's decoding drops the first word's boundary only; OPUS-MT's strips the text.
+        return kept.removeprefix(" ") if self.trailing_piece else kept.strip()
 
 
 class CTranslate2Translator:
@@ -216,6 +240,9 @@ class CTranslate2Translator:
         self.length_penalty = decoding["length_penalty"]
         self.max_extra_length = decoding["max_extra_length"]
         self.max_length = decoding["max_length"]
+        # NLLB's target language: its pieces forced first, as the SavedModel forces them.
+        prefix = decoding.get("target_prefix")
+        self.target_prefix = self.rules.split(prefix) if prefix is not None else None
         self.translator = ctranslate2.Translator(
             str(directory),
             device="cpu",
@@ -248,6 +275,7 @@ class CTranslate2Translator:
             return_scores=True,
             max_decoding_length=max(limits[i] for i in todo),
             suppress_sequences=[["<pad>"], ["<s>"]],
+            **({"target_prefix": [self.target_prefix] * len(todo)} if self.target_prefix else {}),
         )
         found = [list(zip(result.hypotheses, result.scores, strict=True)) for result in found]
         self._cut_at_limits(found, [pieces[i] for i in todo], [limits[i] for i in todo])

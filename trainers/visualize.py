@@ -62,7 +62,11 @@ def cross_attention(model, text: str, layer: int):
     source_ids = next(
         iter(data.source_batches([text], vocabularies.source, max_length=model.config.max_length))
     )
-    ids, _ = decoding.translate_ids(model, source_ids, **model.decoding.search_arguments())
+    settings = model.decoding.search_arguments()
+    prefix = decoding.settings.prefix_ids(model.decoding, vocabularies.target)
+    if prefix is not None:
+        settings["target_prefix"] = prefix[0]
+    ids, _ = decoding.translate_ids(model, source_ids, **settings)
     ids = ids.numpy()[0]
     target = ids[: int(np.count_nonzero(ids))]  # the translation, EOS included
     decoder_input = tf.constant([[BOS_ID, *target[:-1]]], tf.int32)

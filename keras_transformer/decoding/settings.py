@@ -38,6 +38,10 @@ class DecodingSettings:
             input. Defaults to 50 (paper 6.1).
         n_best: int. Hypotheses returned per sentence, best first, from 1 to `beam_size`.
             Defaults to 1.
+        target_prefix: str or None. Text that every translation starts with: its tokens
+            (the target tokenizer's) are forced as the first outputs, as NLLB-200's target
+            language code ("spa_Latn") is, and transformers' `forced_bos_token_id` forces
+            it. Defaults to None (nothing forced).
 
     Example:
     >>> from keras_transformer.decoding import DecodingSettings
@@ -53,6 +57,7 @@ class DecodingSettings:
     finish_rule: str = "tensor2tensor"
     max_extra_length: int = 50
     n_best: int = 1
+    target_prefix: str | None = None
 
     def __post_init__(self) -> None:
         for name, minimum in (("beam_size", 1), ("max_extra_length", 0), ("n_best", 1)):
@@ -68,6 +73,9 @@ class DecodingSettings:
             raise ValueError(f"stopping={self.stopping!r} must be one of {STOPPING}")
         if self.finish_rule not in FINISH_RULES:
             raise ValueError(f"finish_rule={self.finish_rule!r} must be one of {FINISH_RULES}")
+        prefix = self.target_prefix
+        if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
+            raise ValueError(f"target_prefix={prefix!r} must be None or a non-blank string")
         if self.n_best > self.beam_size:
             raise ValueError(
                 f"n_best={self.n_best} must be between 1 and the beam size {self.beam_size}"
@@ -110,7 +118,8 @@ class DecodingSettings:
 
     def search_arguments(self) -> dict[str, Any]:
         """The keyword arguments of `kt.decoding.translate_ids` (and of `beam_search`, less
-        `num_hypotheses`, which `n_best` above 1 sets)."""
+        `num_hypotheses`, which `n_best` above 1 sets), less `target_prefix`: that one is
+        text, which the target tokenizer turns into the searches' ids (`prefix_ids`)."""
         return {
             "beam_size": self.beam_size,
             "length_penalty": self.length_penalty,
@@ -126,5 +135,26 @@ PRESETS: dict[str, dict[str, Any]] = {
     "greedy": {"beam_size": 1},
 }
 
+
+def prefix_ids(settings: DecodingSettings, tokenizer):
+    """The target prefix's ids `[1, prefix_len]` (int32 numpy) through `tokenizer`, as the
+    searches' `target_prefix` takes them, or None when the settings force none. ValueError
+    when the text has no tokens."""
+    import numpy as np
+    from keras import ops
+
+    if settings.target_prefix is None:
+        return None
+    ids = tokenizer.tokenize([settings.target_prefix])
+    ids = ids.to_tensor() if hasattr(ids, "to_tensor") else ids
+    ids = np.asarray(ops.convert_to_numpy(ids), "int32")
+    if not ids.size:
+        raise ValueError(f"target_prefix={settings.target_prefix!r} has no tokens")
+    return ids
+
+
 DEFAULT = DecodingSettings()
 """The settings every entry point takes unless told otherwise."""
+
+
+__all__ = ["DecodingSettings", "FINISH_RULES", "PRESETS", "STOPPING"]

@@ -155,7 +155,8 @@ def export_ctranslate2(
         target_prefix: str or None. Text every translation starts with (NLLB's target
             language code, "spa_Latn"), recorded in the manifest for translators of the
             directory, which give its tokens to CTranslate2's `translate_batch(...,
-            target_prefix=...)`. Defaults to None (none).
+            target_prefix=...)`. None takes the settings' (`decoding.target_prefix`).
+            Defaults to None.
 
     Returns:
         The directory written.
@@ -168,8 +169,10 @@ def export_ctranslate2(
         beam_size=beam_size,
         length_penalty=length_penalty,
         max_extra_length=max_extra_length,
+        target_prefix=target_prefix,
     )
     beam_size, length_penalty = settings.beam_size, settings.length_penalty
+    target_prefix = settings.target_prefix
     max_extra_length = settings.max_extra_length
     if directory.exists():
         raise FileExistsError(f"{directory} exists; choose a new directory")
@@ -214,17 +217,24 @@ def _piece_rules(vocabularies) -> dict:
     """How a translator of the directory cuts text into the pieces CTranslate2 numbers: for
     piece vocabularies (an imported OPUS-MT model's `PieceVocabularyTokenizer`s), their
     prefix token and special tokens, which `trainers.translate` applies around SentencePiece
-    as the SavedModel does; nothing for a plain SentencePiece vocabulary."""
+    as the SavedModel does, and NLLB's rules (`NllbTokenizer`'s class doc); nothing for a
+    plain SentencePiece vocabulary."""
     if not vocabularies.pieces:
         return {}
     source = vocabularies.source
     pieces = source.get_vocabulary()
-    return {
-        "pieces": {
-            "prefix_pattern": source.prefix_pattern,
-            "special_tokens": {t: pieces[i] for t, i in source.special_tokens.items()},
-        }
+    rules = {
+        "prefix_pattern": source.prefix_pattern,
+        "special_tokens": {t: pieces[i] for t, i in source.special_tokens.items()},
     }
+    if hasattr(source, "language_codes"):  # NLLB's tokenizer (kt.pretrained.nllb_tokenizer)
+        rules.update(
+            lstrip_tokens=list(source.lstrip_tokens),
+            rstrip_tokens=list(source.rstrip_tokens),
+            trailing_whitespace_piece=True,  # a segment ending in whitespace ends with "▁"
+            decode_skips_special_tokens=True,  # language codes, <mask>... left out
+        )
+    return {"pieces": rules}
 
 
 def _pieces(tokenizer) -> list[str]:
@@ -289,3 +299,6 @@ def _set_feed_forward(spec, layer) -> None:
 def _set_norm(spec, norm) -> None:
     spec.gamma = _numpy(norm.gamma)
     spec.beta = _numpy(norm.beta)
+
+
+__all__ = ["MANIFEST", "check_convertible", "export_ctranslate2", "transformer_spec"]

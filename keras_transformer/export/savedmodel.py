@@ -456,7 +456,8 @@ def export_saved_model(
         finish_rule: str or None.
         target_prefix: str or None. Text that every translation of `serving_default`,
             `serving_xla`, `n_best` and `translate_ids` starts with (NLLB's target language
-            code, "spa_Latn"). Defaults to None (none).
+            code, "spa_Latn"). None takes the settings' (`decoding.target_prefix`).
+            Defaults to None.
         prefix_signature: bool or None. Write the `serving_prefix` signature, which takes a
             prefix per sentence. None writes it for a target vocabulary with language codes
             (an imported NLLB-200 model's). Defaults to None.
@@ -474,8 +475,9 @@ def export_saved_model(
         max_extra_length=max_extra_length,
         stopping=stopping,
         finish_rule=finish_rule,
+        target_prefix=target_prefix,
     )
-    beam_size = settings.beam_size
+    beam_size, target_prefix = settings.beam_size, settings.target_prefix
     if target_prefix is not None and not _prefix_ids(vocabularies.target, [target_prefix]).shape[1]:
         raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
     version = next_version(directory) if version is None else version
@@ -484,8 +486,10 @@ def export_saved_model(
         raise FileExistsError(f"{final} exists; versions are never overwritten")
     directory.mkdir(parents=True, exist_ok=True)
     settings = {
-        key: value for key, value in settings.to_dict().items() if key != "n_best"
-    }  # every n-best is the `n_best` signature's
+        key: value
+        for key, value in settings.to_dict().items()
+        if key not in ("n_best", "target_prefix")
+    }  # every n-best is the `n_best` signature's; the prefix is `prefix` below
     if prefix_signature is None:
         prefix_signature = bool(getattr(vocabularies.target, "language_codes", None))
     prefix = {"target_prefix": target_prefix} if target_prefix is not None else {}
@@ -581,3 +585,12 @@ def _package_version() -> str:
     from keras_transformer import __version__
 
     return __version__
+
+
+__all__ = [
+    "MANIFEST",
+    "export_saved_model",
+    "next_version",
+    "translation_endpoints",
+    "write_saved_model",
+]

@@ -144,16 +144,12 @@ def _marian(path):
 def _m2m100(path):
     """An NLLB-200 checkpoint's model, vocabulary and decoding settings: its
     generation_config.json's, with transformers' defaults (greedy search, length penalty 1)
-    where it sets none."""
+    where it sets none, and its forced target language, if any, as the target prefix."""
     from keras_transformer.pretrained import m2m100
 
     checkpoint = m2m100.read_checkpoint(path)
-    defaults = m2m100.decoding_defaults(checkpoint.generation)
     model, vocabularies = m2m100.load_m2m100(checkpoint)
-    decoding = DecodingSettings(
-        beam_size=defaults["beam_size"], length_penalty=defaults["length_penalty"]
-    )
-    return model, vocabularies, decoding
+    return model, vocabularies, m2m100.decoding_settings(checkpoint)
 
 
 def _model_directory(path: Path, model_file: str):
@@ -179,3 +175,6 @@ def _model_directory(path: Path, model_file: str):
             decoding = DecodingSettings.from_dict(section, f"{experiment}, decoding")
     model = keras.saving.load_model(model_path)
     return model, Vocabularies.load(path / VOCABULARY), decoding
+
+
+__all__ = ["M2M100", "MARIAN", "MODEL_DIRECTORY", "PRESET", "kind"]

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_transformer import backends, decoding, losses, workarounds
 from keras_transformer import metrics as kt_metrics
-from keras_transformer.decoding.settings import DecodingSettings
+from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
 from keras_transformer.model import TokenLossTraining
 from keras_transformer.models import presets
 from keras_transformer.models.backbone import TransformerBackbone
@@ -217,10 +217,22 @@ class TransformerSeq2SeqLM(
             self.generate_function = {}
         return self.generate_function
 
-    def _search(self, max_length):
+    def _search(self, max_length, settings):
+        """The search of `settings` (and the compiled sampler, if any) for outputs of at
+        most `max_length` tokens, made once for each."""
         functions = self.make_generate_function()
-        if max_length not in functions:
-            settings, sampling = self.decoding, self.sampling
+        sampling = self.sampling
+        key = (max_length, settings, None if sampling is None else tuple(sorted(sampling.items())))
+        if key not in functions:
+            prefix = None
+            if settings.target_prefix is not None:
+                if self.preprocessor is None:
+                    raise ValueError(
+                        f"target_prefix={settings.target_prefix!r} is text, and this task has "
+                        "no preprocessor to tokenize it"
+                    )
+                prefix = prefix_ids(settings, self.preprocessor.tokenizer.target)[0]
+            forced = {} if prefix is None else {"target_prefix": prefix}
 
             def search(source_ids):
                 if sampling is not None:
@@ -230,6 +242,7 @@ class TransformerSeq2SeqLM(
                         max_extra_length=settings.max_extra_length,
                         max_length=max_length,
                         **sampling,
+                        **forced,
                     )
                 if settings.n_best > 1:
                     arguments = settings.search_arguments()
@@ -239,13 +252,15 @@ class TransformerSeq2SeqLM(
                         num_hypotheses=settings.n_best,
                         max_length=max_length,
                         **arguments,
+                        **forced,
                     )
+                arguments = settings.search_arguments()
                 return decoding.translate_ids(
-                    self, source_ids, max_length=max_length, **settings.search_arguments()
+                    self, source_ids, max_length=max_length, **arguments, **forced
                 )
 
-            functions[max_length] = backends.traced_search(search)
-        return functions[max_length]
+            functions[key] = backends.traced_search(search)
+        return functions[key]
 
     def generate(
         self,
@@ -254,6 +269,7 @@ class TransformerSeq2SeqLM(
         stop_token_ids="auto",
         strip_prompt: bool = False,
         batch_size: int = 64,
+        target_prefix: str | None = None,
     ):
         """Translates `inputs`.
 
@@ -271,6 +287,9 @@ class TransformerSeq2SeqLM(
             strip_prompt: unused: a translation has no prompt to strip (keras-hub's
                 argument, accepted).
             batch_size: int. Sentences decoded at once. Defaults to 64.
+            target_prefix: str or None. Text every translation starts with, for this call
+                (NLLB-200's target language code, "spa_Latn"); None takes the settings'
+                (`decoding.target_prefix`). Defaults to None.
 
         Returns:
             The translation (str) of a str; a list of them for a list or dataset; with
@@ -290,7 +309,8 @@ class TransformerSeq2SeqLM(
             raise ValueError(f"max_length={max_length!r} must be None or an integer >= 1")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
-        search = self._search(max_length)
+        settings = self.decoding.replace(target_prefix=target_prefix)
+        search = self._search(max_length, settings)
         if self.preprocessor is None:
             ids, _ = search(np.asarray(inputs, "int32"))
             return keras.ops.convert_to_numpy(ids)
@@ -479,3 +499,6 @@ def _texts(inputs) -> tuple[list[str], bool]:
 
 def _text(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+__all__ = ["TransformerSeq2SeqLM"]

@@ -430,6 +430,30 @@ def decoding_defaults(generation: dict, where: str = "generation_config.json") -
     return defaults
 
 
+def decoding_settings(checkpoint: Checkpoint):
+    """The `DecodingSettings` of a checkpoint: generation_config.json's beam size and length
+    penalty (`decoding_defaults`), and its `forced_bos_token_id`, if set, as the target
+    prefix (the token's text: a language code such as "spa_Latn")."""
+    from keras_transformer.decoding.settings import DecodingSettings
+
+    where = str(checkpoint.path / "generation_config.json")
+    defaults = decoding_defaults(checkpoint.generation, where)
+    prefix = defaults["target_prefix"]
+    if prefix is not None:
+        codes = {i: code for code, i in checkpoint.vocabulary.added.items()}
+        if prefix not in codes:
+            raise M2M100Error(
+                f"{where}: forced_bos_token_id={prefix} is not the id of a language code or "
+                "other special token"
+            )
+        prefix = codes[prefix]
+    return DecodingSettings(
+        beam_size=defaults["beam_size"],
+        length_penalty=defaults["length_penalty"],
+        target_prefix=prefix,
+    )
+
+
 def load_m2m100(path):
     """An NLLB-200/M2M100 checkpoint directory (or the `Checkpoint` that `read_checkpoint`
     made of it) as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its

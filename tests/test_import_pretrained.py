@@ -1,0 +1,158 @@
+"""`trainers.import_pretrained` on an NLLB-200 (M2M100) checkpoint, as users run it: the
+transformers-made fixture (tests/fixtures/m2m100) becomes a model directory whose target
+language (`--target-language`, stored as the decoding settings' `target_prefix`) every
+program applies: `evaluate` scores exactly what the library's `generate` gives, and what the
+exported SavedModel and CTranslate2 model serve through `trainers.translate`; the flags
+change it per run. The OPUS-MT path of the same command is tests/test_import_marian.py's."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from keras_transformer.decoding import DecodingSettings
+from keras_transformer.models import TransformerSeq2SeqLM
+from tests.cli import run_main
+
+pytestmark = pytest.mark.slow
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CHECKPOINT = FIXTURES / "m2m100" / "nllb-tiny"
+
+
+def sentences(count=12) -> list[str]:
+    """Source lines as NLLB reads them: the source language's code first."""
+    items = json.loads((FIXTURES / "m2m100" / "reference.json").read_text())["greedy"]["items"]
+    return [f"eng_Latn {item['text']}" for item in items[:count]]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("import") / "nllb"
+    result = run_main(
+        "trainers.import_pretrained",
+        CHECKPOINT,
+        "--model-dir",
+        model_dir,
+        "--target-language",
+        "spa_Latn",
+    )
+    return model_dir, result
+
+
+def test_the_import_records_the_target_language_as_the_decoding_prefix(imported):
+    model_dir, result = imported
+    assert "note: every translation starts with spa_Latn" in result.stderr
+    experiment = yaml.safe_load((model_dir / "experiment.yaml").read_text())
+    assert experiment["decoding"]["target_prefix"] == "spa_Latn"
+    assert experiment["data"]["target_language"] == "spa_Latn"
+    assert experiment["training"]["jit_compile"] is False
+    assert "preset: null\n" in (model_dir / "experiment.yaml").read_text()
+    record = json.loads((model_dir / "pretrained.json").read_text())
+    assert record["format"] == "m2m_100 (Hugging Face transformers)"
+    assert "model.safetensors" in record["files"]
+    task = TransformerSeq2SeqLM.from_preset(model_dir)
+    assert task.decoding.target_prefix == "spa_Latn" and task.decoding.beam_size == 1
+    assert (model_dir / "model.pretrained.keras").exists()
+
+
+def test_evaluate_scores_what_generate_and_both_exports_translate(imported, tmp_path):
+    """One target language everywhere: the hypotheses `evaluate` scores are `generate`'s
+    with the settings' prefix, and `trainers.translate` answers the same through the
+    SavedModel and the CTranslate2 export; another language is a flag away."""
+    model_dir, _ = imported
+    lines = sentences()
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "hyp.txt"
+    arguments = ["--model-dir", model_dir, "--source", source, "--reference", source]
+    run_main("trainers.evaluate", *arguments, "--output", out)
+    scored = out.read_text().splitlines()
+    task = TransformerSeq2SeqLM.from_preset(model_dir)
+    assert scored == task.generate(lines)
+    assert scored == task.generate(lines, target_prefix="spa_Latn")
+    french = task.generate(lines, target_prefix="fra_Latn")
+    assert french != scored  # the prefix reaches the search
+    run_main("trainers.evaluate", *arguments, "--output", out, "--target-prefix", "fra_Latn")
+    assert out.read_text().splitlines() == french
+
+    run_main("trainers.export", "--model-dir", model_dir, "--out", tmp_path / "sm")
+    served = run_main("trainers.translate", "--model", tmp_path / "sm", "--input", source)
+    assert served.stdout.splitlines() == scored
+    pytest.importorskip("ctranslate2")
+    ct2 = tmp_path / "ct2"
+    run_main("trainers.export", "--model-dir", model_dir, "--out", ct2, "--format", "ctranslate2")
+    assert json.loads((ct2 / "manifest.json").read_text())["decoding"]["target_prefix"] == (
+        "spa_Latn"
+    )
+    served = run_main("trainers.translate", "--model", ct2, "--input", source)
+    assert served.stdout.splitlines() == scored
+
+
+def test_the_ctranslate2_client_cuts_text_as_nllbs_tokenizer(imported, tmp_path):
+    """`trainers.translate`'s plain-Python pieces for a CTranslate2 directory are the
+    in-graph tokenizer's on NLLB's hard cases: whitespace before and after special tokens,
+    trailing whitespace (one more "▁"), several language codes, unknown characters; and
+    pieces back to text as its decoding."""
+    pytest.importorskip("ctranslate2")
+    from trainers.translate import CTranslate2Translator
+
+    model_dir, _ = imported
+    task = TransformerSeq2SeqLM.from_preset(model_dir)
+    directory = tmp_path / "ct2"
+    arguments = ["--model-dir", model_dir, "--out", directory, "--format", "ctranslate2"]
+    run_main("trainers.export", *arguments)
+    client = CTranslate2Translator(directory).rules
+    tokenizer = task.preprocessor.tokenizer.source
+    pieces = tokenizer.get_vocabulary()
+    texts = [
+        "eng_Latn Hello world",
+        "eng_Latn  two  spaces and a trailing one ",
+        "fra_Latn<mask> Bonjour <mask>  le monde\u3000",
+        "eng_Latn\tTabs\tand\u00a0no-break spaces\u2009",
+        "Without a code, with ☃ and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+        "spa_Latn eng_Latn codes everywhere fra_Latn",
+    ]
+    known = set(pieces)
+    for text, row in zip(texts, tokenizer.tokenize(texts).to_list(), strict=True):
+        # A piece the vocabulary lacks is CTranslate2's unknown token, as it is our <unk>.
+        split = [piece if piece in known else "<unk>" for piece in client.split(text)]
+        assert split == [pieces[i] for i in row], text
+        assert client.join([pieces[i] for i in row]) == (
+            tokenizer.detokenize([row]).numpy()[0].decode("utf-8")
+        ), text
+
+
+def test_target_prefix_is_a_decoding_setting():
+    settings = DecodingSettings(target_prefix="spa_Latn")
+    assert DecodingSettings.from_dict(settings.to_dict()) == settings
+    assert DecodingSettings().target_prefix is None
+    for bad in ("", "  ", 3):
+        with pytest.raises(ValueError, match="target_prefix=.* must be None or a non-blank"):
+            DecodingSettings(target_prefix=bad)
+
+
+def test_a_bad_target_language_or_one_for_marian_is_refused_before_any_work(tmp_path):
+    refused = run_main(
+        "trainers.import_pretrained",
+        CHECKPOINT,
+        "--model-dir",
+        tmp_path / "new",
+        "--target-language",
+        "xxx_Latn",
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "--target-language=xxx_Latn is not one of the checkpoint's" in refused.stderr
+    marian = run_main(
+        "trainers.import_marian",
+        FIXTURES / "marian" / "shared",
+        "--model-dir",
+        tmp_path / "new",
+        "--target-language",
+        "spa",
+        check=False,
+    )
+    assert marian.returncode == 2 and "is a Marian model, which takes no target" in marian.stderr
+    assert not (tmp_path / "new").exists()
