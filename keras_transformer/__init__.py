@@ -1,10 +1,11 @@
 """keras-transformer: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)
 as Keras 3 layers, a functional-API model, and the paper's training recipe.
 
-Public API:
-    TransformerConfig, PAD_ID           config.py: sizes, switches and presets
-    Transformer, build_transformer      model.py: the functional keras.Model
-    WarmupSchedule                      schedule.py: the learning-rate schedule (paper 5.3)
+Public API (`__all__`, and `dir()`; each module's `__all__` lists its own):
+    TransformerConfig, PAD_ID           from config: sizes, switches and presets
+    Transformer, build_transformer      from model: the functional keras.Model
+    WarmupSchedule                      from schedule: the learning-rate schedule (paper 5.3)
+    config, model, schedule             the modules of the three lines above
     layers                              every sublayer as a keras.layers.Layer
     ops                                 scaled_dot_product_attention and mask builders
     losses, metrics                     label-smoothed loss, masked accuracy, perplexity
@@ -17,7 +18,7 @@ Public API:
                                         (from_preset, generate, fit, save_to_preset), its
                                         backbone, tokenizer and preprocessor
     pretrained                          published checkpoints read into this library's model:
-                                        OPUS-MT (Marian), `pretrained.load_marian`
+                                        OPUS-MT (Marian) and NLLB-200, `pretrained.load`
     fast                                the opt-in speed path, behind one switch
     lora                                LoRA on the attention projections; adapters saved
                                         and loaded apart from the model
@@ -81,7 +82,9 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY_MODULES})
+    # The public API and the module's dunders (`__version__`...), not every module imported
+    # along the way (PEP 562).
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
 __version__ = "0.1.0"
@@ -92,6 +95,7 @@ __all__ = [
     "TransformerConfig",
     "WarmupSchedule",
     "build_transformer",
+    "config",
     "corpus",
     "data",
     "decoding",
@@ -102,6 +106,7 @@ __all__ = [
     "lora",
     "losses",
     "metrics",
+    "model",
     "models",
     "ops",
     "pretrained",

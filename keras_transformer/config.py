@@ -260,3 +260,6 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise ValueError(f"{name}={value!r} must be an integer")
     if value < minimum:
         raise ValueError(f"{name}={value} must be >= {minimum}")
+
+
+__all__ = ["PAD_ID", "PRESETS", "TransformerConfig"]

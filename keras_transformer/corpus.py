@@ -725,3 +725,17 @@ def _strip_batch(sources, targets):
 @plain
 def _both_non_empty(source, target):
     return tf.logical_and(tf.strings.length(source) > 0, tf.strings.length(target) > 0)
+
+
+__all__ = [
+    "CorpusError",
+    "CorpusFiles",
+    "CorpusScan",
+    "ParallelCorpus",
+    "TfdsSplit",
+    "read_text_pair",
+    "read_tfds",
+    "read_tsv",
+    "text_files",
+    "tsv_files",
+]

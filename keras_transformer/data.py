@@ -289,3 +289,14 @@ def accumulation_groups(batches: tf.data.Dataset, steps: int) -> tf.data.Dataset
 
     grouped = batches.window(steps, drop_remainder=True).flat_map(mark)
     return grouped.prefetch(tf.data.AUTOTUNE)
+
+
+__all__ = [
+    "BUCKET_LENGTHS",
+    "accumulation_groups",
+    "bucket_batch_sizes",
+    "bucket_lengths",
+    "length_report",
+    "make_dataset",
+    "source_batches",
+]

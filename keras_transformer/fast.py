@@ -281,3 +281,16 @@ def _block_length(n, k):
     target = 2 * (n / k) ** 0.5
     divisors = [d for d in range(16, min(n, 4096) + 1) if n % d == 0]
     return min(divisors, key=lambda d: abs(d - target), default=None)
+
+
+__all__ = [
+    "disable",
+    "dropout",
+    "enable",
+    "is_enabled",
+    "output_projection",
+    "smoothed_cross_entropy",
+    "switched",
+    "top_k",
+    "top_k_by_blocks",
+]

@@ -125,3 +125,6 @@ def _projections(model, targets) -> list:
         if isinstance(layer, TransformerAttention)
     ]
     return [getattr(attention, f"{name}_dense") for attention in attentions for name in targets]
+
+
+__all__ = ["TARGETS", "enable_lora", "load_adapters", "save_adapters"]

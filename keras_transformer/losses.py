@@ -119,3 +119,6 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     def get_config(self):
         return {"label_smoothing": self.label_smoothing, "pad_id": self.pad_id, "name": self.name}
+
+
+__all__ = ["LabelSmoothedCrossEntropy", "smoothed_cross_entropy"]

@@ -155,3 +155,6 @@ class TokenCount(keras.metrics.Sum):
 
     def get_config(self):
         return {**super().get_config(), "pad_id": self.pad_id}
+
+
+__all__ = ["MaskedAccuracy", "Perplexity", "TokenCount"]

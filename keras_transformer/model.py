@@ -273,3 +273,6 @@ def build_transformer(config: TransformerConfig) -> Transformer:
     if not isinstance(config, TransformerConfig):
         raise ValueError(f"config must be a TransformerConfig, got {type(config).__name__}")
     return Transformer(config)
+
+
+__all__ = ["Transformer", "build_transformer"]

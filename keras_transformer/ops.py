@@ -106,3 +106,13 @@ def combine_masks(padding=None, attention=None, causal=None):
         causal = causal[None, None, :, :]  # (1, 1, q_len, k_len)
         mask = causal if mask is None else ops.logical_and(mask, causal)
     return mask
+
+
+__all__ = [
+    "MASK_LOGIT",
+    "causal_mask",
+    "combine_masks",
+    "first_mask",
+    "padding_mask",
+    "scaled_dot_product_attention",
+]

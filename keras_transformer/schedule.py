@@ -69,3 +69,6 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "scale": self.scale,
             "accumulation_steps": self.accumulation_steps,
         }
+
+
+__all__ = ["WarmupSchedule"]

@@ -317,3 +317,16 @@ def detokenize(tokenizer, ids) -> list[str]:
     if hasattr(texts, "numpy"):  # a tensor of bytes (keras-hub's tokenizers give str)
         return [text.decode("utf-8") for text in texts.numpy()]
     return [str(text) for text in texts]
+
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "MIN_VOCAB_SIZE",
+    "MODEL_TYPES",
+    "UNK_ID",
+    "Vocabularies",
+    "detokenize",
+    "make_tokenizer",
+    "train_sentencepiece",
+]

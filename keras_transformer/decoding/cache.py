@@ -113,3 +113,6 @@ class DecoderCache(NamedTuple):
         each row to a row of the same sentence, as beam search does.
         """
         return DecoderCache(tuple(layer.reorder(indices) for layer in self.layers))
+
+
+__all__ = ["AttentionCache", "DecoderCache", "DecoderLayerCache"]

@@ -371,3 +371,6 @@ def _ids_tuple(name, ids) -> tuple:
     if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
         raise ValueError(f"{name}={ids!r} must be token ids (ints)")
     return tuple(int(i) for i in ids)
+
+
+__all__ = ["METHODS", "generate", "prompt_tensor"]

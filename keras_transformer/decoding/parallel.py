@@ -58,3 +58,6 @@ def parallel_search(search, *, shards: int = 2):
         return tuple(tf.concat(parts, axis=0) for parts in zip(*results, strict=True))
 
     return run
+
+
+__all__ = ["parallel_search"]

@@ -642,3 +642,14 @@ def _allowed_tokens(vocab, never, stops, at_limit=None):
     if at_limit is None:
         return allowed
     return allowed & (~at_limit | _is_stop(token, stops))
+
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "beam_search",
+    "decode_loop",
+    "greedy_search",
+    "sample",
+    "translate_ids",
+]

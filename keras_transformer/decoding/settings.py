@@ -157,4 +157,4 @@ DEFAULT = DecodingSettings()
 """The settings every entry point takes unless told otherwise."""
 
 
-__all__ = ["DecodingSettings", "FINISH_RULES", "PRESETS", "STOPPING"]
+__all__ = ["DecodingSettings", "FINISH_RULES", "PRESETS", "STOPPING", "prefix_ids"]

@@ -119,3 +119,6 @@ class TransformerBlock(keras.layers.Layer):
         config["activation"] = keras.activations.serialize(self.activation)
         config["kernel_initializer"] = keras.initializers.serialize(self.kernel_initializer)
         return config
+
+
+__all__ = ["LayerOutput", "TransformerBlock"]

@@ -352,3 +352,6 @@ class Decoder(TransformerBlock):
 
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers}
+
+
+__all__ = ["Decoder", "DecoderLayer"]

@@ -70,3 +70,6 @@ def __getattr__(name: str):
 
         return _renamed.deprecated(__name__, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["PerReplicaDropout"]

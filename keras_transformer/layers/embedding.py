@@ -326,3 +326,6 @@ class TransformerEmbedding(keras.layers.Layer):
             "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
             "dtype": keras.dtype_policies.serialize(dtype_policy_with_sublayers(self)),
         }
+
+
+__all__ = ["SinusoidalPositionEncoding", "TransformerEmbedding"]

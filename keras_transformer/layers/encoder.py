@@ -170,3 +170,6 @@ class Encoder(TransformerBlock):
 
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers}
+
+
+__all__ = ["Encoder", "EncoderLayer"]

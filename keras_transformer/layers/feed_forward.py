@@ -96,3 +96,6 @@ class PositionwiseFeedForward(keras.layers.Layer):
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             "dtype": keras.dtype_policies.serialize(dtype_policy_with_sublayers(self)),
         }
+
+
+__all__ = ["PositionwiseFeedForward"]

@@ -11,3 +11,6 @@ def fresh(initializer):
     gets its own copy, as in Keras's own `MultiHeadAttention`.
     """
     return initializer.__class__.from_config(initializer.get_config())
+
+
+__all__ = ["fresh"]

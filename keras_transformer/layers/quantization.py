@@ -74,3 +74,6 @@ def sublayer_policy(layer: keras.layers.Layer, name: str) -> keras.DTypePolicy:
     if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
         return policy[f"{layer.path}/{name}"]
     return policy
+
+
+__all__ = ["dtype_policy_with_sublayers", "sublayer_policy"]

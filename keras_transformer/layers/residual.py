@@ -123,3 +123,6 @@ class AddAndNorm(keras.layers.Layer):
         if "epsilon" in config:
             config["layer_norm_epsilon"] = config.pop("epsilon")
         return super().from_config(config)
+
+
+__all__ = ["AddAndNorm"]

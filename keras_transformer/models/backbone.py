@@ -72,3 +72,6 @@ class TransformerBackbone(keras_hub.models.Backbone):
     def default_lora_layer_names(self):
         """The attention projections LoRA adapts (keras-hub's `enable_lora`)."""
         return ["query", "value"]
+
+
+__all__ = ["TransformerBackbone"]

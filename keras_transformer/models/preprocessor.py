@@ -162,3 +162,6 @@ def _strings(texts):
     """Text as a string tensor `[batch]` (a str becomes a batch of one)."""
     texts = tf.convert_to_tensor(texts, tf.string)
     return tf.reshape(texts, [-1]) if texts.shape.rank == 0 else texts
+
+
+__all__ = ["TransformerSeq2SeqLMPreprocessor"]

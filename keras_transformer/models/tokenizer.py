@@ -111,3 +111,6 @@ class TransformerTokenizer(keras_hub.tokenizers.Tokenizer):
     def load_assets(self, dir_path) -> None:
         """Reads what `save_assets` wrote, checking each file against its sha256."""
         self.vocabularies = Vocabularies.load(dir_path)
+
+
+__all__ = ["TransformerTokenizer"]

@@ -218,3 +218,6 @@ def _h5_weight(weights: dict, name: str, item) -> None:
     leaf = {"kernel": "weight", "gamma": "weight", "beta": "bias", "embeddings": "weight"}
     key = ".".join(["model", *parts[stack:-1], leaf.get(parts[-1], parts[-1])])
     weights[key] = value.T if parts[-1] == "kernel" else value
+
+
+__all__ = ["Checkpoint", "MarianError", "read_checkpoint"]

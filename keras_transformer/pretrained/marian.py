@@ -572,3 +572,17 @@ def _check_positions(model, weights: dict, path: Path) -> list[str]:
                 "cosines that Marian uses; this checkpoint's positions are not supported"
             )
     return checked
+
+
+__all__ = [
+    "Checkpoint",
+    "MarianError",
+    "decoding_defaults",
+    "ignored_generation_settings",
+    "import_notes",
+    "load_marian",
+    "load_vocabularies",
+    "read_checkpoint",
+    "transformer_config",
+    "vocabulary_order",
+]

@@ -172,3 +172,6 @@ class NllbTokenizer(PieceVocabularyTokenizer):
             "lstrip_tokens": self.lstrip_tokens,
             "rstrip_tokens": self.rstrip_tokens,
         }
+
+
+__all__ = ["NllbTokenizer"]

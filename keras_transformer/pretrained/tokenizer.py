@@ -185,3 +185,6 @@ class PieceVocabularyTokenizer(keras.layers.Layer):
             "prefix_pattern": self.prefix_pattern,
             "special_tokens": self.special_tokens,
         }
+
+
+__all__ = ["PieceVocabularyTokenizer"]
