@@ -398,3 +398,48 @@ def test_generation_config_gives_transformers_decoding_defaults():
     assert m2m100.decoding_defaults(settings)["target_prefix"] == 1003
     with pytest.raises(m2m100.M2M100Error, match="num_beams=0 must be >= 1"):
         m2m100.decoding_defaults({"num_beams": 0})
+
+
+def test_weights_are_read_one_at_a_time_and_the_table_by_blocks(monkeypatch):
+    """The reader holds names and shapes only: checking a checkpoint reads no weight, and
+    the import reads each one when it assigns it, the embedding table a block of rows at a
+    time (here 100 rows, 11 blocks), into the same model as a whole read gives."""
+    from safetensors.numpy import load_file
+
+    reads = []
+    original = m2m100.SafetensorsWeights._read
+
+    def counted(self, name, read):
+        reads.append(name)
+        return original(self, name, read)
+
+    monkeypatch.setattr(m2m100.SafetensorsWeights, "_read", counted)
+    checkpoint = m2m100.read_checkpoint(CHECKPOINT)
+    assert reads == [] and "model.shared.weight" in checkpoint.weights
+    assert checkpoint.weights.shape("model.shared.weight") == (1009, 32)
+    monkeypatch.setattr(m2m100, "ROWS_AT_ONCE", 100)
+    model, _ = m2m100.load_m2m100(checkpoint)
+    assert reads.count("model.shared.weight") == 11
+    whole = load_file(str(CHECKPOINT / "model.safetensors"))
+    np.testing.assert_array_equal(
+        np.asarray(model.target_embedding.token_embedding.embeddings),
+        whole["model.shared.weight"][order()],
+    )
+    kernel = model.encoder.encoder_layers[0].feed_forward.inner_dense.kernel
+    np.testing.assert_array_equal(np.asarray(kernel), whole["model.encoder.layers.0.fc1.weight"].T)
+
+
+def test_zeros_initialized_builds_zeros_and_puts_keras_back():
+    import keras
+
+    from keras_transformer.pretrained.checkpoint import zeros_initialized
+
+    original = keras.layers.Layer.add_weight
+    with zeros_initialized():
+        layer = keras.layers.Dense(3, kernel_initializer="ones")
+        layer.build((None, 2))
+    assert not np.asarray(layer.kernel).any()
+    assert keras.layers.Layer.add_weight is original
+    after = keras.layers.Dense(3, kernel_initializer="ones")
+    after.build((None, 2))
+    assert np.asarray(after.kernel).all()

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.pretrained.checkpoint import number as checkpoint_number
+from keras_transformer.pretrained.checkpoint import zeros_initialized
 from keras_transformer.pretrained.tokenizer import SPECIAL_PIECES
 from keras_transformer.text import BOS_ID
 
@@ -478,16 +480,15 @@ def load_m2m100(path):
     checkpoint = path if isinstance(path, Checkpoint) else read_checkpoint(path)
     config = transformer_config(checkpoint.config, str(checkpoint.path / "config.json"))
     vocabularies = load_vocabularies(checkpoint)
-    model = build_transformer(config)
+    with zeros_initialized():  # every weight is the checkpoint's
+        model = build_transformer(config)
     assign_weights(model, checkpoint)
     return model, vocabularies
 
 
-def _read_weights(path: Path) -> dict:
-    """model.safetensors, or the shards model.safetensors.index.json lists, read with
-    safetensors' numpy reader (no torch)."""
-    from safetensors.numpy import load_file
-
+def _read_weights(path: Path) -> SafetensorsWeights:
+    """model.safetensors, or the shards model.safetensors.index.json lists, as a mapping
+    that reads each weight when asked (`SafetensorsWeights`)."""
     if (path / WEIGHTS).exists():
         files = [path / WEIGHTS]
     elif (path / WEIGHTS_INDEX).exists():
@@ -502,13 +503,62 @@ def _read_weights(path: Path) -> dict:
             f"{', '.join(found) or 'no weight file'}; PyTorch's pytorch_model.bin is not read, "
             "to keep torch out: download or convert to model.safetensors)"
         )
-    weights = {}
-    for file in files:
+    return SafetensorsWeights(files)
+
+
+class SafetensorsWeights(Mapping):
+    """Weights in safetensors files, name -> numpy array, each read from its file when asked
+    (safetensors' numpy reader: no torch).
+
+    Only the names and shapes are read up front. A weight's bytes are read when it is looked
+    up, with its file mapped only while it is read, so an import holds the model and one
+    weight at a time, not the checkpoint too (NLLB-200-600M: 2.3 GB of weights; see
+    `benchmarks.import_memory`); `rows` reads a slice of a large table.
+    """
+
+    def __init__(self, files):
+        from safetensors import safe_open
+
+        self._file, self._shapes = {}, {}
+        for file in files:
+            try:
+                with safe_open(str(file), framework="numpy") as handle:
+                    for name in handle.keys():  # noqa: SIM118 (not a dict)
+                        self._file[name] = file
+                        self._shapes[name] = tuple(handle.get_slice(name).get_shape())
+            except Exception as error:  # safetensors raises its own SafetensorError, or OSError
+                raise M2M100Error(f"{file}: cannot be read as safetensors ({error})") from None
+
+    def shape(self, name: str) -> tuple:
+        return self._shapes[name]
+
+    def rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows `start:stop` of a weight, read alone."""
+        return self._read(name, lambda handle: handle.get_slice(name)[start:stop])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._file:
+            raise KeyError(name)
+        return self._read(name, lambda handle: handle.get_tensor(name))
+
+    def _read(self, name, read):
+        from safetensors import safe_open
+
+        file = self._file[name]
         try:
-            weights.update(load_file(str(file)))
-        except Exception as error:  # safetensors raises its own SafetensorError, or OSError
-            raise M2M100Error(f"{file}: cannot be read as safetensors ({error})") from None
-    return weights
+            with safe_open(str(file), framework="numpy") as handle:
+                return np.array(read(handle))  # a copy: nothing left mapped
+        except Exception as error:
+            raise M2M100Error(f"{file}: cannot read {name} ({error})") from None
+
+    def __contains__(self, name) -> bool:  # Mapping's own would read the weight
+        return name in self._file
+
+    def __iter__(self):
+        return iter(self._file)
+
+    def __len__(self) -> int:
+        return len(self._file)
 
 
 def _expected_shapes(config: TransformerConfig, rows: int) -> dict:
@@ -558,14 +608,14 @@ def _check_weights(checkpoint: Checkpoint) -> None:
     for name, shape in shapes.items():
         if name not in weights:
             raise M2M100Error(f"{path}: no weight {name!r}")
-        if tuple(weights[name].shape) != shape:
+        if tuple(weights.shape(name)) != shape:
             raise M2M100Error(
-                f"{path}: {name} has shape {list(weights[name].shape)}, config.json implies "
+                f"{path}: {name} has shape {list(weights.shape(name))}, config.json implies "
                 f"{list(shape)}"
             )
-    table = weights["model.shared.weight"]
+    table = "model.shared.weight"
     for copy in _TIED_COPIES:
-        if copy in weights and not np.array_equal(weights[copy], table):
+        if copy in weights and not _equal_tables(weights, copy, table):
             raise M2M100Error(
                 f"{path}: {copy} differs from model.shared.weight, to which transformers ties "
                 "it; untied embeddings are not supported"
@@ -581,12 +631,29 @@ def _check_weights(checkpoint: Checkpoint) -> None:
         )
 
 
+# Rows of the embedding table read at a time (64 MB of NLLB-200's at d_model 1024).
+ROWS_AT_ONCE = 16384
+
+
+def _equal_tables(weights: SafetensorsWeights, name: str, other: str) -> bool:
+    """Whether two weights of the same shape are equal, compared a block of rows at a time."""
+    if weights.shape(name) != weights.shape(other):
+        return False
+    rows = weights.shape(name)[0]
+    blocks = [(i, min(i + ROWS_AT_ONCE, rows)) for i in range(0, rows, ROWS_AT_ONCE)]
+    return all(
+        np.array_equal(weights.rows(name, *block), weights.rows(other, *block))
+        for block in blocks
+    )
+
+
 def assign_weights(model, checkpoint: Checkpoint) -> None:
     """Sets every weight of `model` (built from `transformer_config`) from the checkpoint
-    (checked whole by `read_checkpoint`)."""
+    (checked whole by `read_checkpoint`), one weight at a time, and the embedding table a
+    block of rows at a time: the import holds the model and one weight (or block), never a
+    second copy of the model (`benchmarks.import_memory`)."""
     weights = checkpoint.weights
     order = vocabulary_order(checkpoint.config, len(checkpoint.vocabulary.names))
-    values = []
 
     def take(name):
         return np.asarray(weights[name], "float32")
@@ -595,16 +662,16 @@ def assign_weights(model, checkpoint: Checkpoint) -> None:
         """transformers' `[out, in]` weight into our kernel, laid out as the layer's own
         (`[in, out]`, `[in, heads, depth]` or `[heads, depth, out]`: heads major)."""
         kernel = take(f"{name}.weight").T  # (in, out)
-        values.append((dense.kernel, kernel.reshape(tuple(dense.kernel.shape))))
-        values.append((dense.bias, take(f"{name}.bias").reshape(tuple(dense.bias.shape))))
+        dense.kernel.assign(kernel.reshape(tuple(dense.kernel.shape)))
+        dense.bias.assign(take(f"{name}.bias").reshape(tuple(dense.bias.shape)))
 
     def attention(layer, name):
         for ours, theirs in (("query", "q"), ("key", "k"), ("value", "v"), ("output", "out")):
             linear(getattr(layer, f"{ours}_dense"), f"{name}.{theirs}_proj")
 
     def norm(layer_norm, name):
-        values.append((layer_norm.gamma, take(f"{name}.weight")))
-        values.append((layer_norm.beta, take(f"{name}.bias")))
+        layer_norm.gamma.assign(take(f"{name}.weight"))
+        layer_norm.beta.assign(take(f"{name}.bias"))
 
     def feed_forward(layer, name):
         linear(layer.feed_forward.inner_dense, f"{name}.fc1")
@@ -627,12 +694,26 @@ def assign_weights(model, checkpoint: Checkpoint) -> None:
     norm(model.decoder.final_norm, "model.decoder.layer_norm")
 
     embedding = model.target_embedding
-    values.append((embedding.token_embedding.embeddings, take("model.shared.weight")[order]))
+    _assign_rows(embedding.token_embedding.embeddings, weights, "model.shared.weight", order)
     bias = np.zeros(len(order), "float32")
     bias[BOS_ID] = EXCLUDED  # the decoder start's second row: out of the softmax
-    values.append((embedding.logits_bias, bias))
-    for variable, value in values:
-        variable.assign(value)
+    embedding.logits_bias.assign(bias)
+
+
+def _assign_rows(variable, weights: SafetensorsWeights, name: str, order: list[int]) -> None:
+    """`variable[i] = weights[name][order[i]]`, a block of `ROWS_AT_ONCE` rows at a time
+    (`order` is nearly ascending: a block reads about as many rows as it writes)."""
+    import tensorflow as tf
+
+    # TensorFlow's variable (kt.pretrained needs TensorFlow), updated by scatter: a sliced
+    # assign copied the whole 1 GB table first (copy-on-write), a scatter writes in place.
+    table = variable.value
+    for start in range(0, len(order), ROWS_AT_ONCE):
+        ids = np.asarray(order[start : start + ROWS_AT_ONCE])
+        low, high = int(ids.min()), int(ids.max()) + 1  # within the table
+        block = weights.rows(name, low, high)[ids - low].astype("float32", copy=False)
+        rows = tf.range(start, start + len(ids))
+        table.scatter_update(tf.IndexedSlices(tf.constant(block), rows))
 
 
 __all__ = [
