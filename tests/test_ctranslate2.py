@@ -106,6 +106,7 @@ def test_layout_and_manifest(converted, trained):
         "length_penalty": 0.6,
         "max_extra_length": 50,
         "max_length": MAX_LENGTH,
+        "target_prefix": None,
     }
     config = json.loads((directory / "config.json").read_text())
     assert config["layer_norm_epsilon"] == model.config.layer_norm_epsilon

@@ -432,7 +432,7 @@ def test_weights_are_read_one_at_a_time_and_the_table_by_blocks(monkeypatch):
 def test_zeros_initialized_builds_zeros_and_puts_keras_back():
     import keras
 
-    from keras_transformer.pretrained.checkpoint import zeros_initialized
+    from keras_transformer.model import zeros_initialized
 
     original = keras.layers.Layer.add_weight
     with zeros_initialized():

@@ -201,7 +201,7 @@ def export_ctranslate2(
                 "length_penalty": length_penalty,
                 "max_extra_length": max_extra_length,
                 "max_length": model.config.max_length,
-                **({"target_prefix": target_prefix} if target_prefix is not None else {}),
+                "target_prefix": target_prefix,
             },
             **(manifest or {}),
         }

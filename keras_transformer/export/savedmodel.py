@@ -512,7 +512,11 @@ def export_saved_model(
                 "target_size": vocabularies.target.vocabulary_size(),
                 "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
             },
-            "decoding": {**settings, **prefix, "max_input_tokens": model.config.max_length - 1},
+            "decoding": {
+                **settings,
+                "target_prefix": target_prefix,
+                "max_input_tokens": model.config.max_length - 1,
+            },
             "signatures": {
                 "serving_default": {
                     "inputs": {"text": "string [batch]"},

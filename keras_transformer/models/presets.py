@@ -98,18 +98,21 @@ def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_fi
 def task_from_transformer(cls, model, vocabularies, decoding=None, **kwargs):
     """The task of a `kt.Transformer` and its `Vocabularies`: the weights copied into a
     `TransformerBackbone` built from the same config."""
+    from keras_transformer.model import zeros_initialized
     from keras_transformer.models.backbone import TransformerBackbone
     from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
     from keras_transformer.models.tokenizer import TransformerTokenizer
 
-    backbone = TransformerBackbone(model.config)
+    with zeros_initialized():  # every weight is the model's
+        backbone = TransformerBackbone(model.config)
     ours, theirs = backbone.weights, model.weights
     if [tuple(w.shape) for w in ours] != [tuple(w.shape) for w in theirs]:
         raise ValueError(
             f"the model {model.name!r} does not have a plain Transformer's weights (quantized, "
             "or with LoRA adapters?): merge or dequantize it first"
         )
-    backbone.set_weights(model.get_weights())
+    for variable, value in zip(ours, theirs, strict=True):  # one at a time, no numpy copy
+        variable.assign(value)
     preprocessor = TransformerSeq2SeqLMPreprocessor(TransformerTokenizer(vocabularies))
     return cls(backbone, preprocessor, decoding=decoding, **kwargs)
 

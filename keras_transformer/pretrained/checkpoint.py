@@ -6,7 +6,6 @@ library's model and tokenizers.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -221,29 +220,4 @@ def _h5_weight(weights: dict, name: str, item) -> None:
     weights[key] = value.T if parts[-1] == "kernel" else value
 
 
-@contextlib.contextmanager
-def zeros_initialized():
-    """Every weight that a Keras layer creates inside the block starts as zeros instead of
-    its initializer's draws, for a model whose every weight a checkpoint then sets (as
-    transformers' `no_init_weights` and accelerate's `init_empty_weights` do for PyTorch).
-
-    A random initializer costs time and, on TensorFlow, memory that stays with the process:
-    building NLLB-200-600M's 1 GB embedding table with its draws raised the resident memory
-    by 3 GB, with zeros by the table's size (`benchmarks.import_memory`). Not thread-safe:
-    it patches `keras.layers.Layer.add_weight` while the block runs.
-    """
-    import keras
-
-    original = keras.layers.Layer.add_weight
-
-    def add_weight(self, shape=None, initializer=None, *args, **kwargs):
-        return original(self, shape, "zeros", *args, **kwargs)
-
-    keras.layers.Layer.add_weight = add_weight
-    try:
-        yield
-    finally:
-        keras.layers.Layer.add_weight = original
-
-
-__all__ = ["Checkpoint", "MarianError", "read_checkpoint", "zeros_initialized"]
+__all__ = ["Checkpoint", "MarianError", "read_checkpoint"]

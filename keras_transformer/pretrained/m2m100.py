@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.model import zeros_initialized
 from keras_transformer.pretrained.checkpoint import number as checkpoint_number
-from keras_transformer.pretrained.checkpoint import zeros_initialized
 from keras_transformer.pretrained.tokenizer import SPECIAL_PIECES
 from keras_transformer.text import BOS_ID
 
@@ -642,8 +642,7 @@ def _equal_tables(weights: SafetensorsWeights, name: str, other: str) -> bool:
     rows = weights.shape(name)[0]
     blocks = [(i, min(i + ROWS_AT_ONCE, rows)) for i in range(0, rows, ROWS_AT_ONCE)]
     return all(
-        np.array_equal(weights.rows(name, *block), weights.rows(other, *block))
-        for block in blocks
+        np.array_equal(weights.rows(name, *block), weights.rows(other, *block)) for block in blocks
     )
 
 
@@ -719,7 +718,9 @@ def _assign_rows(variable, weights: SafetensorsWeights, name: str, order: list[i
 __all__ = [
     "Checkpoint",
     "M2M100Error",
+    "SafetensorsWeights",
     "decoding_defaults",
+    "decoding_settings",
     "load_m2m100",
     "load_vocabularies",
     "read_checkpoint",
