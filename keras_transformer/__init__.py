@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_transformer import backends  # noqa: E402
+from keras_transformer import _backends  # noqa: E402
 
-backends.check_backend()  # Keras may have been imported before, on another backend
+_backends.check_backend()  # Keras may have been imported before, on another backend
 
 # Every module that registers a class with `keras.saving` is imported here, so that
 # `keras.saving.load_model` finds them once `keras_transformer` is imported.
@@ -75,8 +75,13 @@ if TYPE_CHECKING:
     )
 
 
+# Internal modules under their former public names: importing one warns (DeprecationWarning)
+# and gives the internal module; the aliases go in the next release.
+_DEPRECATED_MODULES = ("backends", "files", "ragged", "workarounds")
+
+
 def __getattr__(name: str):
-    if name in _LAZY_MODULES:
+    if name in _LAZY_MODULES or name in _DEPRECATED_MODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

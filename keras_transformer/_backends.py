@@ -47,7 +47,7 @@ def check_backend(backend: str | None = None) -> None:
             (`keras.config.backend()`).
 
     Example:
-    >>> from keras_transformer.backends import check_backend
+    >>> from keras_transformer._backends import check_backend
     >>> check_backend("jax")
     >>> check_backend("torch")
     Traceback (most recent call last):
@@ -68,7 +68,7 @@ def require_tensorflow(feature: str) -> None:
 
     Example:
     >>> import keras
-    >>> from keras_transformer.backends import require_tensorflow
+    >>> from keras_transformer._backends import require_tensorflow
     >>> if keras.config.backend() == "tensorflow":
     ...     require_tensorflow("kt.data")  # on JAX: ImportError, "kt.data needs Keras's ..."
     """
@@ -87,7 +87,7 @@ def require_tensorflow_package(feature: str) -> None:
     backend, as keras-hub's does.
 
     Example:
-    >>> from keras_transformer.backends import require_tensorflow_package
+    >>> from keras_transformer._backends import require_tensorflow_package
     >>> require_tensorflow_package("kt.models")  # nothing: tensorflow-text is installed
     """
     try:
@@ -170,7 +170,7 @@ if BACKEND == "tensorflow":
     def step_result(model, logs):
         """What `Transformer.train_step`/`test_step` return: Keras's logs, in a form Keras
         can reduce across workers."""
-        from keras_transformer import workarounds
+        from keras_transformer import _workarounds as workarounds
 
         return workarounds.reducible_logs(model.distribute_strategy, logs)
 

@@ -9,7 +9,7 @@ which reads like a fault. `concat_rows` gives the same tensor with a stable sort
 
 from __future__ import annotations
 
-from keras_transformer.backends import require_tensorflow
+from keras_transformer._backends import require_tensorflow
 
 require_tensorflow("kt.ragged")
 
@@ -22,7 +22,7 @@ def concat_rows(first: tf.RaggedTensor, second: tf.RaggedTensor) -> tf.RaggedTen
 
     Example:
     >>> import tensorflow as tf
-    >>> from keras_transformer.ragged import concat_rows
+    >>> from keras_transformer._ragged import concat_rows
     >>> a = tf.ragged.constant([[1, 2], [3], []])
     >>> b = tf.ragged.constant([[9], [], [8, 7]])
     >>> concat_rows(a, b).to_list()

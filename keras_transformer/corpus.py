@@ -31,7 +31,7 @@ Two ways to read, with the same rules:
 
 from __future__ import annotations
 
-from keras_transformer.backends import require_tensorflow
+from keras_transformer._backends import require_tensorflow
 
 require_tensorflow("kt.corpus")
 

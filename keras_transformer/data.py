@@ -21,16 +21,16 @@ keras-hub's tokenizer included) took seconds at each program's start.
 
 from __future__ import annotations
 
-from keras_transformer.backends import require_tensorflow
+from keras_transformer._backends import require_tensorflow
 
 require_tensorflow("kt.data")
 
 import tensorflow as tf
 
-from keras_transformer import workarounds
+from keras_transformer import _workarounds as workarounds
+from keras_transformer._ragged import concat_rows
 from keras_transformer.config import PAD_ID
 from keras_transformer.losses import TOKEN_NORMALIZER
-from keras_transformer.ragged import concat_rows
 from keras_transformer.text import BOS_ID, EOS_ID
 
 plain = tf.autograph.experimental.do_not_convert

@@ -6,7 +6,7 @@ and reported with sacrebleu's signature so figures can be compared across papers
 
 from __future__ import annotations
 
-from keras_transformer.backends import require_tensorflow
+from keras_transformer._backends import require_tensorflow
 
 require_tensorflow("kt.evaluation")
 

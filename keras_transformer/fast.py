@@ -29,7 +29,7 @@ import contextlib
 
 from keras import ops
 
-from keras_transformer import backends
+from keras_transformer import _backends as backends
 from keras_transformer.config import PAD_ID
 
 _switch = {"enabled": False}

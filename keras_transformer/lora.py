@@ -23,7 +23,7 @@ import json
 import keras
 import numpy as np
 
-from keras_transformer import workarounds
+from keras_transformer import _workarounds as workarounds
 
 TARGETS = ("query", "value")  # the LoRA paper's choice (its section 7.1)
 

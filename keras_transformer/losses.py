@@ -5,7 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_transformer import backends, fast
+from keras_transformer import _backends as backends
+from keras_transformer import fast
 from keras_transformer.config import PAD_ID
 
 # The key of `x` under which `kt.data.accumulation_groups` hands the Transformer's training
@@ -19,7 +20,7 @@ def global_sum(value):
     Losses normalised by a token count need the count of the whole global batch: under
     `MirroredStrategy` or `MultiWorkerMirroredStrategy` each replica sees only its share.
     (Under JAX's `keras.distribution`, one program sees the global batch: the value is
-    already global; `keras_transformer.backends`.)
+    already global; `keras_transformer._backends`.)
     """
     return backends.global_sum(value)
 

@@ -9,7 +9,9 @@ from typing import Any, NamedTuple
 import keras
 from keras import ops
 
-from keras_transformer import backends, losses, workarounds
+from keras_transformer import _backends as backends
+from keras_transformer import _workarounds as workarounds
+from keras_transformer import losses
 from keras_transformer import ops as kt_ops
 from keras_transformer.config import PAD_ID, TransformerConfig
 from keras_transformer.layers.decoder import Decoder

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keras_transformer import backends, workarounds
+from keras_transformer import _backends as backends
+from keras_transformer import _workarounds as workarounds
+from keras_transformer._files import atomic_write
 from keras_transformer.config import PAD_ID
-from keras_transformer.files import atomic_write
 
 if TYPE_CHECKING:
     import keras_hub

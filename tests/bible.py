@@ -27,7 +27,7 @@ def vocabularies(shared: bool = True, size: int = 1000) -> text.Vocabularies:
 
     The tokenizers are made anew on each call. (They no longer need to be: reseeding
     TensorFlow between tests destroyed the in-graph SentencePiece models of tokenizers made
-    before, until `keras_transformer.workarounds.keep_sentencepiece_model`.)"""
+    before, until `keras_transformer._workarounds.keep_sentencepiece_model`.)"""
     source, target = _protos(shared, size)
     if shared:
         tokenizer = text.make_tokenizer(source)

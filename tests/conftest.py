@@ -33,8 +33,9 @@ elif BACKEND == "jax":
     # pass's two workers on two cores, where XLA's own thread pool only competes with them
     # (the flags of JAX's issues 743 and 1539). And XLA compiles them without LLVM's
     # optimizations, JAX's own setting for smoke tests (its PR 3208): the tests' programs
-    # are small and run a few times, so compiling is most of their cost (BENCHMARKS.md, "The
-    # test suite's time", has what both save). The programs tests start inherit these settings.
+    # are small and run a few times, so compiling is most of their cost (what both save:
+    # BENCHMARKS.md's history in git, "The test suite's time"). The programs tests start
+    # inherit these settings.
     os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
     os.environ["XLA_FLAGS"] = " ".join(
         [

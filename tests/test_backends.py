@@ -60,7 +60,7 @@ def test_keras_imported_first_on_tensorflow_is_accepted(imports_after_keras):
 
 
 def test_the_check_names_the_backend_and_what_to_set():
-    from keras_transformer.backends import check_backend
+    from keras_transformer._backends import check_backend
 
     check_backend()  # this process: TensorFlow
     check_backend("jax")
@@ -69,7 +69,7 @@ def test_the_check_names_the_backend_and_what_to_set():
 
 
 def test_what_needs_tensorflow_says_so_on_another_backend(monkeypatch):
-    from keras_transformer import backends
+    from keras_transformer import _backends as backends
 
     backends.require_tensorflow("kt.data")  # this process: TensorFlow
     monkeypatch.setattr(backends, "BACKEND", "jax")

@@ -143,7 +143,7 @@ def test_deterministic_mode_repeats_exactly(corpus, vocab):
 
 
 def test_batches_run_without_tf_data_autotuning(corpus, vocab):
-    """Its model thread can hold up the end of `fit` (keras_transformer.workarounds)."""
+    """Its model thread can hold up the end of `fit` (keras_transformer._workarounds)."""
     batches = data.make_dataset(
         corpus.to_dataset(), vocab, max_length=MAX_LENGTH, tokens_per_batch=1024
     )

@@ -129,7 +129,7 @@ def test_demo_config_and_overrides():
         (
             "model: {preset: tiny}\ndata: {train: x}\ndecoding: {beam: 2}\n",
             "unknown key decoding.beam \\(known: beam_size, finish_rule, length_penalty, "
-            "max_extra_length, n_best, stopping\\)",
+            "max_extra_length, n_best, stopping, target_prefix\\)",
         ),
         ("model: [1, 2]\n", "'model' must be a mapping"),
         ("model: {preset: tiny\n", "not valid YAML"),

@@ -66,6 +66,7 @@ def test_layout_and_manifest(exported, model, loaded):
         "max_extra_length": 50,
         "max_input_tokens": MAX_LENGTH - 1,
         "stopping": "early",
+        "target_prefix": None,
     }
     assert set(manifest["signatures"]) == {
         "serving_default",

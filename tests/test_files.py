@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from keras_transformer.files import (
+from keras_transformer._files import (
     atomic_directory,
     atomic_write,
     is_temporary,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.workarounds import sublayers
+from keras_transformer._workarounds import sublayers
 
 IDS = np.random.default_rng(0).integers(1, 50, (4, 6)).astype("int32")
 BATCH = {"source_ids": IDS, "target_ids": IDS[:, ::-1].copy()}

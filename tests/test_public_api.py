@@ -11,13 +11,15 @@ import pytest
 import keras_transformer as kt
 from tests.doctests import module_names
 
-# Modules the library uses but does not offer (to be made private): no `__all__` for them.
+# Modules the library uses but does not offer: `_`-named, no `__all__` for them. Their former
+# names are deprecated aliases (test_the_internal_modules_former_names_warn).
 INTERNAL = {
-    "keras_transformer.backends",
-    "keras_transformer.files",
-    "keras_transformer.ragged",
-    "keras_transformer.workarounds",
+    "keras_transformer._backends",
+    "keras_transformer._files",
+    "keras_transformer._ragged",
+    "keras_transformer._workarounds",
 }
+FORMER_NAMES = ("backends", "files", "ragged", "workarounds")
 PUBLIC = [
     name
     for name in module_names()
@@ -75,6 +77,21 @@ def test_the_package_exposes_none_of_its_own_names_undocumented():
                 ours.append(name)
         elif getattr(value, "__module__", "").startswith("keras_transformer"):
             ours.append(name)
-    internal = {name.rsplit(".", 1)[1] for name in INTERNAL}
+    internal = set(FORMER_NAMES)  # once imported, an alias is an attribute of the package
     undocumented = {name for name in ours if not name.startswith("_")} - set(kt.__all__)
     assert not undocumented - internal, f"undocumented: {sorted(undocumented - internal)}"
+
+
+@pytest.mark.parametrize("name", FORMER_NAMES)
+def test_the_internal_modules_former_names_warn_and_are_the_modules(name, monkeypatch):
+    import sys
+
+    internal = importlib.import_module(f"keras_transformer._{name}")
+    monkeypatch.delitem(sys.modules, f"keras_transformer.{name}", raising=False)
+    with pytest.warns(DeprecationWarning, match=f"keras_transformer._{name}; the alias"):
+        alias = importlib.import_module(f"keras_transformer.{name}")
+    assert alias is internal
+    monkeypatch.delitem(sys.modules, f"keras_transformer.{name}")
+    monkeypatch.delattr(kt, name, raising=False)
+    with pytest.warns(DeprecationWarning):
+        assert getattr(kt, name) is internal

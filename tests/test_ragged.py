@@ -1,4 +1,4 @@
-"""keras_transformer.ragged: rows joined as tf.concat joins them, without the int64 transpose
+"""keras_transformer._ragged: rows joined as tf.concat joins them, without the int64 transpose
 that makes TensorFlow log its oneDNN ERROR line."""
 
 import os
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.ragged import concat_rows
+from keras_transformer._ragged import concat_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 

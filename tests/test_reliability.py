@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.files import temporary_path
+from keras_transformer._files import temporary_path
 from tests import bible
 from tests.test_trainer import slice_config, summary_line, train_cli
 from trainers import checkpointing, run_dir

@@ -1,6 +1,6 @@
 """Crash-safe training state: the backup a restarted run resumes from, and the checkpoints
 kept for averaging. Where they go is `trainers.run_dir`'s `BackupFolder` and
-`CheckpointFolder`; every file is written with `keras_transformer.files.atomic_write`.
+`CheckpointFolder`; every file is written with `keras_transformer._files.atomic_write`.
 
 Progress is counted in optimizer updates, never in epochs: a resumed run may change
 `training.steps_per_epoch` (how often checkpoints, backups and log lines happen) or
@@ -31,7 +31,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_transformer.files import atomic_write, remove_temporaries, sha256
+from keras_transformer._files import atomic_write, remove_temporaries, sha256
 from trainers.errors import ConfigError
 from trainers.run_dir import BackupFolder, CheckpointFolder
 

@@ -100,8 +100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer import evaluation, fast
+    from keras_transformer._files import atomic_write
     from keras_transformer.corpus import read_text_pair
-    from keras_transformer.files import atomic_write
     from trainers.experiment import read_split
 
     if args.output and (problem := flags.creatable(args.output)):  # before any work

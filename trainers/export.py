@@ -93,7 +93,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from keras_transformer import export, fast
-    from keras_transformer.files import atomic_write
+    from keras_transformer._files import atomic_write
 
     if args.quantization and args.format != "ctranslate2":
         return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))

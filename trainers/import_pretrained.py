@@ -139,7 +139,7 @@ def import_pretrained(
     """Writes the model directory `model_dir` from the checkpoint at `path` (Marian or
     M2M100, by config.json's `model_type`)."""
     from keras_transformer import pretrained
-    from keras_transformer.files import atomic_directory, sha256
+    from keras_transformer._files import atomic_directory, sha256
     from trainers.run_dir import PRETRAINED_MODEL, RunDirectory, write_json
 
     model_dir = Path(model_dir)

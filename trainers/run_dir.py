@@ -26,7 +26,7 @@ and how the programs read and write it.
                                trainers.evaluate
 
 NNNNNNNN counts the optimizer updates done (not epochs, whose size a resumed run may
-change). Every file is written with `keras_transformer.files`'s
+change). Every file is written with `keras_transformer._files`'s
 `atomic_write` (a temporary name, then a rename), so a crash never leaves a half-written file
 under a real name. The preset's config.json is what makes DIR a preset: it is removed before
 model.keras and the preset are replaced and written back last (`save_trained`), so a crash
@@ -39,6 +39,7 @@ preset existed (model.keras, vocab/ and experiment.yaml).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import shutil
@@ -49,7 +50,7 @@ import keras
 import yaml
 
 import keras_transformer  # noqa: F401  (registers the classes that load_model needs)
-from keras_transformer.files import TEMPORARY_PREFIX, atomic_write, temporary_path
+from keras_transformer._files import TEMPORARY_PREFIX, atomic_write, temporary_path
 from keras_transformer.text import Vocabularies
 from trainers import startup_logs
 from trainers.errors import ConfigError
@@ -324,6 +325,10 @@ class RunDirectory:
             shutil.rmtree(stale)
         try:
             task.save_to_preset(staging)
+            # The task's backbone is a second copy of the model's weights: gone before
+            # model.keras is written, which Keras buffers in memory when memory allows.
+            del task
+            gc.collect()
             for path in staging.rglob("*"):
                 if path.is_file():
                     _fsync(path)

@@ -37,7 +37,7 @@ lines to the level as TensorFlow's (its INFO hidden from 1).
 TensorFlow's `util.cc:131] oneDNN supports DT_INT64 only on platforms with AVX-512` (an
 ERROR, once a process, for the first int64 Transpose in a graph, whatever the CPU) has its
 cause removed instead: the library's graphs join ragged rows without TensorFlow's ragged
-concatenation, which transposes int64 row splits (`keras_transformer.ragged`).
+concatenation, which transposes int64 row splits (`keras_transformer._ragged`).
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def draw(source, target, weights, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from keras_transformer.files import atomic_write
+    from keras_transformer._files import atomic_write
 
     heads = len(weights)
     columns = math.ceil(math.sqrt(heads))  # 2 x 2 for 4 heads, 4 x 4 for 16

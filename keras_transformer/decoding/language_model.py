@@ -38,7 +38,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import backends, fast
+from keras_transformer import _backends as backends
+from keras_transformer import fast
 from keras_transformer.config import PAD_ID
 from keras_transformer.decoding import search
 from keras_transformer.decoding.search import EOS_ID

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keras_transformer import backends
+from keras_transformer import _backends as backends
 
 
 def parallel_search(search, *, shards: int = 2):

@@ -4,12 +4,12 @@ The encoder runs once; each step embeds the last token, runs `Decoder.forward` w
 `DecoderCache` (the new position's keys and values written, the encoder output's projected
 once) and projects to float32 log-probabilities. Loops are `keras.ops.while_loop`s over
 static-shaped state (only the batch may be unknown), written with `keras.ops` (the few ops
-that differ: `keras_transformer.backends`), so every function here runs on TensorFlow (eagerly,
+that differ: `keras_transformer._backends`), so every function here runs on TensorFlow (eagerly,
 inside `tf.function` with unknown batch and length, and under XLA) and on JAX (eagerly and
 under `jax.jit`). The control flow is explicit, so the searches need no AutoGraph: they are
 marked for AutoGraph to leave as they are (`backends.compiled_search`), and a `tf.function`
-around one, with AutoGraph on or off, traces it as written (BENCHMARKS.md, "Tracing without
-AutoGraph").
+around one, with AutoGraph on or off, traces it as written (measured when it landed,
+3fbdb2f: BENCHMARKS.md's history).
 
 Output length: a sentence may have at most its own number of source tokens +
 `max_extra_length` output tokens (paper 6.1: "maximum output length to input length + 50"),
@@ -33,7 +33,8 @@ from typing import NamedTuple
 
 from keras import ops
 
-from keras_transformer import backends, fast
+from keras_transformer import _backends as backends
+from keras_transformer import fast
 from keras_transformer.config import PAD_ID
 from keras_transformer.decoding.settings import DEFAULT, FINISH_RULES, STOPPING
 

@@ -6,7 +6,7 @@ ctranslate2.py   `export_ctranslate2`: a CTranslate2 model directory (the option
                  `ctranslate2` package; imported on first use)
 """
 
-from keras_transformer.backends import require_tensorflow
+from keras_transformer._backends import require_tensorflow
 
 require_tensorflow("kt.export")
 

@@ -33,9 +33,9 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_transformer._files import atomic_directory
 from keras_transformer.decoding.settings import DecodingSettings
 from keras_transformer.export.savedmodel import resolve_model
-from keras_transformer.files import atomic_directory
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"

@@ -53,9 +53,9 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer._files import atomic_directory
+from keras_transformer._ragged import concat_rows
 from keras_transformer.decoding.settings import DEFAULT, DecodingSettings
-from keras_transformer.files import atomic_directory
-from keras_transformer.ragged import concat_rows
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer import backends, fast
+from keras_transformer import _backends as backends
+from keras_transformer import fast
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer import workarounds
+from keras_transformer import _workarounds as workarounds
 
 
 def dtype_policy_with_sublayers(layer: keras.layers.Layer) -> keras.DTypePolicy:

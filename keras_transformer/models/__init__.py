@@ -22,7 +22,7 @@ training run on the backend. Marian checkpoints (`kt.pretrained`) and the export
 Keras's TensorFlow backend.
 """
 
-from keras_transformer.backends import require_tensorflow_package
+from keras_transformer._backends import require_tensorflow_package
 
 require_tensorflow_package("kt.models")
 

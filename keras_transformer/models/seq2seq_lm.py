@@ -9,7 +9,9 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import backends, decoding, losses, workarounds
+from keras_transformer import _backends as backends
+from keras_transformer import _workarounds as workarounds
+from keras_transformer import decoding, losses
 from keras_transformer import metrics as kt_metrics
 from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
 from keras_transformer.model import TokenLossTraining

@@ -9,7 +9,7 @@ nllb_tokenizer  `NllbTokenizer`, the same with NLLB's special tokens and languag
 `load(path)` reads either, choosing by config.json's `model_type`.
 """
 
-from keras_transformer.backends import require_tensorflow
+from keras_transformer._backends import require_tensorflow
 
 require_tensorflow("kt.pretrained")
 

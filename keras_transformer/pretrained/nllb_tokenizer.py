@@ -18,12 +18,12 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from keras_transformer._ragged import concat_rows
 from keras_transformer.pretrained.tokenizer import (
     SPECIAL_PIECES,
     WORD_BOUNDARY,
     PieceVocabularyTokenizer,
 )
-from keras_transformer.ragged import concat_rows
 
 # What the SentencePiece normalizer (nmt_nfkc) turns into a space: RE2's \s, vertical tab and
 # Unicode's separators.

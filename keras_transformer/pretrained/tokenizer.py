@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from keras_transformer import workarounds
+from keras_transformer import _workarounds as workarounds
+from keras_transformer._ragged import concat_rows
 from keras_transformer.config import PAD_ID
-from keras_transformer.ragged import concat_rows
 from keras_transformer.text import BOS_ID, EOS_ID, UNK_ID
 
 # The special ids' pieces, at this library's ids (pad 0, unk 1, bos 2, eos 3).

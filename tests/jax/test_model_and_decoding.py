@@ -183,7 +183,7 @@ def test_the_tensorflow_model_on_the_same_weights_gives_the_same_logits_and_ids(
 def test_a_target_prefix_is_an_argument_of_the_compiled_search(model, search):
     """The prefix is forced first on JAX too, passed to the compiled program as ids (a list
     or an array, not a setting it is compiled for): two prefixes of one shape, one program."""
-    from keras_transformer import backends
+    from keras_transformer import _backends as backends
 
     settings = {**SHORT, **({"seed": 1} if search is sample else {})}
     first = search(model, SOURCE, target_prefix=[5, 6], **settings)[0]
