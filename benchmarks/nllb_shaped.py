@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.opus_shaped import size_keys
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "m2m100" / "nllb-tiny"
 SIZES = dict(d_model=1024, heads=16, ffn=4096, layers=12, vocab=256206, positions=1024)
@@ -33,15 +35,7 @@ def config(sizes: dict) -> dict:
     return {
         **fixture,
         "_name_or_path": "nllb-200-shaped-random",
-        "d_model": sizes["d_model"],
-        "encoder_attention_heads": sizes["heads"],
-        "decoder_attention_heads": sizes["heads"],
-        "encoder_ffn_dim": sizes["ffn"],
-        "decoder_ffn_dim": sizes["ffn"],
-        "encoder_layers": sizes["layers"],
-        "decoder_layers": sizes["layers"],
-        "vocab_size": sizes["vocab"],
-        "max_position_embeddings": sizes["positions"],
+        **size_keys(sizes),
     }
 
 

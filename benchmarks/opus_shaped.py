@@ -28,13 +28,10 @@ FIXTURE = ROOT / "tests" / "fixtures" / "marian" / "shared"
 SIZES = dict(d_model=512, heads=8, ffn=2048, layers=6, vocab=58101, positions=512)
 
 
-def config(sizes: dict) -> dict:
-    pad = sizes["vocab"] - 1
+def size_keys(sizes: dict) -> dict:
+    """The config.json keys of `sizes` that transformers' BART-family configs share (Marian's,
+    M2M100's)."""
     return {
-        "_name_or_path": "opus-mt-shaped-random",
-        "model_type": "marian",
-        "architectures": ["MarianMTModel"],
-        "activation_function": "swish",
         "d_model": sizes["d_model"],
         "encoder_attention_heads": sizes["heads"],
         "decoder_attention_heads": sizes["heads"],
@@ -43,8 +40,19 @@ def config(sizes: dict) -> dict:
         "encoder_layers": sizes["layers"],
         "decoder_layers": sizes["layers"],
         "vocab_size": sizes["vocab"],
-        "decoder_vocab_size": sizes["vocab"],
         "max_position_embeddings": sizes["positions"],
+    }
+
+
+def config(sizes: dict) -> dict:
+    pad = sizes["vocab"] - 1
+    return {
+        "_name_or_path": "opus-mt-shaped-random",
+        "model_type": "marian",
+        "architectures": ["MarianMTModel"],
+        "activation_function": "swish",
+        **size_keys(sizes),
+        "decoder_vocab_size": sizes["vocab"],
         "share_encoder_decoder_embeddings": True,
         "scale_embedding": True,
         "normalize_before": False,
