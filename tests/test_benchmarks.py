@@ -133,6 +133,26 @@ def test_the_opus_shaped_checkpoint_imports_at_its_sizes(tmp_path):
     assert config.activation == "silu" and config.output_bias
 
 
+def test_the_nllb_shaped_checkpoint_imports_and_its_memory_is_reported(tmp_path, capsys):
+    """benchmarks.nllb_shaped writes a sharded M2M100 checkpoint that the importer reads (here
+    at a small size), and benchmarks.import_memory reports the import's peak against the
+    weights' size."""
+    from benchmarks import import_memory, nllb_shaped
+
+    sizes = dict(d_model=16, heads=2, ffn=32, layers=1, vocab=1500, positions=64)
+    nllb_shaped.write(tmp_path / "nllb", sizes, shards=2)
+    assert (tmp_path / "nllb" / "model.safetensors.index.json").exists()
+    model, _ = kt.pretrained.load(tmp_path / "nllb")
+    config = model.config
+    assert (config.d_model, config.num_heads, config.d_ff, config.max_length) == (16, 2, 32, 64)
+    assert config.target_vocab == 1500 + 1 and config.norm_first  # + our <s>: module doc
+    import_memory.main([str(tmp_path / "nllb")])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["what"] == "kt.pretrained.load" and report["parameters"] == model.count_params()
+    assert report["peak_rss_mb"] >= report["baseline_rss_mb"] > 0
+    assert report["peak_over_weights"] > 1  # the weights are a few kB here
+
+
 @pytest.mark.parametrize(
     "flags",
     [["--mode", "generate", "--sentences", "3"], ["--mode", "fit", "--steps", "2"]],
