@@ -207,6 +207,14 @@ def translation_endpoints(
         if not fixed_prefix.size:
             raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
 
+    settings = dict(  # the search's settings, but for the target prefix
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_extra_length=max_extra_length,
+        stopping=stopping,
+        finish_rule=finish_rule,
+    )
+
     # One search, traced once, for any batch and length: `serving_default` and
     # `translate_ids` call it, and `serving_xla`'s compiled search is a call of it that XLA
     # compiles (inlined) for each bucket's shape. Traced into each of them instead, it was
@@ -215,16 +223,7 @@ def translation_endpoints(
         tf.function, input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False
     )
     def search(source_ids):
-        return decoding.translate_ids(
-            model,
-            source_ids,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_extra_length=max_extra_length,
-            stopping=stopping,
-            finish_rule=finish_rule,
-            target_prefix=fixed_prefix,
-        )
+        return decoding.translate_ids(model, source_ids, **settings, target_prefix=fixed_prefix)
 
     compiled_search = tf.function(lambda ids: search(ids), jit_compile=True, autograph=False)
 
@@ -310,16 +309,7 @@ def translation_endpoints(
             autograph=False,
         )
         def prefixed_search(source_ids, prefix_ids):
-            return decoding.translate_ids(
-                model,
-                source_ids,
-                beam_size=beam_size,
-                length_penalty=length_penalty,
-                max_extra_length=max_extra_length,
-                stopping=stopping,
-                finish_rule=finish_rule,
-                target_prefix=prefix_ids,
-            )
+            return decoding.translate_ids(model, source_ids, **settings, target_prefix=prefix_ids)
 
         def serve_prefix(text, target_prefix):
             check = tf.debugging.assert_equal(

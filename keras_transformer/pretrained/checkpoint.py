@@ -220,4 +220,20 @@ def _h5_weight(weights: dict, name: str, item) -> None:
     weights[key] = value.T if parts[-1] == "kernel" else value
 
 
+def bart_sizes(get) -> dict:
+    """The `TransformerConfig` arguments that transformers' BART-family configs (Marian's and
+    M2M100's) give under the same keys; `get(key, kind=int)` reads one key, checked."""
+    return dict(
+        d_model=get("d_model"),
+        num_heads=get("encoder_attention_heads"),
+        d_ff=get("encoder_ffn_dim"),
+        num_encoder_layers=get("encoder_layers"),
+        num_decoder_layers=get("decoder_layers"),
+        dropout=get("dropout", float),
+        attention_dropout=get("attention_dropout", float),
+        activation_dropout=get("activation_dropout", float),
+        max_length=get("max_position_embeddings"),
+    )
+
+
 __all__ = ["Checkpoint", "MarianError", "read_checkpoint"]

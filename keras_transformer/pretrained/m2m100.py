@@ -44,6 +44,7 @@ import numpy as np
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import zeros_initialized
+from keras_transformer.pretrained.checkpoint import bart_sizes
 from keras_transformer.pretrained.checkpoint import number as checkpoint_number
 from keras_transformer.pretrained.tokenizer import SPECIAL_PIECES
 from keras_transformer.text import BOS_ID
@@ -175,15 +176,7 @@ def transformer_config(config: dict, where: str = "config.json") -> TransformerC
     try:
         return TransformerConfig(
             vocab_size=get("vocab_size") + 1,
-            d_model=get("d_model"),
-            num_heads=get("encoder_attention_heads"),
-            d_ff=get("encoder_ffn_dim"),
-            num_encoder_layers=get("encoder_layers"),
-            num_decoder_layers=get("decoder_layers"),
-            dropout=get("dropout", float),
-            attention_dropout=get("attention_dropout", float),
-            activation_dropout=get("activation_dropout", float),
-            max_length=get("max_position_embeddings"),
+            **bart_sizes(get),
             norm_first=True,
             activation=_ACTIVATIONS[activation],
             positional="sinusoidal",
