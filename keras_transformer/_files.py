@@ -100,6 +100,33 @@ def atomic_directory(path) -> Iterator[Path]:
         raise
 
 
+def save_keras_file(model, path) -> Path:
+    """`model.save(path)` for a `.keras` file, without a copy of the weights in memory.
+
+    When Keras judges the memory sufficient it writes a `.keras` file's weights into memory
+    first (`saving_lib.is_memory_sufficient`), a second copy of every weight. Here Keras
+    writes the unzipped form (`zipped=False`: config.json, metadata.json, model.weights.h5,
+    assets/) into a temporary folder beside `path`, and the zip archive takes those files
+    from disk under the same names, stored as Keras stores them.
+    """
+    import zipfile
+
+    import keras
+
+    path = Path(path)
+    unzipped = temporary_path(path.with_name(path.stem + "-unzipped"))
+    shutil.rmtree(unzipped, ignore_errors=True)  # left by a killed process of the same id
+    try:
+        keras.saving.save_model(model, unzipped, zipped=False)
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+            for file in sorted(unzipped.rglob("*")):
+                if file.is_file():
+                    archive.write(file, file.relative_to(unzipped).as_posix())
+    finally:
+        shutil.rmtree(unzipped, ignore_errors=True)
+    return path
+
+
 def remove_temporaries(directory) -> list[Path]:
     """Removes the temporaries that killed writers left in `directory`; returns them.
 

@@ -9,6 +9,7 @@ import functools
 import hashlib
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -136,3 +137,54 @@ def _shared_sentencepiece_model_class():
             )
 
     return SharedSentencepieceModel
+
+
+class ReversibleEmbedding(keras.layers.ReversibleEmbedding):
+    """Keras's `ReversibleEmbedding`, whose tables are written to weight files with one copy
+    of each in memory instead of two.
+
+    Keras's weight stores take each variable as `np.array(variable)`: the variable's
+    `__array__` makes a NumPy copy, and `np.array` copies that again, so saving NLLB-200's
+    1 GB table (256,206 pieces by 1,024) needs 2 GB at once, more than any other weight.
+    Here the store gets `_RowBlocks`, which fills one new array from slices of the table;
+    NumPy takes it as is (NumPy 2 asks `__array__` for a copy and does not copy again).
+    Quantized or LoRA tables keep Keras's own writing. No upstream issue found (Keras
+    3.15: `saving_lib.H5IOStore.__setitem__` calls `backend.convert_to_numpy`, which is
+    `np.array`); goes when Keras writes a variable without the extra copy.
+    """
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras refuses its subclasses here (they may compute otherwise); this one computes
+        # as Keras's layer does and only writes its tables otherwise.
+        super().quantize(mode, type_check=False, config=config)
+
+    def save_own_variables(self, store):
+        if not self.built or self.quantization_mode is not None or self.lora_enabled:
+            super().save_own_variables(store)
+            return
+        for index, name in enumerate(self.variable_serialization_spec[None]):
+            store[str(index)] = _RowBlocks(getattr(self, name))
+
+
+class _RowBlocks:
+    """A 2-D variable's value as NumPy, copied a block of rows at a time (`ROWS`: 16 MB of
+    NLLB-200's table) into one new array when NumPy asks for it."""
+
+    ROWS = 4096
+
+    def __init__(self, variable):
+        self.variable = variable
+        self.shape = tuple(variable.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        value = self.variable.value
+        rows = int(self.variable.shape[0])
+        array = None
+        for start in range(0, rows, self.ROWS):
+            block = ops.convert_to_numpy(value[start : start + self.ROWS])
+            if array is None:
+                array = np.empty((rows, *block.shape[1:]), block.dtype)
+            array[start : start + len(block)] = block
+        if array is None:  # no rows
+            array = ops.convert_to_numpy(value)
+        return array if dtype is None else array.astype(dtype, copy=False)

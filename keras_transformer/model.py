@@ -195,11 +195,20 @@ class Network(NamedTuple):
     decoder: Decoder
 
 
-def build_network(config: TransformerConfig, dtype=None) -> Network:
+def build_network(config: TransformerConfig, dtype=None, layers_of=None) -> Network:
     """The functional graph of the encoder-decoder (paper 3.1, Figure 1), up to the decoder's
     output: what `Transformer` and `TransformerBackbone` are built from. `dtype` is the
-    layers' policy (None: `config.dtype`)."""
+    layers' policy (None: `config.dtype`). `layers_of`: a model built from `config` (a
+    `Transformer` or `TransformerBackbone`) whose embeddings, encoder and decoder the graph
+    calls instead of new layers, so that both models hold the same variables."""
     dtype = config.dtype if dtype is None else dtype
+    if layers_of is not None:
+        return _wire(
+            layers_of.source_embedding,
+            layers_of.target_embedding,
+            layers_of.encoder,
+            layers_of.decoder,
+        )
 
     def embedding(vocab_size, name, output_bias=False):
         return TransformerEmbedding(
@@ -235,7 +244,11 @@ def build_network(config: TransformerConfig, dtype=None) -> Network:
     )
     encoder = Encoder(config.num_encoder_layers, name="encoder", **block)
     decoder = Decoder(config.num_decoder_layers, name="decoder", **block)
+    return _wire(source_embedding, target_embedding, encoder, decoder)
 
+
+def _wire(source_embedding, target_embedding, encoder, decoder) -> Network:
+    """The graph from the ids to the decoder's output through these layers."""
     source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
     target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
     source_mask = kt_ops.padding_mask(source_ids)  # (batch, src_len)

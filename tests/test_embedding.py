@@ -143,7 +143,7 @@ def test_reverse_is_the_tied_projection_in_float32():
 def test_reverse_projects_with_the_keras_reversible_embedding(tie_weights):
     layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, tie_weights=tie_weights)
     layer(IDS)
-    assert type(layer.token_embedding) is keras.layers.ReversibleEmbedding
+    assert isinstance(layer.token_embedding, keras.layers.ReversibleEmbedding)
     hidden = np.random.default_rng(0).normal(size=(6, 8)).astype("float32")
     table = layer.token_embedding
     kernel = table.embeddings.numpy().T if tie_weights else table.reverse_embeddings.numpy()
@@ -252,3 +252,32 @@ def test_a_position_offset_starts_the_positions_later(positional):
     step = offset.positions(x[:, :1], start_index=tf.constant(7))
     np.testing.assert_allclose(np.reshape(step, (8,)), full[7], atol=1e-6)
     assert offset.get_config()["position_offset"] == 2
+
+
+@pytest.mark.parametrize("tie_weights", [True, False])
+def test_the_tables_are_saved_a_block_of_rows_at_a_time_and_load_exactly(
+    tmp_path, monkeypatch, tie_weights
+):
+    """The token table (and an untied reverse table) reach weight files through
+    `_RowBlocks`, which NumPy takes without a copy; a table whose rows are not a multiple
+    of the block size is written whole, and loads back equal."""
+    from keras_transformer import _workarounds
+
+    monkeypatch.setattr(_workarounds._RowBlocks, "ROWS", 7)  # 20 rows: blocks of 7, 7, 6
+    layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, tie_weights=tie_weights)
+    layer(IDS)
+    rng = np.random.default_rng(1)
+    for weight in layer.weights:
+        weight.assign(rng.normal(size=weight.shape))
+    blocks = _workarounds._RowBlocks(layer.token_embedding.embeddings)
+    array = np.array(blocks)
+    np.testing.assert_array_equal(array, layer.token_embedding.embeddings)
+    assert np.asarray(blocks).dtype == "float32" and np.array(blocks, "float64").dtype == "float64"
+    model = keras.Sequential([keras.Input((None,), dtype="int32"), layer])
+    model.save_weights(tmp_path / "m.weights.h5")
+    again = layers.TransformerEmbedding(vocab_size=20, d_model=8, tie_weights=tie_weights)
+    keras.Sequential([keras.Input((None,), dtype="int32"), again]).load_weights(
+        tmp_path / "m.weights.h5"
+    )
+    for saved, loaded in zip(layer.weights, again.weights, strict=True):
+        np.testing.assert_array_equal(saved, loaded)

@@ -94,3 +94,27 @@ def test_stale_temporaries_are_removed(tmp_path):
     removed = remove_temporaries(tmp_path)
     assert [p.name for p in removed] == [".tmp-99999-2", ".tmp-99999-ckpt-00003.weights.h5"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "ckpt-00002.weights.h5"]
+
+
+def test_a_keras_file_saved_through_disk_is_kerass_own(tmp_path):
+    """`save_keras_file` (the weights written to disk, then zipped) makes the archive that
+    `model.save` makes, under the same names, and it loads to the same model."""
+    import zipfile
+
+    import keras
+    import numpy as np
+
+    import keras_transformer as kt
+    from keras_transformer._files import save_keras_file
+
+    model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=50))
+    model.save(tmp_path / "keras.keras")
+    save_keras_file(model, tmp_path / "ours.keras")
+    ours, theirs = (zipfile.ZipFile(tmp_path / n) for n in ("ours.keras", "keras.keras"))
+    assert sorted(ours.namelist()) == sorted(theirs.namelist())
+    assert ours.read("config.json") == theirs.read("config.json")
+    assert {i.compress_type for i in ours.infolist()} == {zipfile.ZIP_STORED}
+    loaded = keras.saving.load_model(tmp_path / "ours.keras")
+    for mine, saved in zip(model.weights, loaded.weights, strict=True):
+        np.testing.assert_array_equal(mine, saved)
+    assert not [p for p in tmp_path.iterdir() if is_temporary(p)]  # the folder is gone

@@ -382,3 +382,35 @@ def test_the_task_quantizes_to_int8(model, vocabularies):
     assert kernel.dtype == "int8"
     assert all(isinstance(text, str) for text in task.generate(SENTENCES))
     assert len(task.generate(SENTENCES)) == len(before)
+
+
+def test_a_task_can_share_the_models_weights_instead_of_copying_them(vocabularies):
+    """`from_transformer` copies the weights; with `share_weights=True` the backbone holds
+    the model's own variables (no second copy: what the import program and `from_preset`
+    of a checkpoint use), and both translate alike."""
+    model = random_model(vocabularies)
+    copied = TransformerSeq2SeqLM.from_transformer(model, vocabularies)
+    shared = TransformerSeq2SeqLM.from_transformer(model, vocabularies, share_weights=True)
+    assert all(a is b for a, b in zip(shared.backbone.weights, model.weights, strict=True))
+    assert not any(a is b for a, b in zip(copied.backbone.weights, model.weights, strict=True))
+    assert shared.generate(SENTENCES) == copied.generate(SENTENCES)
+    table = model.target_embedding.token_embedding.embeddings
+    table.assign(table * 0.5)  # changes the shared task only
+    assert np.array_equal(shared.backbone.target_embedding.token_embedding.embeddings, table)
+    assert not np.array_equal(copied.backbone.target_embedding.token_embedding.embeddings, table)
+    # A backbone sharing layers of a model of another config is refused.
+    other = kt.TransformerConfig.from_dict({**model.config.to_dict(), "dropout": 0.3})
+    with pytest.raises(ValueError, match="built from another config"):
+        TransformerBackbone(other, layers_of=model)
+
+
+@pytest.mark.parametrize("change", ["int8", "lora"])
+def test_a_quantized_or_lora_model_is_refused_by_name(vocabularies, change):
+    model = random_model(vocabularies)
+    if change == "int8":
+        model.quantize("int8")
+    else:
+        model.target_embedding.token_embedding.enable_lora(2)
+    for share in (False, True):
+        with pytest.raises(ValueError, match="is quantized or has LoRA adapters"):
+            TransformerSeq2SeqLM.from_transformer(model, vocabularies, share_weights=share)

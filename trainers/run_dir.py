@@ -39,7 +39,6 @@ preset existed (model.keras, vocab/ and experiment.yaml).
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import os
 import shutil
@@ -50,7 +49,12 @@ import keras
 import yaml
 
 import keras_transformer  # noqa: F401  (registers the classes that load_model needs)
-from keras_transformer._files import TEMPORARY_PREFIX, atomic_write, temporary_path
+from keras_transformer._files import (
+    TEMPORARY_PREFIX,
+    atomic_write,
+    save_keras_file,
+    temporary_path,
+)
 from keras_transformer.text import Vocabularies
 from trainers import startup_logs
 from trainers.errors import ConfigError
@@ -68,8 +72,8 @@ def write_json(path, value) -> None:
 
 
 def save_model(model: keras.Model, path) -> None:
-    """`model.save`, written atomically."""
-    atomic_write(path, model.save)
+    """`model.save`, written atomically, with no second copy of the weights in memory."""
+    atomic_write(path, lambda temporary: save_keras_file(model, temporary))
 
 
 def _numbered(folder: Path, prefix: str, suffix: str) -> list[Path]:
@@ -319,16 +323,14 @@ class RunDirectory:
         from keras_transformer.models import TransformerSeq2SeqLM
 
         decoding = self.load_experiment().decoding
-        task = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=decoding)
+        task = TransformerSeq2SeqLM.from_transformer(
+            model, vocabularies, decoding=decoding, share_weights=True
+        )
         staging = temporary_path(self.root / "preset")
         for stale in self.root.glob(f"{TEMPORARY_PREFIX}*-preset"):  # left by a killed run
             shutil.rmtree(stale)
         try:
             task.save_to_preset(staging)
-            # The task's backbone is a second copy of the model's weights: gone before
-            # model.keras is written, which Keras buffers in memory when memory allows.
-            del task
-            gc.collect()
             for path in staging.rglob("*"):
                 if path.is_file():
                     _fsync(path)

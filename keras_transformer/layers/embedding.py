@@ -7,6 +7,7 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer import _workarounds as workarounds
 from keras_transformer.config import (
     PAD_ID,
     POSITIONAL_KINDS,
@@ -224,7 +225,7 @@ class TransformerEmbedding(keras.layers.Layer):
         self.dropout_layer = PerReplicaDropout(dropout, dtype=self.dtype_policy, name="dropout")
 
     def build(self, inputs_shape=None):
-        self.token_embedding = keras.layers.ReversibleEmbedding(
+        self.token_embedding = workarounds.ReversibleEmbedding(
             self.vocab_size,
             self.d_model,
             tie_weights=self.tie_weights,

@@ -27,6 +27,10 @@ class TransformerBackbone(keras_hub.models.Backbone):
         config: `TransformerConfig` or its dict. The sizes and switches.
         dtype: a dtype policy, its name, or a `DTypePolicyMap` (after `quantize`) or None.
             Defaults to None: `config.dtype`.
+        layers_of: None, or a `kt.Transformer` built from `config` whose layers (and so
+            variables) the backbone uses instead of new ones: no copy of the weights, and
+            training either model trains both. Not part of the config: a backbone saved
+            and loaded again has its own layers.
         **kwargs: other `keras_hub.models.Backbone` arguments (`name`...).
 
     Example:
@@ -40,14 +44,19 @@ class TransformerBackbone(keras_hub.models.Backbone):
     (1, 2, 128)
     """
 
-    def __init__(self, config: TransformerConfig | dict, dtype=None, **kwargs):
+    def __init__(self, config: TransformerConfig | dict, dtype=None, *, layers_of=None, **kwargs):
         if isinstance(config, dict):
             config = TransformerConfig.from_dict(config)
         kwargs.setdefault("name", "transformer_backbone")
         if dtype is None:
             dtype = config.dtype
         policy = None if dtype is None else keras.dtype_policies.get(dtype)
-        network = build_network(config, policy)
+        if layers_of is not None and layers_of.config != config:
+            raise ValueError(
+                f"layers_of: the model {layers_of.name!r} was built from another config "
+                "than the backbone's"
+            )
+        network = build_network(config, policy, layers_of=layers_of)
         super().__init__(
             inputs=network.inputs,
             outputs={

@@ -10,6 +10,7 @@ from pathlib import Path
 import keras
 import keras_hub
 
+from keras_transformer import _workarounds as workarounds
 from keras_transformer.decoding.settings import DecodingSettings
 
 PRESET = "preset"
@@ -85,7 +86,7 @@ def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_fi
             model, vocabularies, stored = _m2m100(preset)
         else:
             model, vocabularies, stored = _model_directory(Path(preset), model_file or MODEL_FILE)
-        task = task_from_transformer(cls, model, vocabularies, stored)
+        task = task_from_transformer(cls, model, vocabularies, stored, share_weights=True)
     if isinstance(decoding, dict):
         task.decoding = task.decoding.replace(**decoding)
     elif decoding is not None:
@@ -95,24 +96,32 @@ def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_fi
     return task
 
 
-def task_from_transformer(cls, model, vocabularies, decoding=None, **kwargs):
-    """The task of a `kt.Transformer` and its `Vocabularies`: the weights copied into a
-    `TransformerBackbone` built from the same config."""
+def task_from_transformer(cls, model, vocabularies, decoding=None, share_weights=False, **kwargs):
+    """The task of a `kt.Transformer` and its `Vocabularies`: a `TransformerBackbone` built
+    from the same config, with the weights copied into it, or with `share_weights` the
+    model's own layers (no second copy of the weights in memory)."""
     from keras_transformer.model import zeros_initialized
     from keras_transformer.models.backbone import TransformerBackbone
     from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
     from keras_transformer.models.tokenizer import TransformerTokenizer
 
-    with zeros_initialized():  # every weight is the model's
-        backbone = TransformerBackbone(model.config)
-    ours, theirs = backbone.weights, model.weights
-    if [tuple(w.shape) for w in ours] != [tuple(w.shape) for w in theirs]:
+    changed = [
+        layer.path
+        for layer in workarounds.sublayers(model)
+        if getattr(layer, "quantization_mode", None) or getattr(layer, "lora_enabled", False)
+    ]
+    if changed:
         raise ValueError(
-            f"the model {model.name!r} does not have a plain Transformer's weights (quantized, "
-            "or with LoRA adapters?): merge or dequantize it first"
+            f"the model {model.name!r} does not have a plain Transformer's weights ({changed[0]} "
+            "is quantized or has LoRA adapters): merge or dequantize it first"
         )
-    for variable, value in zip(ours, theirs, strict=True):  # one at a time, no numpy copy
-        variable.assign(value)
+    if share_weights:
+        backbone = TransformerBackbone(model.config, layers_of=model)
+    else:
+        with zeros_initialized():  # every weight is the model's
+            backbone = TransformerBackbone(model.config)
+        for variable, value in zip(backbone.weights, model.weights, strict=True):
+            variable.assign(value)  # one at a time, no numpy copy
     preprocessor = TransformerSeq2SeqLMPreprocessor(TransformerTokenizer(vocabularies))
     return cls(backbone, preprocessor, decoding=decoding, **kwargs)
 

@@ -405,10 +405,16 @@ class TransformerSeq2SeqLM(
         return presets.load_task(cls, preset, load_weights, **kwargs)
 
     @classmethod
-    def from_transformer(cls, model, vocabularies, decoding=None, **kwargs):
-        """The task of a `kt.Transformer` and its `kt.text.Vocabularies` (the weights are
-        copied into a `TransformerBackbone`)."""
-        return presets.task_from_transformer(cls, model, vocabularies, decoding, **kwargs)
+    def from_transformer(cls, model, vocabularies, decoding=None, share_weights=False, **kwargs):
+        """The task of a `kt.Transformer` and its `kt.text.Vocabularies`.
+
+        The weights are copied into a new `TransformerBackbone`; with `share_weights=True`
+        the backbone uses the model's own layers instead (no second copy in memory, and
+        training the task trains the model). A quantized model, or one with LoRA adapters,
+        is refused: merge or dequantize it first."""
+        return presets.task_from_transformer(
+            cls, model, vocabularies, decoding, share_weights=share_weights, **kwargs
+        )
 
     def save_to_preset(self, preset_dir, max_shard_size=10):
         """Writes keras-hub's preset files into `preset_dir`: config.json (the backbone),

@@ -706,6 +706,10 @@ def _assign_rows(variable, weights: SafetensorsWeights, name: str, order: list[i
         block = weights.rows(name, low, high)[ids - low].astype("float32", copy=False)
         rows = tf.range(start, start + len(ids))
         table.scatter_update(tf.IndexedSlices(tf.constant(block), rows))
+    # A scatter leaves the variable in TensorFlow's copy-on-read mode, where every dense
+    # read (the logits' projection, each decoding step) copies the whole table; no other
+    # op writes to it here, so the mode goes.
+    tf.raw_ops.DisableCopyOnRead(resource=table.handle)
 
 
 __all__ = [
