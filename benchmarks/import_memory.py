@@ -2,10 +2,13 @@
 
     python -m benchmarks.nllb_shaped --out /tmp/nllb-shaped
     python -m benchmarks.import_memory /tmp/nllb-shaped
+    python -m benchmarks.import_memory /tmp/nllb-shaped --task
     python -m benchmarks.import_memory /tmp/nllb-shaped --program --model-dir /tmp/nllb-run
 
 Runs in a fresh process: `kt.pretrained.load(PATH)` (the library's reader: the checkpoint
-read, checked and assigned to a built model), or with `--program` the whole
+read, checked and assigned to a built model), with `--task`
+`kt.models.TransformerSeq2SeqLM.from_preset(PATH)` (the same, made a task), or with
+`--program` the whole
 `trainers.import_pretrained` (which also writes the model directory: model.keras, its kept
 copy, the preset and the vocabulary). Prints one JSON line: the weights' bytes (the
 checkpoint's safetensors files), the process's peak resident memory (`ru_maxrss`), its
@@ -38,10 +41,15 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--program", action="store_true", help="run trainers.import_pretrained as a whole"
     )
+    parser.add_argument(
+        "--task", action="store_true", help="TransformerSeq2SeqLM.from_preset(path) instead"
+    )
     parser.add_argument("--model-dir", type=Path, help="--program: the new model directory")
     args = parser.parse_args(argv)
     if args.program and args.model_dir is None:
         parser.error("--program needs --model-dir")
+    if args.program and args.task:
+        parser.error("--program and --task: choose one")
 
     import keras_transformer as kt
     from keras_transformer import pretrained  # noqa: F401  (TensorFlow and its readers)
@@ -54,15 +62,21 @@ def main(argv=None) -> None:
 
         import_pretrained(args.path, args.model_dir)
         parameters = None
+        what = "trainers.import_pretrained"
+    elif args.task:
+        task = kt.models.TransformerSeq2SeqLM.from_preset(args.path)
+        parameters = task.count_params()
+        what = "TransformerSeq2SeqLM.from_preset"
     else:
         model, _ = kt.pretrained.load(args.path)
         parameters = model.count_params()
+        what = "kt.pretrained.load"
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     print(
         json.dumps(
             {
-                "what": "trainers.import_pretrained" if args.program else "kt.pretrained.load",
+                "what": what,
                 "path": str(args.path),
                 "parameters": parameters,
                 "weights_mb": round(weights / 2**20),

@@ -151,6 +151,10 @@ def test_the_nllb_shaped_checkpoint_imports_and_its_memory_is_reported(tmp_path,
     assert report["what"] == "kt.pretrained.load" and report["parameters"] == model.count_params()
     assert report["peak_rss_mb"] >= report["baseline_rss_mb"] > 0
     assert report["peak_over_weights"] > 1  # the weights are a few kB here
+    import_memory.main([str(tmp_path / "nllb"), "--task"])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["what"] == "TransformerSeq2SeqLM.from_preset"
+    assert report["parameters"] == model.count_params()
 
 
 @pytest.mark.parametrize(
