@@ -46,3 +46,11 @@ def creatable(path) -> str | None:
         if folder.is_symlink():
             return f"{folder} is a broken link"
     return None
+
+
+__all__ = [
+    "at_least",
+    "creatable",
+    "non_negative_float",
+    "positive_int",
+]
