@@ -57,8 +57,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras_transformer as kt
-    from keras_transformer.trainers.experiment import read_split
-    from keras_transformer.trainers.run_dir import RunDirectory
+    from trainers.experiment import read_split
+    from trainers.run_dir import RunDirectory
 
     experiment, vocabularies, model = RunDirectory(args.model_dir).load_trained(args.model)
     sentences = list(read_split(experiment.data, "test").sources[: args.sentences])

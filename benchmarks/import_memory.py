@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     weights = sum(p.stat().st_size for p in args.path.glob("*.safetensors"))
     start = time.perf_counter()
     if args.program:
-        from keras_transformer.trainers.import_pretrained import import_pretrained
+        from trainers.import_pretrained import import_pretrained
 
         import_pretrained(args.path, args.model_dir)
         parameters = None

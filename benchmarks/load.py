@@ -42,7 +42,7 @@ from typing import NamedTuple
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_transformer.trainers import startup_logs  # noqa: E402
+from trainers import startup_logs  # noqa: E402
 
 startup_logs.install()
 
@@ -367,7 +367,7 @@ def run(args) -> dict:
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-        from keras_transformer.trainers.translate import resolve_version
+        from trainers.translate import resolve_version
 
         version = resolve_version(args.saved_model)
         manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())
@@ -376,7 +376,7 @@ def run(args) -> dict:
         engines = saved_model_engines(loaded)
         pools.append(_pool(engines, verses, config["max_length"], args, "SavedModel"))
     if args.ctranslate2:
-        from keras_transformer.trainers.translate import CTranslate2Translator
+        from trainers.translate import CTranslate2Translator
 
         translator = CTranslate2Translator(
             args.ctranslate2, threads=args.ct2_threads, inter_threads=args.ct2_inter_threads

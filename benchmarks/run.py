@@ -28,7 +28,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_transformer.trainers import startup_logs  # noqa: E402
+from trainers import startup_logs  # noqa: E402
 
 startup_logs.install()  # before TensorFlow loads, whose first lines ignore TF_CPP_MIN_LOG_LEVEL
 

@@ -37,7 +37,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from keras_transformer.trainers import startup_logs  # noqa: E402
+from trainers import startup_logs  # noqa: E402
 
 startup_logs.install()
 
@@ -46,8 +46,8 @@ import tensorflow as tf  # noqa: E402
 
 from keras_transformer import corpus, evaluation, export, fast  # noqa: E402
 from keras_transformer.decoding import STOPPING  # noqa: E402
-from keras_transformer.trainers.run_dir import MODEL, RunDirectory  # noqa: E402
-from keras_transformer.trainers.translate import CTranslate2Translator  # noqa: E402
+from trainers.run_dir import MODEL, RunDirectory  # noqa: E402
+from trainers.translate import CTranslate2Translator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST = ROOT / "data" / "bible-en-es" / "test.tsv.xz"

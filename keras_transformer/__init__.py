@@ -22,8 +22,6 @@ Public API (`__all__`, and `dir()`; each module's `__all__` lists its own):
     fast                                the opt-in speed path, behind one switch
     lora                                LoRA on the attention projections; adapters saved
                                         and loaded apart from the model
-    trainers                            the command-line programs (kt-train, kt-evaluate...,
-                                        `python -m keras_transformer.trainers.train`)
 """
 
 import importlib
@@ -31,12 +29,6 @@ import os
 from typing import TYPE_CHECKING
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-# TensorFlow's start-up lines, held to TF_CPP_MIN_LOG_LEVEL (2 in the programs unless set),
-# which TensorFlow reads too late for them: before Keras loads TensorFlow, below.
-from keras_transformer.trainers import startup_logs as _startup_logs  # noqa: E402
-
-_startup_logs.install()
 
 from keras_transformer import _backends  # noqa: E402
 
@@ -125,5 +117,4 @@ __all__ = [
     "pretrained",
     "schedule",
     "text",
-    "trainers",
 ]

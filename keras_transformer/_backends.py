@@ -15,7 +15,7 @@ is here, chosen once from Keras's backend, so that no other module tests the bac
 - **the optimizer's variables**: on TensorFlow they are created before `fit` traces its
   first step, which would otherwise be traced twice (`build_optimizer`).
 - **what needs TensorFlow**: `kt.data`, `kt.corpus`, `kt.evaluation`, `kt.export`,
-  `kt.pretrained`, `parallel_search`, the `kt.fast` switch and the programs use tf.data,
+  `kt.pretrained`, `parallel_search`, the `kt.fast` switch and `trainers/` use tf.data,
   tensorflow-text, tf.distribute or SavedModel; `require_tensorflow` gives their error on
   another backend. `kt.text`'s tokenizers and `kt.models` (the keras-hub task) need only the
   tensorflow and tensorflow-text packages, as keras-hub's preprocessing does, and run on

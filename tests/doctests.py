@@ -30,7 +30,6 @@ TENSORFLOW_ONLY = (
     "keras_transformer.fast",
     "keras_transformer.pretrained",
     "keras_transformer._ragged",
-    "keras_transformer.trainers",  # the programs: Keras's TensorFlow backend
 )
 
 

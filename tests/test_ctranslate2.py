@@ -16,8 +16,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import evaluation, export
-from keras_transformer.trainers.translate import CTranslate2Translator
 from tests import bible
+from trainers.translate import CTranslate2Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2")  # installed by `make test` (requirements.txt)
 

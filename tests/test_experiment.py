@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.trainers import runtime
-from keras_transformer.trainers.errors import ConfigError
-from keras_transformer.trainers.experiment import DecodingConfig, load_experiment
+from trainers import runtime
+from trainers.errors import ConfigError
+from trainers.experiment import DecodingConfig, load_experiment
 
 DEMO = "trainers/configs/demo.yaml"
 

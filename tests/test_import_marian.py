@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.trainers.experiment import DecodingConfig, load_experiment
 from tests.cli import run_main
 from tests.test_pretrained_marian import first_near_ties
 from tests.test_run_dir import PRESET_FILES
 from tests.test_trainer import slice_config, summary_line, train_cli
+from trainers.experiment import DecodingConfig, load_experiment
 
 pytestmark = pytest.mark.slow
 
@@ -156,7 +156,7 @@ def natural_ends(items):
 
 
 def test_both_exports_translate_as_transformers_generate(imported, tmp_path):
-    from keras_transformer.trainers.translate import CTranslate2Translator, SavedModelTranslator
+    from trainers.translate import CTranslate2Translator, SavedModelTranslator
 
     model_dir, _ = imported
     # Those without a near tie, where either engine may take either token.
@@ -195,7 +195,7 @@ def test_evaluate_scores_what_the_exported_saved_model_serves(imported, tmp_path
     1.0), every translation that evaluate scores is the one the SavedModel that export wrote
     serves, and so is the BLEU (the imported model's translations are sentences)."""
     from keras_transformer import evaluation
-    from keras_transformer.trainers.translate import SavedModelTranslator
+    from trainers.translate import SavedModelTranslator
 
     model_dir, _ = imported
     items = [item for item in reference()["greedy"]["items"] if item["source"].strip()]
@@ -250,7 +250,7 @@ def test_training_fine_tunes_the_imported_weights(imported, tmp_path, capsys):
     assert any(not np.array_equal(a, b) for a, b in zip(tuned, imported_weights, strict=True))
     # The directory now belongs to this fine-tuning: the same command resumes it (in this
     # process: nothing to train); a bad flag is refused as the flag's.
-    from keras_transformer.trainers import train
+    from trainers import train
 
     # The program turns the speed switch on for the run (training.fast); in this process it
     # must be left as it was, for the tests that run after this one.

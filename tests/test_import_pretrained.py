@@ -96,7 +96,7 @@ def test_the_ctranslate2_client_cuts_text_as_nllbs_tokenizer(imported, tmp_path)
     trailing whitespace (one more "▁"), several language codes, unknown characters; and
     pieces back to text as its decoding."""
     pytest.importorskip("ctranslate2")
-    from keras_transformer.trainers.translate import CTranslate2Translator
+    from trainers.translate import CTranslate2Translator
 
     model_dir, _ = imported
     task = TransformerSeq2SeqLM.from_preset(model_dir)

@@ -332,8 +332,8 @@ def test_tables_the_vocabularies_do_not_fit_are_refused_naming_the_file(
 
 def test_a_refused_checkpoint_is_refused_before_anything_is_written(tmp_path):
     """trainers.import_marian checks the checkpoint whole before writing its model directory."""
-    from keras_transformer.trainers.errors import ConfigError
-    from keras_transformer.trainers.import_marian import import_marian
+    from trainers.errors import ConfigError
+    from trainers.import_marian import import_marian
 
     path = copy_of(tmp_path, "legacy-config", add_bias_logits=True)
     with pytest.raises(ConfigError, match="config.json: add_bias_logits=True is not supported"):
@@ -344,7 +344,7 @@ def test_a_refused_checkpoint_is_refused_before_anything_is_written(tmp_path):
 def test_the_import_prints_and_records_what_it_decided(tmp_path, capsys):
     """trainers.import_marian says which defaults apply where generation_config.json leaves
     them null, on stderr and in pretrained.json."""
-    from keras_transformer.trainers.import_marian import import_marian
+    from trainers.import_marian import import_marian
 
     import_marian(VARIANTS / "tc-bible-big", tmp_path / "model")
     expected = marian.import_notes(marian.read_checkpoint(VARIANTS / "tc-bible-big"))

@@ -5,7 +5,7 @@ from importlib import metadata
 
 import pytest
 
-from keras_transformer.trainers import provenance
+from trainers import provenance
 
 
 def test_records_this_checkout_and_the_installed_versions():

@@ -95,19 +95,3 @@ def test_the_internal_modules_former_names_warn_and_are_the_modules(name, monkey
     monkeypatch.delattr(kt, name, raising=False)
     with pytest.warns(DeprecationWarning):
         assert getattr(kt, name) is internal
-
-
-@pytest.mark.parametrize("name", ["run_dir", "errors", "train"])
-def test_the_trainers_former_name_warns_and_is_the_module(name, monkeypatch):
-    """`trainers.X` (the checkout's alias) imports as `keras_transformer.trainers.X` itself,
-    with a DeprecationWarning; `python -m trainers.X` runs it (tests/test_startup_logs.py and
-    every end-to-end test of the programs)."""
-    import sys
-
-    new = importlib.import_module(f"keras_transformer.trainers.{name}")
-    monkeypatch.delitem(sys.modules, f"trainers.{name}", raising=False)
-    with pytest.warns(DeprecationWarning, match=f"renamed keras_transformer.trainers.{name}"):
-        alias = importlib.import_module(f"trainers.{name}")
-    assert alias is new
-    with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("trainers.no_such_program")

@@ -37,7 +37,7 @@ def test_tokenizing_for_translation_logs_no_onednn_error():
     piece tokenizer, in a fresh process: no "oneDNN supports DT_INT64" line (the first int64
     Transpose in a graph logs it, an ERROR once a process)."""
     code = (
-        "from keras_transformer.trainers import startup_logs; startup_logs.install()\n"
+        "from trainers import startup_logs; startup_logs.install()\n"
         "import tensorflow as tf\n"
         "import keras_transformer as kt\n"
         "from keras_transformer.export.savedmodel import _source_ids\n"

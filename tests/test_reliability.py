@@ -14,13 +14,13 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer._files import temporary_path
-from keras_transformer.trainers import checkpointing, run_dir
-from keras_transformer.trainers.checkpointing import Progress
-from keras_transformer.trainers.errors import ConfigError
-from keras_transformer.trainers.experiment import load_experiment
-from keras_transformer.trainers.run_dir import BackupFolder, CheckpointFolder
 from tests import bible
 from tests.test_trainer import slice_config, summary_line, train_cli
+from trainers import checkpointing, run_dir
+from trainers.checkpointing import Progress
+from trainers.errors import ConfigError
+from trainers.experiment import load_experiment
+from trainers.run_dir import BackupFolder, CheckpointFolder
 
 
 def tiny_compiled_model():
@@ -215,7 +215,7 @@ def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(
 
 
 def test_a_nan_loss_stops_training_and_keeps_the_last_good_state(tmp_path, monkeypatch, capsys):
-    from keras_transformer.trainers import train
+    from trainers import train
 
     calls = tf.Variable(0)
     original = kt.losses.LabelSmoothedCrossEntropy.call
@@ -257,7 +257,7 @@ def test_a_nan_loss_stops_training_and_keeps_the_last_good_state(tmp_path, monke
 
 
 def test_a_full_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch):
-    from keras_transformer.trainers import train
+    from trainers import train
 
     experiment = load_experiment(slice_config(tmp_path))
     monkeypatch.setattr(
@@ -270,7 +270,7 @@ def test_a_full_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch
 
 @pytest.mark.slow
 def test_a_vocabulary_that_does_not_match_the_checkpoint_is_refused(killed, tmp_path, capsys):
-    from keras_transformer.trainers import train
+    from trainers import train
 
     config, model_dir = killed[0], tmp_path / "model"
     shutil.copytree(killed[1], model_dir)

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.trainers import checkpointing
-from keras_transformer.trainers.checkpointing import Progress
-from keras_transformer.trainers.run_dir import BackupFolder, CheckpointFolder
 from tests.test_reliability import random_updates, snapshot
 from tests.test_trainer import slice_config, summary_line, train_cli
+from trainers import checkpointing
+from trainers.checkpointing import Progress
+from trainers.run_dir import BackupFolder, CheckpointFolder
 
 
 @pytest.mark.slow
 def test_resumes_with_another_epoch_size_or_accumulation_train_the_planned_updates(
     tmp_path, capsys, uninterrupted, killed
 ):
-    from keras_transformer.trainers import train
+    from trainers import train
 
     config, model_dir = killed[0], tmp_path / "changed"
     shutil.copytree(killed[1], model_dir)
@@ -67,7 +67,7 @@ def test_resumes_with_another_epoch_size_or_accumulation_train_the_planned_updat
 def test_accumulation_over_several_replicas_is_refused_before_any_work(tmp_path, capsys):
     """Keras cannot accumulate gradients under tf.distribute with several replicas (its
     update runs in a cond that cannot all-reduce): a clear refusal, not a crash at step 1."""
-    from keras_transformer.trainers import train
+    from trainers import train
 
     config = slice_config(tmp_path, dev=False, steps=4, steps_per_epoch=2)
     model_dir = tmp_path / "run"

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 import keras_transformer as kt
-from keras_transformer.trainers import run_dir
-from keras_transformer.trainers.errors import ConfigError
-from keras_transformer.trainers.experiment import load_experiment
-from keras_transformer.trainers.run_dir import RunDirectory
 from tests import bible
+from trainers import run_dir
+from trainers.errors import ConfigError
+from trainers.experiment import load_experiment
+from trainers.run_dir import RunDirectory
 
 DEMO = "trainers/configs/demo.yaml"
 

@@ -93,8 +93,8 @@ def test_the_rate_the_optimizer_applies_at_update_u_is_the_schedule_at_u(accumul
 
 
 def test_the_trainer_gives_the_schedule_its_accumulation():
-    from keras_transformer.trainers.experiment import load_experiment
-    from keras_transformer.trainers.train import _compiled_model
+    from trainers.experiment import load_experiment
+    from trainers.train import _compiled_model
 
     overrides = ["training.gradient_accumulation_steps=4", "training.warmup_steps=7"]
     experiment = load_experiment("trainers/configs/demo.yaml", overrides).with_vocab_sizes(50, 50)

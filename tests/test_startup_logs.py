@@ -1,6 +1,5 @@
 """TensorFlow's start-up lines: hidden from the command-line programs by default, shown with
-TF_CPP_MIN_LOG_LEVEL=0 (or a library user's TF_CPP_MIN_LOG_LEVEL honoured for them); errors
-and Python's warnings still shown (keras_transformer/trainers/startup_logs.py)."""
+TF_CPP_MIN_LOG_LEVEL=0; errors and Python's warnings still shown (trainers/startup_logs.py)."""
 
 import os
 import re
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from keras_transformer.trainers import startup_logs
+from trainers import startup_logs
 
 ROOT = Path(__file__).resolve().parent.parent
 # What TensorFlow writes while it starts: Abseil's notice and C++ log lines of any severity
@@ -54,7 +53,7 @@ def test_a_fatal_line_is_never_hidden():
 
 WINDOW = f"""
 import os, sys, warnings
-from keras_transformer.trainers import startup_logs
+from trainers import startup_logs
 
 with startup_logs.filtered_stderr(2):
     os.write(2, {INFO + NO_GPU + ERROR!r})
@@ -86,19 +85,12 @@ def test_install_does_nothing_once_tensorflow_is_loaded(monkeypatch):
     assert not any(isinstance(f, startup_logs._FirstTensorFlowImport) for f in sys.meta_path)
 
 
-def run_cli(*args, how="-m", **env):
+def run_cli(*args, **env):
     """A command-line program in a fresh process, with TF_CPP_MIN_LOG_LEVEL unset unless
-    given: what a user's shell gives it. `how`: "-m" (`python -m MODULE ...`) or "script"
-    (the `kt-*` console script that the virtualenv has for MODULE)."""
+    given: what a user's shell gives it."""
     environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    if how == "script":
-        module, *args = args
-        script = "kt-" + module.rsplit(".", 1)[1].replace("_", "-")
-        command = [str(Path(sys.executable).parent / script), *args]
-    else:
-        command = [sys.executable, "-m", *args]
     return subprocess.run(
-        command,
+        [sys.executable, "-m", *args],
         cwd=ROOT,
         env={**environ, **env},
         capture_output=True,
@@ -113,36 +105,10 @@ REFUSED = ("trainers.average_checkpoints", "--model-dir", "runs/none", "--last",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "module, how",
-    [
-        ("trainers.average_checkpoints", "-m"),  # the alias, from the checkout's root
-        ("keras_transformer.trainers.average_checkpoints", "-m"),
-        ("keras_transformer.trainers.average_checkpoints", "script"),
-    ],
-    ids=["python -m trainers.X", "python -m keras_transformer.trainers.X", "kt-X"],
-)
-def test_a_program_starts_quietly_and_still_prints_its_error(module, how):
-    result = run_cli(module, *REFUSED[1:], how=how)
+def test_a_program_starts_quietly_and_still_prints_its_error():
+    result = run_cli(*REFUSED)
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["error: --last=0 must be >= 1"], result.stderr
-
-
-@pytest.mark.parametrize(
-    "orig_argv, argv0, program",
-    [
-        (["python", "-m", "trainers.train", "--config", "x"], "-m", True),
-        (["python", "-X", "dev", "-m", "keras_transformer.trainers.export"], "-m", True),
-        (["/venv/bin/python", "/venv/bin/kt-train", "--config", "x"], "/venv/bin/kt-train", True),
-        (["python", "-m", "pytest", "-m", "not slow"], "-m", False),
-        (["python", "-c", "import keras_transformer"], "-c", False),
-        (["python", "train.py"], "train.py", False),
-    ],
-)
-def test_the_programs_are_told_apart_from_other_processes(monkeypatch, orig_argv, argv0, program):
-    monkeypatch.setattr(sys, "orig_argv", orig_argv)
-    monkeypatch.setattr(sys, "argv", [argv0])
-    assert startup_logs.running_a_program() is program
 
 
 @pytest.mark.slow
@@ -156,8 +122,8 @@ def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again():
 
 LOAD_A_VOCABULARY = """
 import sys
+from trainers import startup_logs
 import keras_transformer as kt
-from keras_transformer.trainers import startup_logs
 
 words = ["".join(chr(97 + (7 * i + 3 * j) % 26) for j in range(2 + i % 6)) for i in range(500)]
 sentences = [" ".join(words[(13 * s + k) % 500] for k in range(8)) for s in range(2000)]
@@ -179,9 +145,7 @@ def test_sentencepieces_line_is_held_to_the_level_where_the_programs_load_a_voca
             text=True,
             timeout=300,
         )
-        # The programs' level (2); a library user sets it, and `import keras_transformer`
-        # holds TensorFlow's start-up lines to it too.
-        for env in ({"TF_CPP_MIN_LOG_LEVEL": "2"}, {"TF_CPP_MIN_LOG_LEVEL": "0"})
+        for env in ({}, {"TF_CPP_MIN_LOG_LEVEL": "0"})
     )
     assert quiet.returncode == 0 and shown.returncode == 0, quiet.stderr + shown.stderr
     assert quiet.stderr.splitlines() == ["loaded"], quiet.stderr

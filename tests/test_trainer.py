@@ -548,7 +548,7 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path, capsys):
     assert summary["jit_compile"] is False  # XLA cannot span CPU devices
     assert summary["steps"] == 20 and summary["final_loss"] < summary["initial_loss"]
     # Refused before any work (in this process, which has two logical CPUs too).
-    from keras_transformer.trainers import train
+    from trainers import train
 
     sets = ["--set", "training.jit_compile=true", "--set", "training.fast=false"]
     code = train.main(

@@ -9,8 +9,8 @@ import math
 import pytest
 
 from keras_transformer.fast import switched as fast_path
-from keras_transformer.trainers.experiment import load_experiment
-from keras_transformer.trainers.train import train
+from trainers.experiment import load_experiment
+from trainers.train import train
 
 tfds = pytest.importorskip("tensorflow_datasets")  # in requirements.txt: never skipped there
 

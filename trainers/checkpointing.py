@@ -32,8 +32,8 @@ import keras
 import numpy as np
 
 from keras_transformer._files import atomic_write, remove_temporaries, sha256
-from keras_transformer.trainers.errors import ConfigError
-from keras_transformer.trainers.run_dir import BackupFolder, CheckpointFolder
+from trainers.errors import ConfigError
+from trainers.run_dir import BackupFolder, CheckpointFolder
 
 # Keras's name for the optimizer's batch counter, and the suffix of its gradient accumulators.
 _ITERATION = "iteration"
@@ -229,13 +229,3 @@ class Checkpoints(keras.callbacks.Callback):
         atomic_write(self.checkpoints.file(updates), self.model.save_weights)
         for old in self.checkpoints.files()[: -self.keep]:
             old.unlink()
-
-
-__all__ = [
-    "Backup",
-    "Checkpoints",
-    "Progress",
-    "batch_counter",
-    "restore_state",
-    "save_state",
-]

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from keras_transformer.trainers import flags, startup_logs
+from trainers import flags, startup_logs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -474,24 +474,6 @@ def _format(index: int, hypotheses: list[Hypothesis], args) -> str:
         return "".join(f"{index} ||| {h.text} ||| {h.score:.4f}\n" for h in hypotheses)
     best = hypotheses[0]
     return f"{best.score:.4f}\t{best.text}\n" if args.with_scores else best.text + "\n"
-
-
-__all__ = [
-    "CTRANSLATE2_FORMAT",
-    "CTranslate2Translator",
-    "Hypothesis",
-    "PieceRules",
-    "SPECIAL_PIECES",
-    "SavedModelTranslator",
-    "WHITESPACE",
-    "WHITESPACE_CHARACTERS",
-    "WORD_BOUNDARY",
-    "batches",
-    "is_ctranslate2",
-    "main",
-    "parse_args",
-    "resolve_version",
-]
 
 
 if __name__ == "__main__":

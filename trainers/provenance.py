@@ -20,7 +20,7 @@ PACKAGES = (
     "sacrebleu",
     "numpy",
 )
-SOURCE = Path(__file__).resolve().parents[2]  # the checkout: keras_transformer/trainers/..
+SOURCE = Path(__file__).resolve().parent.parent
 CODE = ("keras_transformer", "trainers")  # folders of SOURCE whose new files make it dirty
 
 
@@ -59,11 +59,3 @@ def _git() -> dict | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "dirty": bool(changed or new)}
-
-
-__all__ = [
-    "CODE",
-    "PACKAGES",
-    "SOURCE",
-    "provenance",
-]

@@ -13,9 +13,9 @@ import math
 import sys
 from pathlib import Path
 
-from keras_transformer.trainers import errors, flags
-from keras_transformer.trainers.errors import ConfigError
-from keras_transformer.trainers.run_dir import MODEL, RunDirectory
+from trainers import errors, flags
+from trainers.errors import ConfigError
+from trainers.run_dir import MODEL, RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -139,14 +139,6 @@ def main(argv=None) -> int:
         f"{model.decoding.stopping} stopping)"
     )
     return errors.EXIT_OK
-
-
-__all__ = [
-    "cross_attention",
-    "draw",
-    "main",
-    "parse_args",
-]
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from keras_transformer.trainers import errors, flags
-from keras_transformer.trainers.run_dir import MODEL, RunDirectory, write_json
+from trainers import errors, flags
+from trainers.run_dir import MODEL, RunDirectory, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -144,12 +144,6 @@ def main(argv=None) -> int:
     write_json(keras_dir / export.MANIFEST, manifest | {"for": "model.fit fine-tuning"})
     print(f"wrote {version} (SavedModel for TF Serving) and {keras_dir} (Keras model)")
     return errors.EXIT_OK
-
-
-__all__ = [
-    "main",
-    "parse_args",
-]
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from keras_transformer import TransformerConfig
 from keras_transformer.config import PRESETS
 from keras_transformer.decoding.settings import DecodingSettings
 from keras_transformer.text import MIN_VOCAB_SIZE
-from keras_transformer.trainers.errors import ConfigError
+from trainers.errors import ConfigError
 
 DATA_FORMATS = ("tsv", "text", "tfds")
 SECTIONS = ("model", "data", "training", "decoding")
@@ -394,16 +394,3 @@ def read_split(data: DataConfig, split: str):
     if split == "train" and data.train_limit:
         pairs = pairs.take(data.train_limit)
     return pairs
-
-
-__all__ = [
-    "DATA_FORMATS",
-    "DataConfig",
-    "DecodingConfig",
-    "Experiment",
-    "SECTIONS",
-    "TrainingConfig",
-    "load_experiment",
-    "open_split",
-    "read_split",
-]

@@ -161,41 +161,12 @@ class _FirstTensorFlowImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-PROGRAM_LEVEL = "2"  # the programs' TF_CPP_MIN_LOG_LEVEL unless the environment sets one
-
-
-def running_a_program() -> bool:
-    """Whether this process runs one of the programs: `python -m keras_transformer.trainers.X`
-    or its alias `python -m trainers.X` (`sys.orig_argv`), or a `kt-*` console script
-    (`sys.argv[0]`)."""
-    argv = list(getattr(sys, "orig_argv", []))[1:]
-    if "-m" in argv[:-1]:
-        module = argv[argv.index("-m") + 1]
-        return module.startswith(("keras_transformer.trainers.", "trainers."))
-    return os.path.basename(sys.argv[0] if sys.argv else "").startswith("kt-")
-
-
 def install() -> None:
     """Filters the first `import tensorflow` of this process, if it is still to come and
-    `TF_CPP_MIN_LOG_LEVEL` hides anything (for the programs: `PROGRAM_LEVEL` unless set).
-    `import keras_transformer` calls it before it loads TensorFlow."""
-    if running_a_program():
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", PROGRAM_LEVEL)
+    `TF_CPP_MIN_LOG_LEVEL` hides anything."""
     level = min_log_level()
     if level <= 0 or "tensorflow" in sys.modules:
         return
     if any(isinstance(finder, _FirstTensorFlowImport) for finder in sys.meta_path):
         return
     sys.meta_path.insert(0, _FirstTensorFlowImport(level))
-
-
-__all__ = [
-    "PROGRAM_LEVEL",
-    "filter_lines",
-    "filtered_stderr",
-    "hidden",
-    "install",
-    "min_log_level",
-    "native_logs",
-    "running_a_program",
-]

@@ -74,8 +74,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from keras_transformer.trainers import errors, flags, startup_logs
-from keras_transformer.trainers.errors import ConfigError
+from trainers import errors, flags, startup_logs
+from trainers.errors import ConfigError
 
 PRETRAINED = "pretrained.json"
 
@@ -140,7 +140,7 @@ def import_pretrained(
     M2M100, by config.json's `model_type`)."""
     from keras_transformer import pretrained
     from keras_transformer._files import atomic_directory, sha256
-    from keras_transformer.trainers.run_dir import PRETRAINED_MODEL, RunDirectory, write_json
+    from trainers.run_dir import PRETRAINED_MODEL, RunDirectory, write_json
 
     model_dir = Path(model_dir)
     if model_dir.exists() and not model_dir.is_dir():
@@ -290,7 +290,7 @@ def _experiment(
     sets data.train), the languages of tokenizer_config.json (Marian's source_lang and
     target_lang, NLLB's src_lang and tgt_lang, or --target-language), the fine-tuning
     schedule and the decoding settings `decoding`."""
-    from keras_transformer.trainers.experiment import DataConfig, Experiment, TrainingConfig
+    from trainers.experiment import DataConfig, Experiment, TrainingConfig
 
     languages = _read_optional_json(path / "tokenizer_config.json")
     source = languages.get("source_lang") or languages.get("src_lang") or "src"
@@ -327,16 +327,6 @@ def _read_optional_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-__all__ = [
-    "Imported",
-    "PRETRAINED",
-    "import_marian",
-    "import_pretrained",
-    "main",
-    "parse_args",
-]
 
 
 if __name__ == "__main__":

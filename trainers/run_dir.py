@@ -56,9 +56,9 @@ from keras_transformer._files import (
     temporary_path,
 )
 from keras_transformer.text import Vocabularies
-from keras_transformer.trainers import startup_logs
-from keras_transformer.trainers.errors import ConfigError
-from keras_transformer.trainers.experiment import Experiment, load_experiment
+from trainers import startup_logs
+from trainers.errors import ConfigError
+from trainers.experiment import Experiment, load_experiment
 
 MODEL = "model.keras"
 AVERAGED = "model.averaged.keras"
@@ -397,16 +397,3 @@ def _comparable(experiment: dict) -> dict:
     """The parts of an experiment that must not change within one model directory."""
     model = {k: v for k, v in experiment["model"].items() if not k.endswith("vocab_size")}
     return {"model": model, "data": experiment["data"]}
-
-
-__all__ = [
-    "AVERAGED",
-    "BackupFolder",
-    "CheckpointFolder",
-    "MODEL",
-    "PRESET_CONFIG",
-    "PRETRAINED_MODEL",
-    "RunDirectory",
-    "save_model",
-    "write_json",
-]

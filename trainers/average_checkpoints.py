@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from keras_transformer.trainers import errors
-from keras_transformer.trainers.errors import ConfigError
-from keras_transformer.trainers.run_dir import AVERAGED, MODEL, RunDirectory
+from trainers import errors
+from trainers.errors import ConfigError
+from trainers.run_dir import AVERAGED, MODEL, RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,13 +77,6 @@ def main(argv=None) -> int:
     output = run.save_model(model, args.output)
     print(f"averaged {', '.join(p.name for p in paths)} into {output}")
     return errors.EXIT_OK
-
-
-__all__ = [
-    "average_checkpoints",
-    "main",
-    "parse_args",
-]
 
 
 if __name__ == "__main__":

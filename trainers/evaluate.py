@@ -25,10 +25,10 @@ import sys
 import warnings
 from pathlib import Path
 
-from keras_transformer.trainers import errors, flags
-from keras_transformer.trainers.errors import ConfigError
-from keras_transformer.trainers.provenance import provenance
-from keras_transformer.trainers.run_dir import MODEL, RunDirectory, write_json
+from trainers import errors, flags
+from trainers.errors import ConfigError
+from trainers.provenance import provenance
+from trainers.run_dir import MODEL, RunDirectory, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     from keras_transformer import evaluation, fast
     from keras_transformer._files import atomic_write
     from keras_transformer.corpus import read_text_pair
-    from keras_transformer.trainers.experiment import read_split
+    from trainers.experiment import read_split
 
     if args.output and (problem := flags.creatable(args.output)):  # before any work
         return errors.fail(f"--output {args.output}: {problem}")
@@ -161,12 +161,6 @@ def main(argv=None) -> int:
     write_json(output.with_suffix(".json"), result)
     print(json.dumps(result, indent=2))
     return errors.EXIT_OK
-
-
-__all__ = [
-    "main",
-    "parse_args",
-]
 
 
 if __name__ == "__main__":

@@ -4,22 +4,17 @@ checkpoints alike (its docstring has the details). Kept as an alias."""
 
 import sys
 
-from keras_transformer.trainers.import_pretrained import (  # noqa: F401
+from trainers.import_pretrained import (  # noqa: F401
     PRETRAINED,
     import_marian,
     import_pretrained,
     parse_args,
 )
-from keras_transformer.trainers.import_pretrained import main as _main
+from trainers.import_pretrained import main as _main
 
 
 def main(argv=None) -> int:
     return _main(argv, prog="python -m trainers.import_marian")
-
-
-__all__ = [
-    "main",
-]
 
 
 if __name__ == "__main__":

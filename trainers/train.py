@@ -25,11 +25,11 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from keras_transformer.trainers import callbacks as cb
-from keras_transformer.trainers import checkpointing, errors, runtime, startup_logs
-from keras_transformer.trainers.experiment import open_split, read_split
-from keras_transformer.trainers.provenance import provenance
-from keras_transformer.trainers.run_dir import RunDirectory
+from trainers import callbacks as cb
+from trainers import checkpointing, errors, runtime, startup_logs
+from trainers.experiment import open_split, read_split
+from trainers.provenance import provenance
+from trainers.run_dir import RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from keras_transformer.trainers.experiment import load_experiment
+    from trainers.experiment import load_experiment
 
     try:
         if args.cpu_devices:
@@ -474,16 +474,6 @@ def weights_fingerprint(model) -> str:
     for weight in model.weights:
         digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
     return digest.hexdigest()
-
-
-__all__ = [
-    "Monitors",
-    "Placement",
-    "main",
-    "parse_args",
-    "train",
-    "weights_fingerprint",
-]
 
 
 if __name__ == "__main__":

@@ -25,10 +25,5 @@ def main() -> int:
     return command.load()()
 
 
-__all__ = [
-    "main",
-]
-
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from keras_transformer.trainers.errors import ConfigError
+from trainers.errors import ConfigError
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -100,15 +100,3 @@ def describe(strategy: tf.distribute.Strategy) -> str:
             "devices": devices(strategy),
         }
     )
-
-
-__all__ = [
-    "STRATEGIES",
-    "describe",
-    "devices",
-    "make_strategy",
-    "resolve_jit_compile",
-    "split_cpu",
-    "uses_gpus",
-    "worker_info",
-]

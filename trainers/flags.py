@@ -46,11 +46,3 @@ def creatable(path) -> str | None:
         if folder.is_symlink():
             return f"{folder} is a broken link"
     return None
-
-
-__all__ = [
-    "at_least",
-    "creatable",
-    "non_negative_float",
-    "positive_int",
-]

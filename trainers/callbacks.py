@@ -116,9 +116,3 @@ class Throughput(keras.callbacks.Callback):
         epochs = self.epochs[1:] or self.epochs
         seconds = sum(e["seconds"] for e in epochs)
         return sum(e["tokens"] for e in epochs) / seconds if seconds else None
-
-
-__all__ = [
-    "BleuCallback",
-    "Throughput",
-]
