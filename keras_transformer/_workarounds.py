@@ -174,17 +174,14 @@ class _RowBlocks:
 
     def __init__(self, variable):
         self.variable = variable
-        self.shape = tuple(variable.shape)
 
     def __array__(self, dtype=None, copy=None):
-        value = self.variable.value
-        rows = int(self.variable.shape[0])
-        array = None
-        for start in range(0, rows, self.ROWS):
-            block = ops.convert_to_numpy(value[start : start + self.ROWS])
-            if array is None:
-                array = np.empty((rows, *block.shape[1:]), block.dtype)
-            array[start : start + len(block)] = block
-        if array is None:  # no rows
-            array = ops.convert_to_numpy(value)
+        value, rows = self.variable.value, int(self.variable.shape[0])
+        first = ops.convert_to_numpy(value[: self.ROWS])  # its dtype: bfloat16 included
+        array = np.empty((rows, *first.shape[1:]), first.dtype)
+        array[: len(first)] = first
+        for start in range(self.ROWS, rows, self.ROWS):
+            array[start : start + self.ROWS] = ops.convert_to_numpy(
+                value[start : start + self.ROWS]
+            )
         return array if dtype is None else array.astype(dtype, copy=False)
