@@ -22,6 +22,8 @@ Public API (`__all__`, and `dir()`; each module's `__all__` lists its own):
     fast                                the opt-in speed path, behind one switch
     lora                                LoRA on the attention projections; adapters saved
                                         and loaded apart from the model
+    tokenizers                          the imported models' in-graph tokenizers (Marian's
+                                        piece vocabularies, NLLB-200's)
 """
 
 import importlib
@@ -49,8 +51,16 @@ from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: E402
 from keras_transformer.model import Transformer, build_transformer  # noqa: E402
 from keras_transformer.schedule import WarmupSchedule  # noqa: E402
 
-# Imported on first use (PEP 562): they bring keras-hub, tensorflow-text, SentencePiece and
-# sacrebleu, which a user of the layers alone does not need.
+# The task family and the imported models' tokenizers are registered too, so that a new
+# process with nothing but `import keras_transformer` loads every file this library saves
+# (a model directory, a preset, an imported checkpoint, a `.keras` file of the task) through
+# Keras's and keras-hub's own loaders. They bring keras-hub and tensorflow-text: where those
+# packages are missing, nothing that names these classes can load anyway.
+if _backends.text_stack_installed():
+    from keras_transformer import models, tokenizers  # noqa: E402
+
+# Imported on first use (PEP 562): they register nothing and bring what a user of the layers
+# or of the task alone does not need (sacrebleu, the converters, the exports).
 _LAZY_MODULES = (
     "corpus",
     "data",
@@ -60,6 +70,7 @@ _LAZY_MODULES = (
     "models",
     "pretrained",
     "text",
+    "tokenizers",
 )
 
 if TYPE_CHECKING:
@@ -72,6 +83,7 @@ if TYPE_CHECKING:
         models,
         pretrained,
         text,
+        tokenizers,
     )
 
 
@@ -117,4 +129,5 @@ __all__ = [
     "pretrained",
     "schedule",
     "text",
+    "tokenizers",
 ]

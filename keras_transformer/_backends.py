@@ -100,6 +100,20 @@ def require_tensorflow_package(feature: str) -> None:
         ) from None
 
 
+def text_stack_installed() -> bool:
+    """Whether the packages of the text preprocessing (tensorflow, tensorflow-text, keras-hub)
+    are installed, without importing them."""
+    import importlib.util
+
+    for name in ("tensorflow", "tensorflow_text", "keras_hub"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return False
+        except ImportError:  # a finder that refuses it (keras-hub's "NoTensorflow" test's)
+            return False
+    return True
+
+
 if BACKEND == "tensorflow":
     import tensorflow as tf
 

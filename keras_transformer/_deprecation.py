@@ -5,12 +5,13 @@ import sys
 import warnings
 
 
-def alias_module(old: str, new: str) -> None:
+def alias_module(old: str, new: str, internal: bool = True) -> None:
     """Makes module `old` (being imported) module `new`, with a DeprecationWarning: the alias
-    goes in the next release."""
+    goes in the next release. `internal`: whether the module is not offered (the warning
+    says so)."""
+    moved = "is internal and was renamed" if internal else "moved to"
     warnings.warn(
-        f"{old} is internal and was renamed {new}; the alias {old} will be removed in the "
-        "next release",
+        f"{old} {moved} {new}; the alias {old} will be removed in the next release",
         DeprecationWarning,
         stacklevel=3,
     )

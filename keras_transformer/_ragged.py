@@ -9,9 +9,9 @@ which reads like a fault. `concat_rows` gives the same tensor with a stable sort
 
 from __future__ import annotations
 
-from keras_transformer._backends import require_tensorflow
+from keras_transformer._backends import require_tensorflow_package
 
-require_tensorflow("kt.ragged")
+require_tensorflow_package("kt.ragged")
 
 import tensorflow as tf
 

@@ -271,7 +271,7 @@ class Vocabularies:
                         "the original file: ids from another vocabulary garble the model"
                     )
         if (directory / PIECES).exists():
-            from keras_transformer.pretrained.tokenizer import PieceVocabularyTokenizer
+            from keras_transformer.tokenizers.pieces import PieceVocabularyTokenizer
 
             lists = json.loads((directory / PIECES).read_text(encoding="utf-8"))
             rules = dict(
@@ -281,7 +281,7 @@ class Vocabularies:
             if "tokenizer" in lists:  # a subclass (NllbTokenizer): its class and arguments
                 import keras
 
-                import keras_transformer.pretrained  # noqa: F401 (registers its tokenizers)
+                import keras_transformer.tokenizers  # noqa: F401 (registers them all)
 
                 tokenizer_class = keras.saving.get_registered_object(lists["tokenizer"])
                 if tokenizer_class is None:

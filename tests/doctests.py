@@ -17,7 +17,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "keras_transformer"
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-DEPRECATED_MODULES = ("backends", "files", "ragged", "workarounds")  # keras_transformer's
+# keras_transformer's modules that are deprecated aliases of others (importing one warns).
+DEPRECATED_MODULES = (
+    "backends",
+    "files",
+    "ragged",
+    "workarounds",
+    "pretrained.tokenizer",
+    "pretrained.nllb_tokenizer",
+)
 
 # What needs Keras's TensorFlow backend (`backends.require_tensorflow`: tf.data, tf.distribute,
 # SavedModel, TensorFlow ops), with its submodules: its examples run on TensorFlow only.
@@ -29,6 +37,7 @@ TENSORFLOW_ONLY = (
     "keras_transformer.export",
     "keras_transformer.fast",
     "keras_transformer.pretrained",
+    "keras_transformer.tokenizers",
     "keras_transformer._ragged",
 )
 

@@ -182,6 +182,46 @@ def test_generate_refuses_what_it_cannot_do(task):
         task.generate({"encoder_text": ["Amen."], "decoder_text": ["Amén"]})
 
 
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        (None, "inputs=None: generate takes a str"),
+        (123, "inputs=123: expected text \\(str\\), got int"),
+        (["a", None], "inputs\\[1\\]=None: expected text \\(str\\), got NoneType"),
+        ([b"\xff"], "inputs\\[0\\]: bytes that are not UTF-8"),
+    ],
+)
+def test_generate_refuses_what_is_not_text_naming_it(task, inputs, message):
+    with pytest.raises(ValueError, match=message):
+        task.generate(inputs)
+
+
+def test_fit_refuses_unpaired_or_empty_text_naming_the_arguments(task):
+    with pytest.raises(ValueError, match="^x has 3 sentences and y 2: give one target a source$"):
+        task.fit(["a b", "c d", "e"], ["x", "y"])
+    with pytest.raises(ValueError, match="^x and y are empty: nothing to train on$"):
+        task.fit([], [])
+    with pytest.raises(ValueError, match="x\\['encoder_text'\\] has 1 sentences and"):
+        task.fit({"encoder_text": ["a"], "decoder_text": ["b", "c"]})
+
+
+def test_a_target_prefix_shaped_like_an_unknown_language_code_is_refused(task, tmp_path):
+    """The demo's vocabulary has no language codes: a code would be forced as text
+    ("spaLatn ..."). Other text still is a forced start (the test above)."""
+    for prefix in ("spa_Latn", "xxx_Zzzz", "Y __es__"):
+        with pytest.raises(ValueError, match="looks like a language code, and this model's"):
+            task.generate("Amen.", target_prefix=prefix)
+    with pytest.raises(ValueError, match="goes at the start of the source text"):
+        task.generate("Amen.", target_prefix=">>spa<<")
+    prefixed = task.decoding.replace(target_prefix="spa_Latn")
+    for export in (kt.export.export_saved_model, kt.export.ctranslate2.export_ctranslate2):
+        with pytest.raises(ValueError, match="'spa_Latn' looks like a language code"):
+            export(task, directory=tmp_path / export.__name__, decoding=prefixed)
+        assert not (tmp_path / export.__name__).exists()
+    with pytest.raises(ValueError, match="looks like a language code"):
+        kt.evaluation.Translator(task, decoding=prefixed)
+
+
 def test_max_length_caps_the_output(task):
     ids = task.generate(["And God said, Let there be light: and there was light."], max_length=4)
     source_ids = task.preprocessor.source_ids(["And God said, Let there be light."])
@@ -241,6 +281,13 @@ def test_compile_takes_keras_hubs_samplers(model, vocabularies):
     task = TransformerSeq2SeqLM.from_transformer(model, vocabularies)
     task.compile(sampler="greedy")
     assert task.decoding.beam_size == 1 and task.sampling is None
+    task.compile(sampler="beam")  # by name: the default beam, not greedy's 1 plus one
+    assert task.decoding.beam_size == kt.decoding.DecodingSettings().beam_size == 4
+    task.compile(sampler=kt.decoding.DecodingSettings(beam_size=6))
+    task.compile(sampler="beam")  # the settings' own beam size
+    assert task.decoding.beam_size == 6
+    task.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=2))
+    assert task.decoding.beam_size == 2
     task.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3, return_all_beams=True))
     assert (task.decoding.beam_size, task.decoding.n_best) == (3, 3)
     task.compile(sampler="top_k")

@@ -226,6 +226,33 @@ def test_the_saved_model_takes_the_target_language_per_request(tmp_path):
         loaded.signatures["serving_prefix"](
             text=tf.constant(texts[:2]), target_prefix=tf.constant(["spa_Latn"])
         )
+    # An unknown language fails the request (TF Serving: INVALID_ARGUMENT), naming the code.
+    for bad in ("xxx_Zzzz", "spa_latn"):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"language codes.*{bad}"):
+            loaded.signatures["serving_prefix"](
+                text=tf.constant(texts[:2]), target_prefix=tf.constant(["spa_Latn", bad])
+            )
+
+
+def test_an_unknown_language_code_is_refused_at_every_door(tmp_path):
+    """`generate`, `Translator` and both exports check a target prefix's codes against the
+    vocabulary's (the SavedModel's per-request check: the test above)."""
+    from keras_transformer.models import TransformerSeq2SeqLM
+
+    model, vocabularies = imported()
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies)
+    assert task.generate("eng_Latn Hello", target_prefix="spa_Latn")  # known: translates
+    with pytest.raises(ValueError, match="'xxx_Zzzz' is not one of this model's .* codes"):
+        task.generate("eng_Latn Hello", target_prefix="xxx_Zzzz")
+    with pytest.raises(ValueError, match="did you mean 'spa_Latn'"):
+        task.generate("eng_Latn Hello", target_prefix="spa_latn")
+    bad = kt.decoding.DecodingSettings(beam_size=1, target_prefix="xxx_Zzzz")
+    with pytest.raises(ValueError, match="'xxx_Zzzz' is not one"):
+        kt.evaluation.Translator(model, vocabularies, decoding=bad)
+    for export in (kt.export.export_saved_model, kt.export.ctranslate2.export_ctranslate2):
+        with pytest.raises(ValueError, match="'xxx_Zzzz' is not one"):
+            export(model, vocabularies, tmp_path / export.__name__, decoding=bad)
+        assert not (tmp_path / export.__name__).exists()
 
 
 def test_the_ctranslate2_export_gives_transformers_greedy_ids(tmp_path):

@@ -95,3 +95,16 @@ def test_the_internal_modules_former_names_warn_and_are_the_modules(name, monkey
     monkeypatch.delattr(kt, name, raising=False)
     with pytest.warns(DeprecationWarning):
         assert getattr(kt, name) is internal
+
+
+@pytest.mark.parametrize(
+    "old, new", [("tokenizer", "pieces"), ("nllb_tokenizer", "nllb")], ids=["pieces", "nllb"]
+)
+def test_the_tokenizers_former_modules_warn_and_are_the_modules(old, new, monkeypatch):
+    import sys
+
+    moved = importlib.import_module(f"keras_transformer.tokenizers.{new}")
+    monkeypatch.delitem(sys.modules, f"keras_transformer.pretrained.{old}", raising=False)
+    with pytest.warns(DeprecationWarning, match=f"moved to keras_transformer.tokenizers.{new}"):
+        alias = importlib.import_module(f"keras_transformer.pretrained.{old}")
+    assert alias is moved

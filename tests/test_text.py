@@ -130,7 +130,7 @@ def test_loading_a_missing_vocabulary(tmp_path):
 
 def _piece_tokenizer():
     """An imported OPUS-MT model's kind of tokenizer, numbering the pieces by a list."""
-    from keras_transformer.pretrained.tokenizer import PieceVocabularyTokenizer
+    from keras_transformer.tokenizers.pieces import PieceVocabularyTokenizer
 
     tokenizer = bible.vocabularies().source
     return PieceVocabularyTokenizer(tokenizer.proto, tokenizer.get_vocabulary())

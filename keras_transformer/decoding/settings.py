@@ -136,15 +136,63 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# A word shaped like a language code: NLLB-200's ("spa_Latn", any case), M2M100's ("__es__")
+# and multilingual OPUS-MT's (">>spa<<"). RE2 and Python read it alike (the SavedModel's
+# per-request check runs it in the graph).
+LANGUAGE_CODE = r"(?i)[a-z]{2,3}_[a-z]{4}|__[a-z]{2,3}__|>>[a-z_]{2,12}<<"
+
+
+def language_codes(tokenizer) -> list[str]:
+    """The language codes of a target tokenizer's vocabulary (NLLB-200's), [] for one that
+    has none (a model trained here, an OPUS-MT model)."""
+    return list(getattr(tokenizer, "language_codes", None) or [])
+
+
+def check_target_prefix(prefix: str | None, tokenizer, where: str = "target_prefix") -> None:
+    """Refuses a target prefix whose words include something shaped like a language code
+    (`LANGUAGE_CODE`) that is not one of the vocabulary's codes: the searches would force its
+    pieces as text ("xxx_Zzzz" comes out as "xxxZzzz ..."). Other text (a forced start, "Y
+    dijo") passes. ValueError naming `where`, the word, and the codes it could have meant."""
+    import difflib
+    import re
+
+    if prefix is None:
+        return
+    codes = language_codes(tokenizer)
+    for word in prefix.split():
+        if word in codes or not re.fullmatch(LANGUAGE_CODE, word):
+            continue
+        if word.startswith(">>") and not codes:
+            raise ValueError(
+                f"{where}={prefix!r}: {word!r} is a multilingual OPUS-MT language token; it "
+                "goes at the start of the source text, not the target's"
+            )
+        if not codes:
+            raise ValueError(
+                f"{where}={prefix!r}: {word!r} looks like a language code, and this model's "
+                "vocabulary has none (it translates into one language): leave the target "
+                "prefix unset"
+            )
+        close = difflib.get_close_matches(word, codes, n=1, cutoff=0.6)
+        close += [code for code in codes if code.lower() == word.lower()]
+        hint = f"; did you mean {close[-1]!r}?" if close else ""
+        raise ValueError(
+            f"{where}={prefix!r}: {word!r} is not one of this model's {len(codes)} language "
+            f"codes ({', '.join(codes[:6])}, ...){hint}"
+        )
+
+
 def prefix_ids(settings: DecodingSettings, tokenizer):
     """The target prefix's ids `[1, prefix_len]` (int32 numpy) through `tokenizer`, as the
     searches' `target_prefix` takes them, or None when the settings force none. ValueError
-    when the text has no tokens."""
+    when the text has no tokens, or names a language the vocabulary lacks
+    (`check_target_prefix`)."""
     import numpy as np
     from keras import ops
 
     if settings.target_prefix is None:
         return None
+    check_target_prefix(settings.target_prefix, tokenizer)
     ids = tokenizer.tokenize([settings.target_prefix])
     ids = ids.to_tensor() if hasattr(ids, "to_tensor") else ids
     ids = np.asarray(ops.convert_to_numpy(ids), "int32")
@@ -157,4 +205,13 @@ DEFAULT = DecodingSettings()
 """The settings every entry point takes unless told otherwise."""
 
 
-__all__ = ["DecodingSettings", "FINISH_RULES", "PRESETS", "STOPPING", "prefix_ids"]
+__all__ = [
+    "DecodingSettings",
+    "FINISH_RULES",
+    "LANGUAGE_CODE",
+    "PRESETS",
+    "STOPPING",
+    "check_target_prefix",
+    "language_codes",
+    "prefix_ids",
+]

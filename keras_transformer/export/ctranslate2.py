@@ -34,7 +34,7 @@ import keras
 import numpy as np
 
 from keras_transformer._files import atomic_directory
-from keras_transformer.decoding.settings import DecodingSettings
+from keras_transformer.decoding.settings import DecodingSettings, check_target_prefix
 from keras_transformer.export.savedmodel import resolve_model
 from keras_transformer.text import EOS_ID
 
@@ -173,6 +173,7 @@ def export_ctranslate2(
     )
     beam_size, length_penalty = settings.beam_size, settings.length_penalty
     target_prefix = settings.target_prefix
+    check_target_prefix(target_prefix, vocabularies.target)
     max_extra_length = settings.max_extra_length
     if directory.exists():
         raise FileExistsError(f"{directory} exists; choose a new directory")

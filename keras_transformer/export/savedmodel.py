@@ -55,7 +55,13 @@ import tensorflow as tf
 from keras_transformer import decoding
 from keras_transformer._files import atomic_directory
 from keras_transformer._ragged import concat_rows
-from keras_transformer.decoding.settings import DEFAULT, DecodingSettings
+from keras_transformer.decoding.settings import (
+    DEFAULT,
+    LANGUAGE_CODE,
+    DecodingSettings,
+    check_target_prefix,
+    language_codes,
+)
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"
@@ -203,6 +209,7 @@ def translation_endpoints(
     max_length = model.config.max_length
     fixed_prefix = None  # the target prefix's ids, [prefix_len], baked into the graph
     if target_prefix is not None:
+        check_target_prefix(target_prefix, vocabularies.target)
         fixed_prefix = _prefix_ids(vocabularies.target, [target_prefix]).numpy()[0]
         if not fixed_prefix.size:
             raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
@@ -317,7 +324,8 @@ def translation_endpoints(
                 tf.size(target_prefix),
                 message="text and target_prefix must have one entry per sentence",
             )
-            with tf.control_dependencies([check]):
+            known = _check_language_codes(vocabularies.target, target_prefix)
+            with tf.control_dependencies([check, known]):
                 prefix_ids = _prefix_ids(vocabularies.target, target_prefix)
             return translate_text(text, lambda ids: prefixed_search(ids, prefix_ids))
 
@@ -326,6 +334,30 @@ def translation_endpoints(
             text + [tf.TensorSpec([None], tf.string, "target_prefix")],
         )
     return endpoints
+
+
+def _check_language_codes(tokenizer, prefixes):
+    """The graph's `kt.decoding.check_target_prefix`: an op that fails the request (TF
+    Serving answers INVALID_ARGUMENT, HTTP 400, with this message) when a word of a prefix
+    (strings `[batch]`) is shaped like a language code and is not one of the vocabulary's,
+    rather than forcing its pieces as text."""
+    words = tf.strings.split(prefixes).flat_values  # every prefix's words, [words]
+    shaped = tf.strings.regex_full_match(words, LANGUAGE_CODE)
+    codes = language_codes(tokenizer)
+    if codes:
+        known = tf.reduce_any(tf.equal(words[:, None], tf.constant(codes)[None, :]), axis=1)
+        unknown = tf.boolean_mask(words, shaped & ~known)
+        message = (
+            f"target_prefix: not one of this model's {len(codes)} language codes "
+            f"({', '.join(codes[:6])}, ...):"
+        )
+    else:
+        unknown = tf.boolean_mask(words, shaped)
+        message = (
+            "target_prefix: shaped like a language code, and this model's vocabulary has "
+            "none (it translates into one language):"
+        )
+    return tf.debugging.Assert(tf.size(unknown) == 0, [message, unknown[:3]], summarize=3)
 
 
 def _prefix_ids(tokenizer, texts):
@@ -468,6 +500,7 @@ def export_saved_model(
         target_prefix=target_prefix,
     )
     beam_size, target_prefix = settings.beam_size, settings.target_prefix
+    check_target_prefix(target_prefix, vocabularies.target)
     if target_prefix is not None and not _prefix_ids(vocabularies.target, [target_prefix]).shape[1]:
         raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
     version = next_version(directory) if version is None else version

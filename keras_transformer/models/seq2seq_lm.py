@@ -179,8 +179,9 @@ class TransformerSeq2SeqLM(
             sampler: how `generate` decodes. None keeps the task's `decoding` settings (beam
                 search, or greedy with `beam_size=1`); a `kt.decoding.DecodingSettings`
                 replaces them. keras-hub's samplers, by name or instance: "greedy"
-                (`GreedySampler`), "beam" (`BeamSampler`: its `num_beams`, the task's
-                length penalty and stopping; by name, the task's beam size), "top_k",
+                (`GreedySampler`), "beam" (by name: the task's beam search, or the default
+                beam size, 4, where greedy search set it to 1; a `BeamSampler` object: its
+                `num_beams`, with the task's length penalty and stopping), "top_k",
                 "top_p" and "random" (drawing from the softmax, with their `k`, `p`,
                 `temperature` and `seed`).
             **kwargs: other `keras.Model.compile` arguments (`jit_compile`...).
@@ -375,6 +376,7 @@ class TransformerSeq2SeqLM(
             and kwargs.get("sample_weight") is None
         )
         if given_as_arrays and self.preprocessor is not None:
+            _check_pairs(x, y)
             samples = x if y is None else (x, y)
             dataset = tf.data.Dataset.from_tensor_slices(samples)
             if shuffle is None or shuffle:
@@ -436,8 +438,9 @@ def _search_settings(sampler, settings: DecodingSettings):
                 f"sampler={sampler!r} is not one this model's searches run; use 'greedy', "
                 "'beam', 'top_k', 'top_p', 'random' or a kt.decoding.DecodingSettings"
             )
-        if sampler == "beam":  # by name: the task's own beam
-            return settings.replace(beam_size=max(settings.beam_size, 2)), None
+        if sampler == "beam":  # by name: the settings' beam search, whatever chose greedy
+            beams = settings.beam_size if settings.beam_size > 1 else DecodingSettings.beam_size
+            return settings.replace(beam_size=beams), None
         try:
             sampler = keras_hub.samplers.get(sampler)
         except (KeyError, ValueError) as error:
@@ -478,6 +481,40 @@ def _search_settings(sampler, settings: DecodingSettings):
     )
 
 
+def _check_pairs(x, y) -> None:
+    """`fit`'s text given as lists or arrays (or keras-hub's dict of them): one target a
+    source, and at least one pair. ValueError naming the arguments, before TensorFlow's
+    shape errors; other inputs are left to Keras."""
+    if isinstance(x, dict):
+        if y is not None or "encoder_text" not in x:
+            return
+        sides = [("x['encoder_text']", x["encoder_text"])]
+        sides.append(("x['decoder_text']", x.get("decoder_text")))
+    elif y is None:
+        return
+    else:
+        sides = [("x", x), ("y", y)]
+    counts = []
+    for name, side in sides:
+        if side is None:
+            raise ValueError(f"{name}=None: fit on text takes the targets too")
+        if isinstance(side, (str, bytes)):
+            raise ValueError(f"{name}: give a list of sentences, not one str")
+        try:
+            counts.append(len(side))
+        except TypeError:
+            raise ValueError(
+                f"{name}: expected a list or array of sentences, got {type(side).__name__}"
+            ) from None
+    (x_name, x_count), (y_name, y_count) = zip((n for n, _ in sides), counts, strict=True)
+    if x_count != y_count:
+        raise ValueError(
+            f"{x_name} has {x_count} sentences and {y_name} {y_count}: give one target a source"
+        )
+    if not x_count:
+        raise ValueError(f"{x_name} and {y_name} are empty: nothing to train on")
+
+
 def _texts(inputs) -> tuple[list[str], bool]:
     """`generate`'s inputs as a list of str, and whether one str was given."""
     if isinstance(inputs, dict):
@@ -491,22 +528,37 @@ def _texts(inputs) -> tuple[list[str], bool]:
         inputs = inputs["encoder_text"]
     if isinstance(inputs, (str, bytes)):
         return [_text(inputs)], True
+    if inputs is None:
+        raise ValueError("inputs=None: generate takes a str, a list of str or a dataset of str")
     if type(inputs).__name__.endswith("Dataset") and hasattr(inputs, "as_numpy_iterator"):
         texts = []
         for element in inputs.as_numpy_iterator():
             element = np.asarray(element)
-            texts.extend(_text(t) for t in element.reshape(-1))
+            texts.extend(_text(t, f"inputs[{len(texts)}]") for t in element.reshape(-1))
         return texts, False
+    if isinstance(inputs, (list, tuple)):
+        return [_text(t, f"inputs[{i}]") for i, t in enumerate(inputs)], False
     array = np.asarray(keras.ops.convert_to_numpy(inputs) if hasattr(inputs, "numpy") else inputs)
     if array.ndim == 0:
         return [_text(array.item())], True
     if array.ndim != 1:
         raise ValueError(f"generate takes text [batch]; got an array of shape {array.shape}")
-    return [_text(t) for t in array], False
+    return [
+        _text(t.item() if hasattr(t, "item") else t, f"inputs[{i}]") for i, t in enumerate(array)
+    ], False
 
 
-def _text(value) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+def _text(value, where: str = "inputs") -> str:
+    """One sentence: str, or UTF-8 bytes; ValueError naming `where` for anything else (None,
+    a number), which would otherwise be translated as its repr."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{where}: bytes that are not UTF-8 ({error})") from None
+    if not isinstance(value, str):
+        raise ValueError(f"{where}={value!r}: expected text (str), got {type(value).__name__}")
+    return value
 
 
 __all__ = ["TransformerSeq2SeqLM"]

@@ -3,8 +3,8 @@
 marian          OPUS-MT (Marian) models in Hugging Face transformers' format: `load_marian`
 m2m100          NLLB-200 (M2M100) models in Hugging Face transformers' format: `load_m2m100`
 checkpoint      Marian directories read and checked (weights without torch)
-tokenizer       `PieceVocabularyTokenizer`, SentencePiece pieces numbered by a vocabulary list
-nllb_tokenizer  `NllbTokenizer`, the same with NLLB's special tokens and language codes
+
+Their tokenizers (`PieceVocabularyTokenizer`, `NllbTokenizer`) live in `kt.tokenizers`.
 
 `load(path)` reads either, choosing by config.json's `model_type`.
 """

@@ -46,8 +46,9 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.model import zeros_initialized
 from keras_transformer.pretrained.checkpoint import bart_sizes
 from keras_transformer.pretrained.checkpoint import number as checkpoint_number
-from keras_transformer.pretrained.tokenizer import SPECIAL_PIECES
 from keras_transformer.text import BOS_ID
+from keras_transformer.tokenizers.nllb import NllbTokenizer
+from keras_transformer.tokenizers.pieces import SPECIAL_PIECES
 
 MODEL_TYPE = "m2m_100"
 SENTENCEPIECE = "sentencepiece.bpe.model"
@@ -359,8 +360,6 @@ def vocabulary_order(config: dict, rows: int, where: str = "config.json") -> lis
 
 def tokenizer(vocabulary: Vocabulary, order: list[int]):
     """The `NllbTokenizer` of a checkpoint's vocabulary, in our ids."""
-    from keras_transformer.pretrained.nllb_tokenizer import NllbTokenizer
-
     ours = {}  # checkpoint id -> our id; our <s> is a copy, never the one a token maps to
     for i, theirs in enumerate(order):
         if i != BOS_ID:

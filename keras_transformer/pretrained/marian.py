@@ -47,8 +47,8 @@ from keras_transformer.pretrained.checkpoint import (  # noqa: F401 (read_checkp
     read_checkpoint,
     read_json,
 )
-from keras_transformer.pretrained.tokenizer import SPECIAL_PIECES, PieceVocabularyTokenizer
 from keras_transformer.text import BOS_ID, EOS_ID, UNK_ID
+from keras_transformer.tokenizers.pieces import SPECIAL_PIECES, PieceVocabularyTokenizer
 
 # An output bias that no logit of a trained model comes near: its softmax probability is 0
 # in float32 and float16, and it stays finite, so losses never see inf - inf.

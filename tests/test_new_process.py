@@ -1,0 +1,182 @@
+"""Every program and every kind of model directory, as users run them: each step in a process
+of its own, on a directory that another process wrote. A class that only some other module's
+import registers, or state that only the writing process holds, fails here.
+
+The chain: `trainers.train` writes a run; `average_checkpoints`, `evaluate`, `export` (a
+SavedModel and a CTranslate2 directory), `translate` (through both), `saved_model_cli` and
+`visualize` read it; a preset is saved from it; `import_pretrained` writes an OPUS-MT and an
+NLLB-200 model directory. Then a process with nothing but `import keras_transformer` (and
+keras-hub) loads all four kinds through `TransformerSeq2SeqLM.from_preset` and keras-hub's
+own `Seq2SeqLM.from_preset`, and the programs run on the imports too."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_trainer import ENV, ROOT, run, slice_config
+
+pytestmark = pytest.mark.slow
+
+FIXTURES = ROOT / "tests" / "fixtures"
+SENTENCES = ["In the beginning God created the heaven and the earth.", "Jesus wept."]
+NLLB_SENTENCES = [f"eng_Latn {text}" for text in SENTENCES]
+
+
+def program(name: str, *args, stdin: str | None = None, check: bool = True):
+    """`python -m trainers.NAME ARGS` in a new process."""
+    result = subprocess.run(
+        [sys.executable, "-m", f"trainers.{name}", *map(str, args)],
+        cwd=ROOT,
+        env=ENV,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"trainers.{name} {args} failed:\n{result.stderr[-3000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def directories(tmp_path_factory):
+    """The four kinds of model directory, each written by a process of its own."""
+    tmp = tmp_path_factory.mktemp("new-process")
+    config = slice_config(tmp, dev=False, steps=6, steps_per_epoch=3, jit_compile="false")
+    program("train", "--config", config, "--model-dir", tmp / "run", "--verbose", "0")
+    run(
+        "-c",
+        "import sys, keras_transformer as kt\n"
+        "task = kt.models.TransformerSeq2SeqLM.from_preset(sys.argv[1])\n"
+        "task.save_to_preset(sys.argv[2])",
+        tmp / "run",
+        tmp / "preset",
+    )
+    program("import_pretrained", FIXTURES / "marian" / "shared", "--model-dir", tmp / "marian")
+    nllb = FIXTURES / "m2m100" / "nllb-tiny"
+    program("import_pretrained", nllb, "--model-dir", tmp / "nllb", "--target-language", "spa_Latn")
+    return {name: tmp / name for name in ("run", "preset", "marian", "nllb")}
+
+
+LOAD_EVERY_KIND = """
+import json, sys
+import keras_hub
+import keras_transformer
+
+answers = {}
+for kind, directory, sentences in json.loads(sys.argv[1]):
+    ours = keras_transformer.models.TransformerSeq2SeqLM.from_preset(directory)
+    theirs = keras_hub.models.Seq2SeqLM.from_preset(directory)
+    assert type(theirs) is type(ours), type(theirs)
+    answers[kind] = [ours.generate(sentences), theirs.generate(sentences)]
+print(json.dumps(answers))
+"""
+
+
+def test_a_new_process_loads_every_kind_of_directory_with_the_package_alone(directories):
+    """`import keras_transformer` (not `keras_transformer.models`) is all keras-hub's loader
+    needs, for a run directory, a preset, an OPUS-MT import and an NLLB-200 import."""
+    kinds = [
+        [kind, str(path), NLLB_SENTENCES if kind == "nllb" else SENTENCES]
+        for kind, path in directories.items()
+    ]
+    answers = json.loads(run("-c", LOAD_EVERY_KIND, json.dumps(kinds)).stdout.splitlines()[-1])
+    assert set(answers) == set(directories)
+    for kind, (ours, theirs) in answers.items():
+        assert len(ours) == 2 and all(isinstance(text, str) for text in ours), kind
+        assert ours == theirs, kind
+    assert all(text.split()[0] != "spa_Latn" for text in answers["nllb"][0])
+
+
+def test_the_programs_run_on_a_run_directory_another_process_wrote(directories, tmp_path):
+    run_dir = directories["run"]
+    program("average_checkpoints", "--model-dir", run_dir, "--last", "2")
+    assert (run_dir / "model.averaged.keras").exists()
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(SENTENCES) + "\n")
+    scored = tmp_path / "scored.txt"
+    # Greedy search: where CTranslate2 and the SavedModel agree by construction (an
+    # untrained model's beams are near ties).
+    common = ["--model-dir", run_dir, "--model", "model.averaged.keras", "--beam-size", "1"]
+    program("evaluate", *common, "--source", source, "--reference", source, "--output", scored)
+    program("export", *common, "--out", tmp_path / "sm")
+    program("export", *common, "--format", "ctranslate2", "--out", tmp_path / "ct2")
+    for model in (tmp_path / "sm", tmp_path / "ct2"):
+        served = program("translate", "--model", model, stdin=source.read_text()).stdout
+        assert served.splitlines() == scored.read_text().splitlines(), model
+    version = next(p for p in (tmp_path / "sm").iterdir() if p.name.isdigit())
+    shown = program(
+        "saved_model_cli",
+        "run",
+        "--dir",
+        version,
+        "--tag_set",
+        "serve",
+        "--signature_def",
+        "serving_default",
+        "--input_exprs",
+        f"text={json.dumps(SENTENCES[:1])}",
+    )
+    assert "translations" in shown.stdout
+    png = tmp_path / "attention.png"
+    program("visualize", "--model-dir", run_dir, "--text", SENTENCES[1], "--out", png)
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("kind", ["marian", "nllb"])
+def test_the_programs_run_on_an_import_another_process_wrote(directories, kind, tmp_path):
+    """The imports' tokenizers (Marian's piece vocabularies, NLLB-200's language codes) load
+    in the processes of evaluate, export and translate."""
+    model_dir = directories[kind]
+    lines = NLLB_SENTENCES if kind == "nllb" else SENTENCES
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(lines) + "\n")
+    scored = tmp_path / "scored.txt"
+    arguments = ["--source", source, "--reference", source, "--output", scored]
+    program("evaluate", "--model-dir", model_dir, *arguments)
+    program("export", "--model-dir", model_dir, "--out", tmp_path / "sm")
+    served = program("translate", "--model", tmp_path / "sm", stdin=source.read_text()).stdout
+    assert served.splitlines() == scored.read_text().splitlines()
+    assert len(served.splitlines()) == len(lines)
+
+
+REGISTERED = """
+import json, sys
+import importlib, keras
+import keras_transformer
+names = sys.argv[1:]
+for name in names:
+    importlib.import_module(name)  # nothing, where only `import keras_transformer` ran
+ours = [name for name in keras.saving.get_custom_objects() if name.startswith("keras_transformer>")]
+print(json.dumps(sorted(ours)))
+"""
+
+
+def test_the_package_alone_registers_every_class_any_module_registers():
+    """A saved file (a `.keras` file, a preset's config.json, a vocabulary's pieces.json) can
+    name any class that any module of the library registers: the package import registers
+    them all, in a process that imported nothing else of ours."""
+    from tests.doctests import module_names
+
+    every = [name for name in module_names() if not name.endswith("__main__")]
+    alone = json.loads(run("-c", REGISTERED).stdout.splitlines()[-1])
+    everything = json.loads(run("-c", REGISTERED, *every).stdout.splitlines()[-1])
+    assert "keras_transformer>NllbTokenizer" in everything
+    assert "keras_transformer>TransformerSeq2SeqLM" in everything
+    assert alone == everything, sorted(set(everything) - set(alone))
+
+
+def test_the_vocabulary_of_an_nllb_import_loads_in_a_new_process(directories):
+    """The failure users hit first (`unknown tokenizer 'keras_transformer>NllbTokenizer'`):
+    `kt.text.Vocabularies.load` of the import's tokenizer assets, in a process that imported
+    nothing but the package."""
+    code = (
+        "import sys, keras_transformer as kt\n"
+        "vocabularies = kt.text.Vocabularies.load(sys.argv[1])\n"
+        "print(type(vocabularies.source).__name__)"
+    )
+    assets = Path(directories["nllb"]) / "assets" / "tokenizer"
+    assert run("-c", code, assets).stdout.splitlines()[-1] == "NllbTokenizer"
