@@ -63,26 +63,26 @@ class TransformerSeq2SeqLM(
         compile: bool. `compile()` with the defaults now. Defaults to True.
         **kwargs: other `keras.Model` arguments (`name`...).
 
-    Example:
-    `TransformerSeq2SeqLM.from_preset("runs/demo")` loads the model `make demo` trains; here
-    a task is made from an untrained model and a vocabulary learned on two pairs:
+    Examples:
+        `TransformerSeq2SeqLM.from_preset("runs/demo")` loads the model `make demo` trains; here
+        a task is made from an untrained model and a vocabulary learned on two pairs:
 
-    >>> import tempfile
-    >>> import keras_transformer as kt
-    >>> from keras_transformer.models import TransformerSeq2SeqLM
-    >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
-    >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
-    >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)
-    >>> config = kt.TransformerConfig.preset(
-    ...     "tiny", vocab_size=vocabularies.target.vocabulary_size())
-    >>> task = TransformerSeq2SeqLM.from_transformer(kt.build_transformer(config), vocabularies)
-    >>> task.compile(sampler="greedy")  # the default: the paper's beam search
-    >>> isinstance(task.generate("God is love."), str)  # a translation, untrained here
-    True
-    >>> preset = tempfile.mkdtemp()
-    >>> task.save_to_preset(preset)
-    >>> TransformerSeq2SeqLM.from_preset(preset).count_params() == task.count_params()
-    True
+        >>> import tempfile
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.models import TransformerSeq2SeqLM
+        >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
+        >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
+        >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)
+        >>> config = kt.TransformerConfig.preset(
+        ...     "tiny", vocab_size=vocabularies.target.vocabulary_size())
+        >>> task = TransformerSeq2SeqLM.from_transformer(kt.build_transformer(config), vocabularies)
+        >>> task.compile(sampler="greedy")  # the default: the paper's beam search
+        >>> isinstance(task.generate("God is love."), str)  # a translation, untrained here
+        True
+        >>> preset = tempfile.mkdtemp()
+        >>> task.save_to_preset(preset)
+        >>> TransformerSeq2SeqLM.from_preset(preset).count_params() == task.count_params()
+        True
     """
 
     backbone_cls = TransformerBackbone
