@@ -197,3 +197,26 @@ def test_the_guides_code_is_highlighted(site):
     """The guides' fenced Python blocks come out highlighted by Pygments, at build time."""
     html = (site / "guides" / "task" / "index.html").read_text(encoding="utf-8")
     assert '<div class="highlight"' in html and "<span style=" in html, "guides/task.md"
+
+
+def test_the_serving_guides_table_lists_every_signature_and_its_inputs():
+    """docs/guides/serving.md's table of signatures has a row for each signature that
+    `export_saved_model` can write (`translation_endpoints`, with `serving_prefix` asked
+    for), with its inputs by name, in order."""
+    import keras_transformer as kt
+    from keras_transformer import export
+    from tests import bible
+
+    vocabularies = bible.vocabularies()
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=vocabularies.target.vocabulary_size(),
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    model = kt.build_transformer(config)
+    endpoints = export.translation_endpoints(model, vocabularies, prefix_signature=True)
+    written = {name: [spec.name for spec in specs] for name, (_, specs) in endpoints.items()}
+    text = (DOCS / "guides" / "serving.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| (.*?) \|", text, re.MULTILINE)
+    assert {name: re.findall(r"`(\w+)`:", inputs) for name, inputs in rows} == written
