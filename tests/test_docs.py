@@ -199,6 +199,46 @@ def test_the_guides_code_is_highlighted(site):
     assert '<div class="highlight"' in html and "<span style=" in html, "guides/task.md"
 
 
+# config.json's model_type -> the name the docs give the checkpoints kt.pretrained reads.
+FAMILIES = {"marian": "OPUS-MT", "m2m_100": "NLLB-200"}
+
+
+def test_every_checkpoint_family_is_named_where_the_docs_list_them():
+    """The pages that say which published checkpoints import, and `from_preset`'s docstring,
+    name every family `kt.pretrained` reads; the pretrained guide refuses only the other
+    `model_type`s."""
+    from keras_transformer import pretrained
+    from keras_transformer.models import TransformerSeq2SeqLM
+
+    assert set(FAMILIES) == set(pretrained.LOADERS), "a new reader: name it in FAMILIES"
+    places = {
+        name: (ROOT / name).read_text(encoding="utf-8")
+        for name in ("README.md", "docs/index.md", "docs/guides/task.md")
+    }
+    places["TransformerSeq2SeqLM.from_preset"] = TransformerSeq2SeqLM.from_preset.__doc__
+    for place, text in places.items():
+        for family in FAMILIES.values():
+            assert family in text, f"{place} does not name {family}"
+    guide = (DOCS / "guides" / "pretrained.md").read_text(encoding="utf-8")
+    refused = re.search(r"\(`model_type` other than (.*?)[,;)]", guide, re.DOTALL)
+    assert refused, "docs/guides/pretrained.md: no `model_type` other than ... clause"
+    assert set(re.findall(r"`(\w+)`", refused.group(1))) == set(FAMILIES), refused.group()
+
+
+def test_the_training_pair_count_is_the_corpus():
+    """README.md and Getting started give the number of training pairs `make demo` reads
+    (trainers/configs/demo.yaml's `data.train`)."""
+    import yaml
+
+    from keras_transformer.corpus import read_tsv
+
+    data = yaml.safe_load((ROOT / "trainers" / "configs" / "demo.yaml").read_text())["data"]
+    train = read_tsv(ROOT / data["train"], data["source_language"], data["target_language"])
+    for page in ("README.md", "docs/getting-started.md"):
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        assert f"{len(train):,} training pairs" in text, page
+
+
 def test_the_serving_guides_table_lists_every_signature_and_its_inputs():
     """docs/guides/serving.md's table of signatures has a row for each signature that
     `export_saved_model` can write (`translation_endpoints`, with `serving_prefix` asked

@@ -38,8 +38,8 @@ class TransformerSeq2SeqLM(
     vocabularies), and holds the `kt.decoding.DecodingSettings` that `generate`, the exports
     and the programs decode with. Loaded with `from_preset` from a directory that
     `save_to_preset` wrote (which `keras_hub.models.Seq2SeqLM.from_preset` loads too, once
-    `keras_transformer` is imported), from a Hugging Face Marian (OPUS-MT) checkpoint, or from
-    a `trainers.train` model directory.
+    `keras_transformer` is imported), from a Hugging Face OPUS-MT (Marian) or NLLB-200
+    (M2M100) checkpoint, or from a `trainers.train` model directory.
 
     - `generate("text")` translates (a str, a list, or a `tf.data.Dataset` of strings) with
       cached beam search, greedy search or sampling, as `compile(sampler=...)` chose;
@@ -388,15 +388,18 @@ class TransformerSeq2SeqLM(
 
     @classmethod
     def from_preset(cls, preset, load_weights: bool = True, **kwargs):
-        """The task of a preset directory (or keras-hub handle), a Hugging Face Marian
-        (OPUS-MT) checkpoint directory, or a `trainers.train` model directory.
+        """The task of a preset directory (or keras-hub handle), a Hugging Face OPUS-MT
+        (Marian) or NLLB-200 (M2M100) checkpoint directory, or a `trainers.train` model
+        directory.
 
         Args:
             preset: str or path. A directory that `save_to_preset` wrote (a keras-hub
-                handle works as in keras-hub); a Marian checkpoint (config.json with
-                `"model_type": "marian"`, converted on load by `kt.pretrained`); or a model
-                directory of `trainers.train` (experiment.yaml, model.keras, vocab/), written
-                before or after this class existed.
+                handle works as in keras-hub); an OPUS-MT or NLLB-200 checkpoint (config.json
+                with `"model_type": "marian"` or `"m2m_100"`, converted on load by
+                `kt.pretrained`); or a model directory of `trainers.train` (experiment.yaml,
+                model.keras, vocab/), written before or after this class existed: its
+                model.keras, the model as training left it, unless `model_file` says
+                otherwise.
             load_weights: bool. False leaves the weights initialized (presets only).
             **kwargs: `decoding` (settings over the preset's), `model_file` (a model
                 directory's `.keras` file other than model.keras, e.g.
