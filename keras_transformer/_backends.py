@@ -46,12 +46,12 @@ def check_backend(backend: str | None = None) -> None:
         backend: str or None. The backend's name. Defaults to None, Keras's own
             (`keras.config.backend()`).
 
-    Example:
-    >>> from keras_transformer._backends import check_backend
-    >>> check_backend("jax")
-    >>> check_backend("torch")
-    Traceback (most recent call last):
-    ImportError: keras_transformer runs on Keras's tensorflow and jax backends, ...
+    Examples:
+        >>> from keras_transformer._backends import check_backend
+        >>> check_backend("jax")
+        >>> check_backend("torch")
+        Traceback (most recent call last):
+        ImportError: keras_transformer runs on Keras's tensorflow and jax backends, ...
     """
     backend = keras.config.backend() if backend is None else backend
     if backend not in SUPPORTED_BACKENDS:
@@ -66,11 +66,11 @@ def check_backend(backend: str | None = None) -> None:
 def require_tensorflow(feature: str) -> None:
     """Raises ImportError naming `feature` unless Keras runs on TensorFlow.
 
-    Example:
-    >>> import keras
-    >>> from keras_transformer._backends import require_tensorflow
-    >>> if keras.config.backend() == "tensorflow":
-    ...     require_tensorflow("kt.data")  # on JAX: ImportError, "kt.data needs Keras's ..."
+    Examples:
+        >>> import keras
+        >>> from keras_transformer._backends import require_tensorflow
+        >>> if keras.config.backend() == "tensorflow":
+        ...     require_tensorflow("kt.data")  # on JAX: ImportError, "kt.data needs Keras's ..."
     """
     if BACKEND != "tensorflow":
         raise ImportError(
@@ -86,9 +86,9 @@ def require_tensorflow_package(feature: str) -> None:
     packages import: text preprocessing (tokenizers, `tf.data`) runs on them whatever Keras's
     backend, as keras-hub's does.
 
-    Example:
-    >>> from keras_transformer._backends import require_tensorflow_package
-    >>> require_tensorflow_package("kt.models")  # nothing: tensorflow-text is installed
+    Examples:
+        >>> from keras_transformer._backends import require_tensorflow_package
+        >>> require_tensorflow_package("kt.models")  # nothing: tensorflow-text is installed
     """
     try:
         import tensorflow  # noqa: F401

@@ -20,13 +20,13 @@ def concat_rows(first: tf.RaggedTensor, second: tf.RaggedTensor) -> tf.RaggedTen
     """Row i of `first` followed by row i of `second`: `tf.concat([first, second], axis=1)`
     for two ragged `[rows, (len)]` tensors of the same dtype and number of rows.
 
-    Example:
-    >>> import tensorflow as tf
-    >>> from keras_transformer._ragged import concat_rows
-    >>> a = tf.ragged.constant([[1, 2], [3], []])
-    >>> b = tf.ragged.constant([[9], [], [8, 7]])
-    >>> concat_rows(a, b).to_list()
-    [[1, 2, 9], [3], [8, 7]]
+    Examples:
+        >>> import tensorflow as tf
+        >>> from keras_transformer._ragged import concat_rows
+        >>> a = tf.ragged.constant([[1, 2], [3], []])
+        >>> b = tf.ragged.constant([[9], [], [8, 7]])
+        >>> concat_rows(a, b).to_list()
+        [[1, 2, 9], [3], [8, 7]]
     """
     # Each value's key: its row, first's before second's; the stable sort keeps their order.
     keys = tf.concat([first.value_rowids() * 2, second.value_rowids() * 2 + 1], 0)

@@ -96,11 +96,11 @@ class TransformerConfig:
         dtype: str or None. Keras dtype policy of every layer, e.g. "mixed_float16" or
             "mixed_bfloat16"; None uses Keras's global policy. Defaults to None.
 
-    Example:
-    >>> from keras_transformer import TransformerConfig
-    >>> config = TransformerConfig.preset("tiny", vocab_size=1000)
-    >>> config.d_model, config.num_heads
-    (128, 4)
+    Examples:
+        >>> from keras_transformer import TransformerConfig
+        >>> config = TransformerConfig.preset("tiny", vocab_size=1000)
+        >>> config.d_model, config.num_heads
+        (128, 4)
     """
 
     vocab_size: int = 37000

@@ -75,11 +75,11 @@ class ParallelCorpus:
         skipped_empty: int. Pairs the reader dropped because a side was empty after stripping
             whitespace. Defaults to 0.
 
-    Example:
-    >>> from keras_transformer.corpus import ParallelCorpus
-    >>> corpus = ParallelCorpus(["a house", "a dog"], ["una casa", "un perro"], "inline")
-    >>> len(corpus), corpus.take(1).targets
-    (2, ('una casa',))
+    Examples:
+        >>> from keras_transformer.corpus import ParallelCorpus
+        >>> corpus = ParallelCorpus(["a house", "a dog"], ["una casa", "un perro"], "inline")
+        >>> len(corpus), corpus.take(1).targets
+        (2, ('una casa',))
     """
 
     sources: Sequence[str]
@@ -189,17 +189,17 @@ def read_tsv(path: str | os.PathLike, source_column: str, target_column: str) ->
         CorpusError: the file is missing, empty or not UTF-8, a column is not in the header,
             a row has the wrong number of fields, or no non-empty pair is left.
 
-    Example:
-    `read_tsv("data/bible-en-es/dev.tsv.xz", "en", "es")` reads the bundled corpus's dev
-    split; here a small file is written first:
+    Examples:
+        `read_tsv("data/bible-en-es/dev.tsv.xz", "en", "es")` reads the bundled corpus's dev
+        split; here a small file is written first:
 
-    >>> import pathlib, tempfile
-    >>> from keras_transformer.corpus import read_tsv
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "pairs.tsv"
-    >>> _ = path.write_text("en\\tes\\na house\\tuna casa\\na dog\\tun perro\\n", "utf-8")
-    >>> pairs = read_tsv(path, "en", "es")
-    >>> len(pairs), pairs.targets[0], pairs.origin
-    (2, 'una casa', '.../pairs.tsv (en -> es)')
+        >>> import pathlib, tempfile
+        >>> from keras_transformer.corpus import read_tsv
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "pairs.tsv"
+        >>> _ = path.write_text("en\\tes\\na house\\tuna casa\\na dog\\tun perro\\n", "utf-8")
+        >>> pairs = read_tsv(path, "en", "es")
+        >>> len(pairs), pairs.targets[0], pairs.origin
+        (2, 'una casa', '.../pairs.tsv (en -> es)')
     """
     name = os.fspath(path)
     origin = f"{name} ({source_column} -> {target_column})"
@@ -266,15 +266,15 @@ def read_text_pair(
         CorpusError: a file is missing, empty or not UTF-8, the line counts differ, or no
             non-empty pair is left.
 
-    Example:
-    >>> import pathlib, tempfile
-    >>> from keras_transformer.corpus import read_text_pair
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (folder / "train.en").write_text("a house\\na dog\\n", "utf-8")
-    >>> _ = (folder / "train.es").write_text("una casa\\nun perro\\n", "utf-8")
-    >>> pairs = read_text_pair(folder / "train.en", folder / "train.es")
-    >>> list(zip(pairs.sources, pairs.targets))
-    [('a house', 'una casa'), ('a dog', 'un perro')]
+    Examples:
+        >>> import pathlib, tempfile
+        >>> from keras_transformer.corpus import read_text_pair
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "train.en").write_text("a house\\na dog\\n", "utf-8")
+        >>> _ = (folder / "train.es").write_text("una casa\\nun perro\\n", "utf-8")
+        >>> pairs = read_text_pair(folder / "train.en", folder / "train.es")
+        >>> list(zip(pairs.sources, pairs.targets))
+        [('a house', 'una casa'), ('a dog', 'un perro')]
     """
     source_name, target_name = os.fspath(source_path), os.fspath(target_path)
     origin = f"{source_name} -> {target_name}"
@@ -310,12 +310,12 @@ def read_tfds(
         CorpusError: tensorflow-datasets is missing, the dataset is unknown or not prepared,
             a language is not a key of its examples, or no non-empty pair is left.
 
-    Example:
-    Skipped by the doctests: it needs the dataset prepared beforehand (`tfds build`), which
-    needs the internet.
+    Examples:
+        Skipped by the doctests: it needs the dataset prepared beforehand (`tfds build`), which
+        needs the internet.
 
-    >>> from keras_transformer.corpus import read_tfds
-    >>> pairs = read_tfds("ted_hrlr_translate/pt_to_en", "train", "pt", "en")  # doctest: +SKIP
+        >>> from keras_transformer.corpus import read_tfds
+        >>> pairs = read_tfds("ted_hrlr_translate/pt_to_en", "train", "pt", "en")  # doctest: +SKIP
     """
     return TfdsSplit(name, split, source_language, target_language, data_dir).read()
 

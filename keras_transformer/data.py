@@ -138,25 +138,25 @@ def make_dataset(
         A dataset of `({"source_ids": [batch, len], "target_ids": [batch, len]}, labels
         [batch, len])`, int32, 0-padded, where len is the bucket length.
 
-    Example:
-    >>> import tensorflow as tf
-    >>> import keras_transformer as kt
-    >>> from keras_transformer.data import make_dataset
-    >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
-    >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
-    >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)
-    >>> pairs = tf.data.Dataset.from_tensor_slices((english, spanish))
-    >>> dev = make_dataset(pairs, vocabularies, max_length=64, tokens_per_batch=256,
-    ...                    training=False)  # every pair once, in a fixed order
-    >>> batches = list(dev)
-    >>> sum(len(labels) for _, labels in batches)
-    2
-    >>> inputs, labels = batches[0]
-    >>> sorted(inputs), labels.dtype.name
-    (['source_ids', 'target_ids'], 'int32')
+    Examples:
+        >>> import tensorflow as tf
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.data import make_dataset
+        >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
+        >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
+        >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)
+        >>> pairs = tf.data.Dataset.from_tensor_slices((english, spanish))
+        >>> dev = make_dataset(pairs, vocabularies, max_length=64, tokens_per_batch=256,
+        ...                    training=False)  # every pair once, in a fixed order
+        >>> batches = list(dev)
+        >>> sum(len(labels) for _, labels in batches)
+        2
+        >>> inputs, labels = batches[0]
+        >>> sorted(inputs), labels.dtype.name
+        (['source_ids', 'target_ids'], 'int32')
 
-    A training set (`training=True`, the default) is shuffled and repeats forever:
-    `model.fit(make_dataset(pairs, vocabularies, 256, 4096, seed=0), steps_per_epoch=...)`.
+        A training set (`training=True`, the default) is shuffled and repeats forever:
+        `model.fit(make_dataset(pairs, vocabularies, 256, 4096, seed=0), steps_per_epoch=...)`.
     """
     if shuffle_buffer is None:
         shuffle_buffer = 100_000 if training else 0

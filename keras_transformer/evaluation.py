@@ -44,19 +44,19 @@ class Translator:
             language code).
         batch_size: int. Sentences per batch. Defaults to 64.
 
-    Example:
-    >>> import keras_transformer as kt
-    >>> from keras_transformer.evaluation import Translator, score
-    >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
-    >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
-    >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)
-    >>> config = kt.TransformerConfig.preset(
-    ...     "tiny", vocab_size=vocabularies.target.vocabulary_size())
-    >>> model = kt.build_transformer(config)  # untrained here: fit it first
-    >>> translator = Translator(model, vocabularies, beam_size=1)  # greedy, for speed
-    >>> translations = translator.translate(english)  # one str for each, in order
-    >>> len(translations), sorted(score(translations, spanish))
-    (2, ['bleu', 'bleu_signature', 'chrf', 'chrf_signature', 'sentences'])
+    Examples:
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.evaluation import Translator, score
+        >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
+        >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
+        >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)
+        >>> config = kt.TransformerConfig.preset(
+        ...     "tiny", vocab_size=vocabularies.target.vocabulary_size())
+        >>> model = kt.build_transformer(config)  # untrained here: fit it first
+        >>> translator = Translator(model, vocabularies, beam_size=1)  # greedy, for speed
+        >>> translations = translator.translate(english)  # one str for each, in order
+        >>> len(translations), sorted(score(translations, spanish))
+        (2, ['bleu', 'bleu_signature', 'chrf', 'chrf_signature', 'sentences'])
     """
 
     def __init__(

@@ -55,13 +55,13 @@ def is_enabled() -> bool:
 def switched(enabled: bool):
     """The speed path on (or off) for the graphs traced inside the block, then as it was.
 
-    Example:
-    >>> from keras_transformer import fast
-    >>> with fast.switched(True):
-    ...     fast.is_enabled()
-    True
-    >>> fast.is_enabled()  # off again, as it was
-    False
+    Examples:
+        >>> from keras_transformer import fast
+        >>> with fast.switched(True):
+        ...     fast.is_enabled()
+        True
+        >>> fast.is_enabled()  # off again, as it was
+        False
     """
     was_enabled = is_enabled()
     enable() if enabled else disable()

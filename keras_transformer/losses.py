@@ -83,13 +83,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     Returns:
         A scalar: the mean loss per real target token.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.losses import LabelSmoothedCrossEntropy
-    >>> loss = LabelSmoothedCrossEntropy(label_smoothing=0.0)
-    >>> labels = np.array([[1, 0]])  # one real token, then padding
-    >>> round(float(loss(labels, np.zeros((1, 2, 4), "float32"))), 4)  # -log(1/4)
-    1.3863
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.losses import LabelSmoothedCrossEntropy
+        >>> loss = LabelSmoothedCrossEntropy(label_smoothing=0.0)
+        >>> labels = np.array([[1, 0]])  # one real token, then padding
+        >>> round(float(loss(labels, np.zeros((1, 2, 4), "float32"))), 4)  # -log(1/4)
+        1.3863
     """
 
     def __init__(

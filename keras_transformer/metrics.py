@@ -21,13 +21,13 @@ class MaskedAccuracy(keras.metrics.SparseCategoricalAccuracy):
         name: str. Defaults to "masked_accuracy".
         dtype: dtype of the running sums. Defaults to None (float32).
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.metrics import MaskedAccuracy
-    >>> metric = MaskedAccuracy()
-    >>> metric.update_state(np.array([[1, 2, 0]]), np.eye(3)[None, [1, 0, 0]])
-    >>> float(metric.result())  # 1 of the 2 real tokens; the padding is not counted
-    0.5
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.metrics import MaskedAccuracy
+        >>> metric = MaskedAccuracy()
+        >>> metric.update_state(np.array([[1, 2, 0]]), np.eye(3)[None, [1, 0, 0]])
+        >>> float(metric.result())  # 1 of the 2 real tokens; the padding is not counted
+        0.5
     """
 
     def __init__(self, pad_id: int = PAD_ID, name: str = "masked_accuracy", dtype=None):
@@ -61,13 +61,13 @@ class Perplexity(keras.metrics.Metric):
         dtype: a float dtype for the running sums. Defaults to "float32".
         name: str. Defaults to "perplexity".
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.metrics import Perplexity
-    >>> metric = Perplexity()
-    >>> metric.update_state(np.array([[1, 0]]), np.zeros((1, 2, 4), "float32"))
-    >>> round(float(metric.result()), 4)  # uniform over 4 tokens
-    4.0
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.metrics import Perplexity
+        >>> metric = Perplexity()
+        >>> metric.update_state(np.array([[1, 0]]), np.zeros((1, 2, 4), "float32"))
+        >>> round(float(metric.result()), 4)  # uniform over 4 tokens
+        4.0
     """
 
     def __init__(
@@ -137,13 +137,13 @@ class TokenCount(keras.metrics.Sum):
         name: str. Defaults to "tokens".
         dtype: dtype of the count. Defaults to None (float32).
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.metrics import TokenCount
-    >>> metric = TokenCount()
-    >>> metric.update_state(np.array([[5, 6, 0]]), np.zeros((1, 3, 9)))
-    >>> float(metric.result())  # the real target tokens: padding is not counted
-    2.0
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.metrics import TokenCount
+        >>> metric = TokenCount()
+        >>> metric.update_state(np.array([[5, 6, 0]]), np.zeros((1, 3, 9)))
+        >>> float(metric.result())  # the real target tokens: padding is not counted
+        2.0
     """
 
     def __init__(self, pad_id: int = PAD_ID, name: str = "tokens", dtype=None):

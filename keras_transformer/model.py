@@ -136,15 +136,15 @@ class Transformer(TokenLossTraining, workarounds.MultiWorkerFit, keras.Model):
             `config.dtype` for the rest. Defaults to None: `config.dtype` for every layer.
         **kwargs: other `keras.Model` arguments (`name`...).
 
-    Example:
-    >>> import keras
-    >>> import numpy as np
-    >>> from keras_transformer import Transformer, TransformerConfig
-    >>> model = Transformer(TransformerConfig.preset("tiny", vocab_size=100))
-    >>> logits = model({"source_ids": np.array([[5, 6, 7, 0]]),
-    ...                 "target_ids": np.array([[2, 9, 0]])})
-    >>> tuple(logits.shape), keras.ops.dtype(logits)  # (batch, tgt_len, target_vocab)
-    ((1, 3, 100), 'float32')
+    Examples:
+        >>> import keras
+        >>> import numpy as np
+        >>> from keras_transformer import Transformer, TransformerConfig
+        >>> model = Transformer(TransformerConfig.preset("tiny", vocab_size=100))
+        >>> logits = model({"source_ids": np.array([[5, 6, 7, 0]]),
+        ...                 "target_ids": np.array([[2, 9, 0]])})
+        >>> tuple(logits.shape), keras.ops.dtype(logits)  # (batch, tgt_len, target_vocab)
+        ((1, 3, 100), 'float32')
     """
 
     def __init__(self, config: TransformerConfig | dict, dtype=None, **kwargs):
@@ -280,11 +280,11 @@ def _is_tf_dataset(value) -> bool:
 def build_transformer(config: TransformerConfig) -> Transformer:
     """Builds the Transformer described by `config` (a functional-API `keras.Model`).
 
-    Example:
-    >>> from keras_transformer import TransformerConfig, build_transformer
-    >>> model = build_transformer(TransformerConfig.preset("base"))  # the paper's base model
-    >>> round(model.count_params() / 1e6)  # millions, with 37,000 shared pieces
-    63
+    Examples:
+        >>> from keras_transformer import TransformerConfig, build_transformer
+        >>> model = build_transformer(TransformerConfig.preset("base"))  # the paper's base model
+        >>> round(model.count_params() / 1e6)  # millions, with 37,000 shared pieces
+        63
     """
     if not isinstance(config, TransformerConfig):
         raise ValueError(f"config must be a TransformerConfig, got {type(config).__name__}")

@@ -39,13 +39,13 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
         the float32 attention weights `[batch, heads, q_len, k_len]` (before dropout); each
         row sums to 1.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.ops import scaled_dot_product_attention
-    >>> q = k = v = np.ones((1, 1, 2, 4), "float32")  # (batch, heads, len, depth)
-    >>> out, w = scaled_dot_product_attention(q, k, v, mask=np.array([True, False]))
-    >>> np.asarray(w)[0, 0].tolist()  # the masked second key gets no weight
-    [[1.0, 0.0], [1.0, 0.0]]
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.ops import scaled_dot_product_attention
+        >>> q = k = v = np.ones((1, 1, 2, 4), "float32")  # (batch, heads, len, depth)
+        >>> out, w = scaled_dot_product_attention(q, k, v, mask=np.array([True, False]))
+        >>> np.asarray(w)[0, 0].tolist()  # the masked second key gets no weight
+        [[1.0, 0.0], [1.0, 0.0]]
     """
     depth = query.shape[-1]
     # Scaling the query before the product keeps half-precision logits in range.

@@ -27,13 +27,13 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         accumulation_steps: int. Batches per update, as the optimizer's
             `gradient_accumulation_steps` (1 without accumulation). Defaults to 1.
 
-    Example:
-    >>> import keras
-    >>> from keras_transformer import WarmupSchedule
-    >>> schedule = WarmupSchedule(d_model=512, warmup_steps=4000)
-    >>> round(float(schedule(3999)), 6)  # update 4000, the peak: 512^-0.5 * 4000^-0.5
-    0.000699
-    >>> optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    Examples:
+        >>> import keras
+        >>> from keras_transformer import WarmupSchedule
+        >>> schedule = WarmupSchedule(d_model=512, warmup_steps=4000)
+        >>> round(float(schedule(3999)), 6)  # update 4000, the peak: 512^-0.5 * 4000^-0.5
+        0.000699
+        >>> optimizer = keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     """
 
     def __init__(

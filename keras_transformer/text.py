@@ -175,16 +175,16 @@ class Vocabularies:
         Returns:
             `Vocabularies`, whose `save(folder)` writes the SentencePiece model(s).
 
-        Example:
-        >>> import keras_transformer as kt
-        >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
-        >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
-        >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)  # 37,000: 5.1
-        >>> vocabularies.shared, vocabularies.target.detokenize(
-        ...     vocabularies.target.tokenize(["Dios es amor."]))
-        (True, ['Dios es amor.'])
-        >>> config = kt.TransformerConfig.preset(  # sized by the pieces actually learned
-        ...     "tiny", vocab_size=vocabularies.target.vocabulary_size())
+        Examples:
+            >>> import keras_transformer as kt
+            >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
+            >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
+            >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)  # 37,000: 5.1
+            >>> vocabularies.shared, vocabularies.target.detokenize(
+            ...     vocabularies.target.tokenize(["Dios es amor."]))
+            (True, ['Dios es amor.'])
+            >>> config = kt.TransformerConfig.preset(  # sized by the pieces actually learned
+            ...     "tiny", vocab_size=vocabularies.target.vocabulary_size())
         """
         options = dict(model_type=model_type, max_sentences=max_sentences, seed=seed)
         sources, targets = list(sources), list(targets)

@@ -1,4 +1,4 @@
-"""The docstring examples of `keras_transformer`'s modules (their `Example:` sections), run
+"""The docstring examples of `keras_transformer`'s modules (their `Examples:` sections), run
 with `doctest`: by tests/test_docstrings.py on TensorFlow and tests/jax/test_docstrings.py on
 JAX.
 

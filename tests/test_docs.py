@@ -10,10 +10,12 @@ reads that a user makes beforehand (`make demo`'s export, for docs/guides/servin
 test makes first, small, where the page expects it.
 """
 
+import doctest
 import os
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,164 @@ def test_the_pages_python_blocks_run(page, tmp_path):
 def test_the_pages_left_out_exist():
     for name in NOT_YET:
         assert (DOCS / name).exists(), name
+
+
+class _Page(HTMLParser):
+    """What the tests read of a built page: the text inside `<pre>` and outside it, the
+    `<blockquote>`s, the ids of mkdocstrings' object headings, and the URLs of the scripts,
+    stylesheets and images it loads."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.in_pre = 0
+        self.code, self.prose = [], []
+        self.blockquotes = 0
+        self.objects = []
+        self.loads = []
+        self.feed(path.read_text(encoding="utf-8"))
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.in_pre += tag == "pre"
+        self.blockquotes += tag == "blockquote"
+        if "doc-heading" in (attrs.get("class") or "").split() and attrs.get("id"):
+            self.objects.append(attrs["id"])
+        if tag in ("script", "img") and attrs.get("src"):
+            self.loads.append(attrs["src"])
+        if tag == "link" and "stylesheet" in (attrs.get("rel") or "") and attrs.get("href"):
+            self.loads.append(attrs["href"])
+
+    def handle_endtag(self, tag):
+        self.in_pre -= tag == "pre"
+
+    def handle_data(self, data):
+        (self.code if self.in_pre else self.prose).append(data)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site as `make docs` builds it (--strict: a broken link or an unreadable docstring
+    fails), in another process, into a temporary folder."""
+    folder = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", folder],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder
+
+
+def _examples(docstring: str) -> list[str]:
+    """The first line of each doctest example of `docstring`, as the site shows it: `>>> `
+    and the source, without doctest's `# doctest:` flags (griffe trims them)."""
+    return [
+        ">>> " + re.sub(r"\s*#\s*doctest:.*$", "", example.source.splitlines()[0])
+        for example in doctest.DocTestParser().get_examples(docstring)
+    ]
+
+
+def test_the_references_examples_render_as_code(site):
+    """Each docstring example of an object the API reference documents is in a code block of
+    its page (Pygments' `<div class="highlight"><pre>`), not in running text or the nested
+    block quotes that Markdown makes of `>>>`."""
+    import griffe
+
+    package = griffe.load("keras_transformer", search_paths=[str(ROOT)])
+    pages = sorted((site / "reference").glob("*/index.html"))
+    assert pages, f"no reference page in {site}"
+    checked = 0
+    for path in pages:
+        page = _Page(path)
+        name = path.parent.relative_to(site).as_posix()
+        assert page.blockquotes == 0, f"{name}: {page.blockquotes} <blockquote>s"
+        code, prose = "".join(page.code), "".join(page.prose)
+        for object_id in page.objects:
+            docstring = package[object_id.removeprefix("keras_transformer.")].docstring
+            for line in _examples(docstring.value if docstring else ""):
+                assert line in code, f"{name}: {object_id}'s example {line!r} is not code"
+                checked += 1
+        assert ">>>" not in prose, f"{name}: a `>>>` outside a code block"
+    assert checked >= 100, f"only {checked} examples in the reference pages"
+
+
+def test_no_page_loads_anything_from_the_network(site):
+    """The site reads offline: no page loads a script, a stylesheet or an image from another
+    host (the readthedocs theme's highlight.js, from a CDN, is switched off in mkdocs.yml;
+    Pygments highlights the code when the site is built)."""
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 10, f"{len(pages)} pages in {site}"
+    for path in pages:
+        remote = [url for url in _Page(path).loads if re.match(r"([a-z]+:)?//", url)]
+        assert not remote, f"{path.relative_to(site)} loads {remote}"
+
+
+def test_the_guides_code_is_highlighted(site):
+    """The guides' fenced Python blocks come out highlighted by Pygments, at build time."""
+    html = (site / "guides" / "task" / "index.html").read_text(encoding="utf-8")
+    assert '<div class="highlight"' in html and "<span style=" in html, "guides/task.md"
+
+
+# config.json's model_type -> the name the docs give the checkpoints kt.pretrained reads.
+FAMILIES = {"marian": "OPUS-MT", "m2m_100": "NLLB-200"}
+
+
+def test_every_checkpoint_family_is_named_where_the_docs_list_them():
+    """The pages that say which published checkpoints import, and `from_preset`'s docstring,
+    name every family `kt.pretrained` reads; the pretrained guide refuses only the other
+    `model_type`s."""
+    from keras_transformer import pretrained
+    from keras_transformer.models import TransformerSeq2SeqLM
+
+    assert set(FAMILIES) == set(pretrained.LOADERS), "a new reader: name it in FAMILIES"
+    places = {
+        name: (ROOT / name).read_text(encoding="utf-8")
+        for name in ("README.md", "docs/index.md", "docs/guides/task.md")
+    }
+    places["TransformerSeq2SeqLM.from_preset"] = TransformerSeq2SeqLM.from_preset.__doc__
+    for place, text in places.items():
+        for family in FAMILIES.values():
+            assert family in text, f"{place} does not name {family}"
+    guide = (DOCS / "guides" / "pretrained.md").read_text(encoding="utf-8")
+    refused = re.search(r"\(`model_type` other than (.*?)[,;)]", guide, re.DOTALL)
+    assert refused, "docs/guides/pretrained.md: no `model_type` other than ... clause"
+    assert set(re.findall(r"`(\w+)`", refused.group(1))) == set(FAMILIES), refused.group()
+
+
+def test_the_training_pair_count_is_the_corpus():
+    """README.md and Getting started give the number of training pairs `make demo` reads
+    (trainers/configs/demo.yaml's `data.train`)."""
+    import yaml
+
+    from keras_transformer.corpus import read_tsv
+
+    data = yaml.safe_load((ROOT / "trainers" / "configs" / "demo.yaml").read_text())["data"]
+    train = read_tsv(ROOT / data["train"], data["source_language"], data["target_language"])
+    for page in ("README.md", "docs/getting-started.md"):
+        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+        assert f"{len(train):,} training pairs" in text, page
+
+
+def test_the_serving_guides_table_lists_every_signature_and_its_inputs():
+    """docs/guides/serving.md's table of signatures has a row for each signature that
+    `export_saved_model` can write (`translation_endpoints`, with `serving_prefix` asked
+    for), with its inputs by name, in order."""
+    import keras_transformer as kt
+    from keras_transformer import export
+    from tests import bible
+
+    vocabularies = bible.vocabularies()
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=vocabularies.target.vocabulary_size(),
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    model = kt.build_transformer(config)
+    endpoints = export.translation_endpoints(model, vocabularies, prefix_signature=True)
+    written = {name: [spec.name for spec in specs] for name, (_, specs) in endpoints.items()}
+    text = (DOCS / "guides" / "serving.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| (.*?) \|", text, re.MULTILINE)
+    assert {name: re.findall(r"`(\w+)`:", inputs) for name, inputs in rows} == written

@@ -101,17 +101,17 @@ def generate(
         `method="beam"` and `num_hypotheses=n`, `(ids [batch, n, max_new_tokens], scores
         [batch, n])`, best first.
 
-    Example:
-    >>> import keras
-    >>> from keras_transformer import layers
-    >>> from keras_transformer.decoding import generate
-    >>> ids = keras.Input((None,), dtype="int32")
-    >>> embedding = layers.TransformerEmbedding(20, 8, max_length=16)
-    >>> decoder = layers.Decoder(num_layers=1, num_heads=2, d_ff=16)
-    >>> model = keras.Model(ids, embedding(decoder(embedding(ids)), reverse=True))
-    >>> ids, scores = generate(model, [[2, 5, 6], [2, 7]], max_new_tokens=4)  # greedy
-    >>> tuple(ids.shape), tuple(scores.shape)  # (batch, max_new_tokens), (batch,)
-    ((2, 4), (2,))
+    Examples:
+        >>> import keras
+        >>> from keras_transformer import layers
+        >>> from keras_transformer.decoding import generate
+        >>> ids = keras.Input((None,), dtype="int32")
+        >>> embedding = layers.TransformerEmbedding(20, 8, max_length=16)
+        >>> decoder = layers.Decoder(num_layers=1, num_heads=2, d_ff=16)
+        >>> model = keras.Model(ids, embedding(decoder(embedding(ids)), reverse=True))
+        >>> ids, scores = generate(model, [[2, 5, 6], [2, 7]], max_new_tokens=4)  # greedy
+        >>> tuple(ids.shape), tuple(scores.shape)  # (batch, max_new_tokens), (batch,)
+        ((2, 4), (2,))
     """
     if method not in METHODS:
         raise ValueError(f"method={method!r} must be one of {METHODS}")

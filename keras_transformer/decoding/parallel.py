@@ -29,14 +29,14 @@ def parallel_search(search, *, shards: int = 2):
         A `tf.function` `source_ids int32 [batch, src_len] -> (ids, scores)`, rows in the
         order of the input.
 
-    Example:
-    >>> from keras_transformer import TransformerConfig, build_transformer
-    >>> from keras_transformer.decoding import greedy_search, parallel_search
-    >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
-    >>> search = parallel_search(lambda s: greedy_search(model, s, max_extra_length=3))
-    >>> ids, scores = search([[5, 6, 7, 0], [8, 9, 0, 0], [4, 0, 0, 0], [4, 5, 0, 0]])
-    >>> tuple(ids.shape), tuple(scores.shape)  # two slices of 2 sentences, one program
-    ((4, 7), (4,))
+    Examples:
+        >>> from keras_transformer import TransformerConfig, build_transformer
+        >>> from keras_transformer.decoding import greedy_search, parallel_search
+        >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
+        >>> search = parallel_search(lambda s: greedy_search(model, s, max_extra_length=3))
+        >>> ids, scores = search([[5, 6, 7, 0], [8, 9, 0, 0], [4, 0, 0, 0], [4, 5, 0, 0]])
+        >>> tuple(ids.shape), tuple(scores.shape)  # two slices of 2 sentences, one program
+        ((4, 7), (4,))
     """
     backends.require_tensorflow("kt.decoding.parallel_search")
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:

@@ -78,14 +78,14 @@ def greedy_search(
         `(ids int32 [batch, out_len], scores float32 [batch])`: ids end with EOS, then 0s;
         a score is the sum of its tokens' log-probabilities, EOS included.
 
-    Example:
-    >>> import keras
-    >>> from keras_transformer import TransformerConfig, build_transformer
-    >>> from keras_transformer.decoding import greedy_search
-    >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
-    >>> ids, scores = greedy_search(model, [[5, 6, 7, 0]], max_extra_length=3)
-    >>> tuple(ids.shape), keras.ops.dtype(ids), tuple(scores.shape)  # out_len = 4 + 3
-    ((1, 7), 'int32', (1,))
+    Examples:
+        >>> import keras
+        >>> from keras_transformer import TransformerConfig, build_transformer
+        >>> from keras_transformer.decoding import greedy_search
+        >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
+        >>> ids, scores = greedy_search(model, [[5, 6, 7, 0]], max_extra_length=3)
+        >>> tuple(ids.shape), keras.ops.dtype(ids), tuple(scores.shape)  # out_len = 4 + 3
+        ((1, 7), 'int32', (1,))
     """
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     step, cache = _decoder(model, source_ids, 1, max_len, use_cache)
@@ -131,15 +131,15 @@ def sample(
         `(ids, scores)` as `greedy_search`; scores are the model's log-probabilities (before
         temperature, top-k and top-p).
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer import TransformerConfig, build_transformer
-    >>> from keras_transformer.decoding import sample
-    >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
-    >>> first, _ = sample(model, [[5, 6, 7]], top_k=5, seed=1, max_extra_length=5)
-    >>> again, _ = sample(model, [[5, 6, 7]], top_k=5, seed=1, max_extra_length=5)
-    >>> bool(np.array_equal(first, again))  # the same seed, the same draws
-    True
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer import TransformerConfig, build_transformer
+        >>> from keras_transformer.decoding import sample
+        >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
+        >>> first, _ = sample(model, [[5, 6, 7]], top_k=5, seed=1, max_extra_length=5)
+        >>> again, _ = sample(model, [[5, 6, 7]], top_k=5, seed=1, max_extra_length=5)
+        >>> bool(np.array_equal(first, again))  # the same seed, the same draws
+        True
     """
     choose = sampling_choice(temperature, top_k, top_p, seed, model.config.target_vocab)
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
@@ -210,16 +210,16 @@ def beam_search(
         of each sentence and its length-normalised score; with `num_hypotheses=n`, `(ids
         [batch, n, out_len], scores [batch, n])`, best first.
 
-    Example:
-    >>> from keras_transformer import TransformerConfig, build_transformer
-    >>> from keras_transformer.decoding import beam_search
-    >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
-    >>> ids, scores = beam_search(model, [[5, 6, 7, 0], [8, 9, 0, 0]], max_extra_length=5)
-    >>> tuple(ids.shape), tuple(scores.shape)  # out_len = src_len + max_extra_length
-    ((2, 9), (2,))
+    Examples:
+        >>> from keras_transformer import TransformerConfig, build_transformer
+        >>> from keras_transformer.decoding import beam_search
+        >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
+        >>> ids, scores = beam_search(model, [[5, 6, 7, 0], [8, 9, 0, 0]], max_extra_length=5)
+        >>> tuple(ids.shape), tuple(scores.shape)  # out_len = src_len + max_extra_length
+        ((2, 9), (2,))
 
-    On TensorFlow it runs eagerly, or compiled inside `tf.function(..., jit_compile=True)`;
-    on JAX it compiles itself, once per model and settings.
+        On TensorFlow it runs eagerly, or compiled inside `tf.function(..., jit_compile=True)`;
+        on JAX it compiles itself, once per model and settings.
     """
     _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses)
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)

@@ -43,12 +43,12 @@ class DecodingSettings:
             language code ("spa_Latn") is, and transformers' `forced_bos_token_id` forces
             it. Defaults to None (nothing forced).
 
-    Example:
-    >>> from keras_transformer.decoding import DecodingSettings
-    >>> DecodingSettings().beam_size, DecodingSettings.preset("greedy").beam_size
-    (4, 1)
-    >>> DecodingSettings(length_penalty=1.0).replace(beam_size=5).length_penalty
-    1.0
+    Examples:
+        >>> from keras_transformer.decoding import DecodingSettings
+        >>> DecodingSettings().beam_size, DecodingSettings.preset("greedy").beam_size
+        (4, 1)
+        >>> DecodingSettings(length_penalty=1.0).replace(beam_size=5).length_penalty
+        1.0
     """
 
     beam_size: int = 4

@@ -80,15 +80,15 @@ class TransformerAttention(keras.layers.Layer):
         `call`: `[batch, q_len, output_dim]` in the compute dtype. `forward`: an
         `AttentionOutput(outputs, cache, weights)`.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import TransformerAttention
-    >>> mha = TransformerAttention(num_heads=2)
-    >>> x = np.random.rand(3, 5, 8).astype("float32")  # (batch, len, d_model)
-    >>> tuple(mha(x, padding_mask=np.array([[True] * 4 + [False]] * 3)).shape)
-    (3, 5, 8)
-    >>> tuple(mha.forward(x, return_weights=True).weights.shape)  # (batch, heads, q, k)
-    (3, 2, 5, 5)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import TransformerAttention
+        >>> mha = TransformerAttention(num_heads=2)
+        >>> x = np.random.rand(3, 5, 8).astype("float32")  # (batch, len, d_model)
+        >>> tuple(mha(x, padding_mask=np.array([[True] * 4 + [False]] * 3)).shape)
+        (3, 5, 8)
+        >>> tuple(mha.forward(x, return_weights=True).weights.shape)  # (batch, heads, q, k)
+        (3, 2, 5, 5)
     """
 
     def __init__(

@@ -43,16 +43,16 @@ class DecoderLayer(TransformerBlock):
         `[batch, tgt_len, d_model]`. `forward` returns a `LayerOutput`, and with a cache
         decodes one step at a time.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import DecoderLayer
-    >>> layer = DecoderLayer(num_heads=2, d_ff=32)
-    >>> target = np.random.rand(2, 4, 8).astype("float32")  # (batch, tgt_len, d_model)
-    >>> memory = np.random.rand(2, 6, 8).astype("float32")  # the encoder's output
-    >>> tuple(layer(target, memory).shape)
-    (2, 4, 8)
-    >>> tuple(DecoderLayer(num_heads=2, d_ff=32)(target).shape)  # no cross-attention
-    (2, 4, 8)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import DecoderLayer
+        >>> layer = DecoderLayer(num_heads=2, d_ff=32)
+        >>> target = np.random.rand(2, 4, 8).astype("float32")  # (batch, tgt_len, d_model)
+        >>> memory = np.random.rand(2, 6, 8).astype("float32")  # the encoder's output
+        >>> tuple(layer(target, memory).shape)
+        (2, 4, 8)
+        >>> tuple(DecoderLayer(num_heads=2, d_ff=32)(target).shape)  # no cross-attention
+        (2, 4, 8)
     """
 
     def build(self, inputs_shape, encoder_output_shape=None):
@@ -251,14 +251,14 @@ class Decoder(TransformerBlock):
     Returns:
         `[batch, tgt_len, d_model]`, ready for the output projection.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import Decoder
-    >>> decoder = Decoder(num_layers=2, num_heads=2, d_ff=32)
-    >>> target = np.random.rand(2, 4, 8).astype("float32")  # (batch, tgt_len, d_model)
-    >>> memory = np.random.rand(2, 6, 8).astype("float32")  # the encoder's output
-    >>> tuple(decoder(target, memory).shape)
-    (2, 4, 8)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import Decoder
+        >>> decoder = Decoder(num_layers=2, num_heads=2, d_ff=32)
+        >>> target = np.random.rand(2, 4, 8).astype("float32")  # (batch, tgt_len, d_model)
+        >>> memory = np.random.rand(2, 6, 8).astype("float32")  # the encoder's output
+        >>> tuple(decoder(target, memory).shape)
+        (2, 4, 8)
     """
 
     def __init__(self, num_layers: int, num_heads: int, d_ff: int, **kwargs):

@@ -28,14 +28,14 @@ class PerReplicaDropout(keras.layers.Dropout):
     `keras.layers.Dropout`'s. It was named `Dropout`, as Keras's layer: that name still works
     for one release, with a `DeprecationWarning`, and files saved under it load.
 
-    Example:
-    >>> import keras
-    >>> import numpy as np
-    >>> from keras_transformer.layers import PerReplicaDropout
-    >>> drop = PerReplicaDropout(0.5, seed=1)
-    >>> y = keras.ops.convert_to_numpy(drop(np.ones((4, 1000), "float32"), training=True))
-    >>> sorted(set(y.ravel().tolist()))  # dropped, or kept and scaled by 1 / (1 - 0.5)
-    [0.0, 2.0]
+    Examples:
+        >>> import keras
+        >>> import numpy as np
+        >>> from keras_transformer.layers import PerReplicaDropout
+        >>> drop = PerReplicaDropout(0.5, seed=1)
+        >>> y = keras.ops.convert_to_numpy(drop(np.ones((4, 1000), "float32"), training=True))
+        >>> sorted(set(y.ravel().tolist()))  # dropped, or kept and scaled by 1 / (1 - 0.5)
+        [0.0, 2.0]
     """
 
     def call(self, inputs, training=False):

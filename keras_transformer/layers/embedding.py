@@ -63,12 +63,12 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Returns:
         The encodings, `[batch, len, d_model]` in the compute dtype.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import SinusoidalPositionEncoding
-    >>> x = np.zeros((2, 5, 16), "float32")  # (batch, len, d_model)
-    >>> tuple(SinusoidalPositionEncoding()(x).shape)
-    (2, 5, 16)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import SinusoidalPositionEncoding
+        >>> x = np.zeros((2, 5, 16), "float32")  # (batch, len, d_model)
+        >>> tuple(SinusoidalPositionEncoding()(x).shape)
+        (2, 5, 16)
     """
 
     def __init__(
@@ -179,13 +179,13 @@ class TransformerEmbedding(keras.layers.Layer):
         `[batch, len, d_model]` embeddings in the compute dtype, or with `reverse=True` logits
         `[batch, len, vocab_size]` in float32 (even under mixed precision).
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import TransformerEmbedding
-    >>> embed = TransformerEmbedding(vocab_size=100, d_model=16)
-    >>> x = embed(np.array([[5, 7, 0]]))  # token embeddings * sqrt(d_model) + positions
-    >>> tuple(x.shape), tuple(embed(x, reverse=True).shape)  # and the tied projection
-    ((1, 3, 16), (1, 3, 100))
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import TransformerEmbedding
+        >>> embed = TransformerEmbedding(vocab_size=100, d_model=16)
+        >>> x = embed(np.array([[5, 7, 0]]))  # token embeddings * sqrt(d_model) + positions
+        >>> tuple(x.shape), tuple(embed(x, reverse=True).shape)  # and the tied projection
+        ((1, 3, 16), (1, 3, 100))
     """
 
     def __init__(

@@ -31,12 +31,12 @@ class EncoderLayer(TransformerBlock):
         `[batch, src_len, d_model]`. `forward` returns a `LayerOutput` and can also return the
         attention weights.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import EncoderLayer
-    >>> layer = EncoderLayer(num_heads=2, d_ff=32)
-    >>> tuple(layer(np.random.rand(2, 5, 8).astype("float32")).shape)  # (batch, len, d_model)
-    (2, 5, 8)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import EncoderLayer
+        >>> layer = EncoderLayer(num_heads=2, d_ff=32)
+        >>> tuple(layer(np.random.rand(2, 5, 8).astype("float32")).shape)  # (batch, len, d_model)
+        (2, 5, 8)
     """
 
     def build(self, inputs_shape):
@@ -115,13 +115,13 @@ class Encoder(TransformerBlock):
     Returns:
         The encoder output ("memory"), `[batch, src_len, d_model]`.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import Encoder
-    >>> encoder = Encoder(num_layers=2, num_heads=2, d_ff=32)
-    >>> x = np.random.rand(2, 5, 8).astype("float32")  # (batch, src_len, d_model)
-    >>> tuple(encoder(x, padding_mask=np.array([[True] * 5, [True] * 3 + [False] * 2])).shape)
-    (2, 5, 8)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import Encoder
+        >>> encoder = Encoder(num_layers=2, num_heads=2, d_ff=32)
+        >>> x = np.random.rand(2, 5, 8).astype("float32")  # (batch, src_len, d_model)
+        >>> tuple(encoder(x, padding_mask=np.array([[True] * 5, [True] * 3 + [False] * 2])).shape)
+        (2, 5, 8)
     """
 
     def __init__(self, num_layers: int, num_heads: int, d_ff: int, **kwargs):

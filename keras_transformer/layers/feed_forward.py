@@ -30,11 +30,11 @@ class PositionwiseFeedForward(keras.layers.Layer):
     Returns:
         `[batch, len, d_model]`: the output width equals the input width.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import PositionwiseFeedForward
-    >>> tuple(PositionwiseFeedForward(d_ff=32)(np.ones((2, 3, 8), "float32")).shape)
-    (2, 3, 8)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import PositionwiseFeedForward
+        >>> tuple(PositionwiseFeedForward(d_ff=32)(np.ones((2, 3, 8), "float32")).shape)
+        (2, 3, 8)
     """
 
     def __init__(

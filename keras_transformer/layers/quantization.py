@@ -29,15 +29,15 @@ def dtype_policy_with_sublayers(layer: keras.layers.Layer) -> keras.DTypePolicy:
     Returns:
         A `keras.DTypePolicy` for the `dtype` entry of `layer`'s config (serialize it).
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import TransformerAttention
-    >>> from keras_transformer.layers.quantization import dtype_policy_with_sublayers
-    >>> mha = TransformerAttention(num_heads=2)
-    >>> _ = mha(np.ones((1, 3, 8), "float32"))
-    >>> mha.query_dense.quantize("int8")
-    >>> dtype_policy_with_sublayers(mha)[mha.query_dense.path].name
-    'int8_from_float32'
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import TransformerAttention
+        >>> from keras_transformer.layers.quantization import dtype_policy_with_sublayers
+        >>> mha = TransformerAttention(num_heads=2)
+        >>> _ = mha(np.ones((1, 3, 8), "float32"))
+        >>> mha.query_dense.quantize("int8")
+        >>> dtype_policy_with_sublayers(mha)[mha.query_dense.path].name
+        'int8_from_float32'
     """
     policy = layer.dtype_policy
     if isinstance(policy, keras.dtype_policies.DTypePolicyMap):

@@ -47,12 +47,12 @@ class AddAndNorm(keras.layers.Layer):
     Returns:
         `[batch, len, d_model]` in the compute dtype.
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer.layers import AddAndNorm
-    >>> x = np.random.rand(2, 3, 8).astype("float32")  # the sublayer's input
-    >>> tuple(AddAndNorm()(x, 2 * x).shape)  # LayerNorm(x + Dropout(2 * x)), sublayer 2 * x
-    (2, 3, 8)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer.layers import AddAndNorm
+        >>> x = np.random.rand(2, 3, 8).astype("float32")  # the sublayer's input
+        >>> tuple(AddAndNorm()(x, 2 * x).shape)  # LayerNorm(x + Dropout(2 * x)), sublayer 2 * x
+        (2, 3, 8)
     """
 
     def __init__(

@@ -33,15 +33,15 @@ class TransformerBackbone(keras_hub.models.Backbone):
             and loaded again has its own layers.
         **kwargs: other `keras_hub.models.Backbone` arguments (`name`...).
 
-    Example:
-    >>> import numpy as np
-    >>> from keras_transformer import TransformerConfig
-    >>> from keras_transformer.models import TransformerBackbone
-    >>> backbone = TransformerBackbone(TransformerConfig.preset("tiny", vocab_size=100))
-    >>> outputs = backbone({"source_ids": np.array([[5, 6, 3]]),
-    ...                     "target_ids": np.array([[2, 9]])})
-    >>> tuple(outputs["decoder_sequence_output"].shape)
-    (1, 2, 128)
+    Examples:
+        >>> import numpy as np
+        >>> from keras_transformer import TransformerConfig
+        >>> from keras_transformer.models import TransformerBackbone
+        >>> backbone = TransformerBackbone(TransformerConfig.preset("tiny", vocab_size=100))
+        >>> outputs = backbone({"source_ids": np.array([[5, 6, 3]]),
+        ...                     "target_ids": np.array([[2, 9]])})
+        >>> tuple(outputs["decoder_sequence_output"].shape)
+        (1, 2, 128)
     """
 
     def __init__(self, config: TransformerConfig | dict, dtype=None, *, layers_of=None, **kwargs):

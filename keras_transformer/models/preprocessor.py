@@ -38,23 +38,23 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
             None likewise. Defaults to None.
         **kwargs: other `keras_hub.models.Preprocessor` arguments.
 
-    Example:
-    >>> import keras
-    >>> import keras_transformer as kt
-    >>> from keras_transformer.models import (
-    ...     TransformerSeq2SeqLMPreprocessor, TransformerTokenizer)
-    >>> vocabularies = kt.text.Vocabularies.train(
-    ...     ["In the beginning God created the heaven and the earth."],
-    ...     ["En el principio creó Dios los cielos y la tierra."], 300)
-    >>> preprocessor = TransformerSeq2SeqLMPreprocessor(
-    ...     TransformerTokenizer(vocabularies),
-    ...     encoder_sequence_length=32, decoder_sequence_length=32)
-    >>> x, y = preprocessor(["In the beginning"], ["En el principio"])
-    >>> source, target, labels = (
-    ...     keras.ops.convert_to_numpy(ids)[0].tolist()
-    ...     for ids in (x["source_ids"], x["target_ids"], y))
-    >>> source[-1], target[0], target[1:] == labels[:-1], labels[-1]  # EOS, BOS, EOS
-    (3, 2, True, 3)
+    Examples:
+        >>> import keras
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.models import (
+        ...     TransformerSeq2SeqLMPreprocessor, TransformerTokenizer)
+        >>> vocabularies = kt.text.Vocabularies.train(
+        ...     ["In the beginning God created the heaven and the earth."],
+        ...     ["En el principio creó Dios los cielos y la tierra."], 300)
+        >>> preprocessor = TransformerSeq2SeqLMPreprocessor(
+        ...     TransformerTokenizer(vocabularies),
+        ...     encoder_sequence_length=32, decoder_sequence_length=32)
+        >>> x, y = preprocessor(["In the beginning"], ["En el principio"])
+        >>> source, target, labels = (
+        ...     keras.ops.convert_to_numpy(ids)[0].tolist()
+        ...     for ids in (x["source_ids"], x["target_ids"], y))
+        >>> source[-1], target[0], target[1:] == labels[:-1], labels[-1]  # EOS, BOS, EOS
+        (3, 2, True, 3)
     """
 
     tokenizer_cls = TransformerTokenizer

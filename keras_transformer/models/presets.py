@@ -68,7 +68,7 @@ def kind(preset, model_file: str | None = None) -> str:
 
 
 def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_file=None, **kwargs):
-    """`cls.from_preset`: the task of a preset, Marian checkpoint or model directory, with
+    """`cls.from_preset`: the task of a preset, checkpoint or model directory, with
     `decoding` (settings or a dict of some settings) over the one it stores."""
     found = kind(preset, model_file)
     if found == PRESET:

@@ -38,8 +38,8 @@ class TransformerSeq2SeqLM(
     vocabularies), and holds the `kt.decoding.DecodingSettings` that `generate`, the exports
     and the programs decode with. Loaded with `from_preset` from a directory that
     `save_to_preset` wrote (which `keras_hub.models.Seq2SeqLM.from_preset` loads too, once
-    `keras_transformer` is imported), from a Hugging Face Marian (OPUS-MT) checkpoint, or from
-    a `trainers.train` model directory.
+    `keras_transformer` is imported), from a Hugging Face OPUS-MT (Marian) or NLLB-200
+    (M2M100) checkpoint, or from a `trainers.train` model directory.
 
     - `generate("text")` translates (a str, a list, or a `tf.data.Dataset` of strings) with
       cached beam search, greedy search or sampling, as `compile(sampler=...)` chose;
@@ -63,26 +63,26 @@ class TransformerSeq2SeqLM(
         compile: bool. `compile()` with the defaults now. Defaults to True.
         **kwargs: other `keras.Model` arguments (`name`...).
 
-    Example:
-    `TransformerSeq2SeqLM.from_preset("runs/demo")` loads the model `make demo` trains; here
-    a task is made from an untrained model and a vocabulary learned on two pairs:
+    Examples:
+        `TransformerSeq2SeqLM.from_preset("runs/demo")` loads the model `make demo` trains; here
+        a task is made from an untrained model and a vocabulary learned on two pairs:
 
-    >>> import tempfile
-    >>> import keras_transformer as kt
-    >>> from keras_transformer.models import TransformerSeq2SeqLM
-    >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
-    >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
-    >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)
-    >>> config = kt.TransformerConfig.preset(
-    ...     "tiny", vocab_size=vocabularies.target.vocabulary_size())
-    >>> task = TransformerSeq2SeqLM.from_transformer(kt.build_transformer(config), vocabularies)
-    >>> task.compile(sampler="greedy")  # the default: the paper's beam search
-    >>> isinstance(task.generate("God is love."), str)  # a translation, untrained here
-    True
-    >>> preset = tempfile.mkdtemp()
-    >>> task.save_to_preset(preset)
-    >>> TransformerSeq2SeqLM.from_preset(preset).count_params() == task.count_params()
-    True
+        >>> import tempfile
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.models import TransformerSeq2SeqLM
+        >>> english = ["In the beginning God created the heaven and the earth.", "God is love."]
+        >>> spanish = ["En el principio creó Dios los cielos y la tierra.", "Dios es amor."]
+        >>> vocabularies = kt.text.Vocabularies.train(english, spanish, 300)
+        >>> config = kt.TransformerConfig.preset(
+        ...     "tiny", vocab_size=vocabularies.target.vocabulary_size())
+        >>> task = TransformerSeq2SeqLM.from_transformer(kt.build_transformer(config), vocabularies)
+        >>> task.compile(sampler="greedy")  # the default: the paper's beam search
+        >>> isinstance(task.generate("God is love."), str)  # a translation, untrained here
+        True
+        >>> preset = tempfile.mkdtemp()
+        >>> task.save_to_preset(preset)
+        >>> TransformerSeq2SeqLM.from_preset(preset).count_params() == task.count_params()
+        True
     """
 
     backbone_cls = TransformerBackbone
@@ -390,15 +390,18 @@ class TransformerSeq2SeqLM(
 
     @classmethod
     def from_preset(cls, preset, load_weights: bool = True, **kwargs):
-        """The task of a preset directory (or keras-hub handle), a Hugging Face Marian
-        (OPUS-MT) checkpoint directory, or a `trainers.train` model directory.
+        """The task of a preset directory (or keras-hub handle), a Hugging Face OPUS-MT
+        (Marian) or NLLB-200 (M2M100) checkpoint directory, or a `trainers.train` model
+        directory.
 
         Args:
             preset: str or path. A directory that `save_to_preset` wrote (a keras-hub
-                handle works as in keras-hub); a Marian checkpoint (config.json with
-                `"model_type": "marian"`, converted on load by `kt.pretrained`); or a model
-                directory of `trainers.train` (experiment.yaml, model.keras, vocab/), written
-                before or after this class existed.
+                handle works as in keras-hub); an OPUS-MT or NLLB-200 checkpoint (config.json
+                with `"model_type": "marian"` or `"m2m_100"`, converted on load by
+                `kt.pretrained`); or a model directory of `trainers.train` (experiment.yaml,
+                model.keras, vocab/), written before or after this class existed: its
+                model.keras, the model as training left it, unless `model_file` says
+                otherwise.
             load_weights: bool. False leaves the weights initialized (presets only).
             **kwargs: `decoding` (settings over the preset's), `model_file` (a model
                 directory's `.keras` file other than model.keras, e.g.

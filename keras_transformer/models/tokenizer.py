@@ -32,15 +32,15 @@ class TransformerTokenizer(keras_hub.tokenizers.Tokenizer):
             loading fills (`load_assets`). Defaults to None.
         **kwargs: other `keras_hub.tokenizers.Tokenizer` arguments (`name`...).
 
-    Example:
-    >>> import keras_transformer as kt
-    >>> from keras_transformer.models import TransformerTokenizer
-    >>> vocabularies = kt.text.Vocabularies.train(  # or Vocabularies.load("runs/demo/vocab")
-    ...     ["In the beginning God created the heaven and the earth."],
-    ...     ["En el principio creó Dios los cielos y la tierra."], 300)
-    >>> tokenizer = TransformerTokenizer(vocabularies)
-    >>> tokenizer.detokenize(tokenizer.tokenize_target(["En el principio"]))
-    ['En el principio']
+    Examples:
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.models import TransformerTokenizer
+        >>> vocabularies = kt.text.Vocabularies.train(  # or Vocabularies.load("runs/demo/vocab")
+        ...     ["In the beginning God created the heaven and the earth."],
+        ...     ["En el principio creó Dios los cielos y la tierra."], 300)
+        >>> tokenizer = TransformerTokenizer(vocabularies)
+        >>> tokenizer.detokenize(tokenizer.tokenize_target(["En el principio"]))
+        ['En el principio']
     """
 
     def __init__(self, vocabularies: Vocabularies | None = None, **kwargs):

@@ -49,11 +49,11 @@ def load(path):
     `model_type: marian`) or NLLB-200 (`model_type: m2m_100`) model, by config.json's
     `model_type`. Nothing is built before the directory is read and checked.
 
-    Example:
-    Skipped by the doctests: it needs a checkpoint downloaded beforehand.
+    Examples:
+        Skipped by the doctests: it needs a checkpoint downloaded beforehand.
 
-    >>> import keras_transformer as kt
-    >>> model, vocabularies = kt.pretrained.load("nllb-200-distilled-600M")  # doctest: +SKIP
+        >>> import keras_transformer as kt
+        >>> model, vocabularies = kt.pretrained.load("nllb-200-distilled-600M")  # doctest: +SKIP
     """
     return LOADERS[model_type(path)](path)
 

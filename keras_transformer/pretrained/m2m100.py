@@ -454,18 +454,18 @@ def load_m2m100(path):
     weights (in our ids, see the module doc) and its `NllbTokenizer`. Everything is read and
     checked before the model is built.
 
-    Example:
-    Skipped by the doctests: it needs an NLLB-200 checkpoint downloaded beforehand (the
-    Hugging Face model directory of `facebook/nllb-200-distilled-600M`, here).
+    Examples:
+        Skipped by the doctests: it needs an NLLB-200 checkpoint downloaded beforehand (the
+        Hugging Face model directory of `facebook/nllb-200-distilled-600M`, here).
 
-    >>> import keras_transformer as kt
-    >>> from keras_transformer.pretrained import load_m2m100
-    >>> model, vocabularies = load_m2m100("nllb-200-distilled-600M")  # doctest: +SKIP
-    >>> spanish = vocabularies.target.language_id("spa_Latn")  # doctest: +SKIP
-    >>> ids, scores = kt.decoding.greedy_search(  # doctest: +SKIP
-    ...     model, source_ids, target_prefix=[spanish])
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.pretrained import load_m2m100
+        >>> model, vocabularies = load_m2m100("nllb-200-distilled-600M")  # doctest: +SKIP
+        >>> spanish = vocabularies.target.language_id("spa_Latn")  # doctest: +SKIP
+        >>> ids, scores = kt.decoding.greedy_search(  # doctest: +SKIP
+        ...     model, source_ids, target_prefix=[spanish])
 
-    `source_ids` are the source text's ids, int `[batch, src_len]`.
+        `source_ids` are the source text's ids, int `[batch, src_len]`.
     """
     from keras_transformer.model import build_transformer
 

@@ -412,14 +412,14 @@ def load_marian(path):
     as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its weights (in our
     ids, see the module doc) and its tokenizers.
 
-    Example:
-    Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand (the
-    Hugging Face model directory of `Helsinki-NLP/opus-mt-en-es`, here).
+    Examples:
+        Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand (the
+        Hugging Face model directory of `Helsinki-NLP/opus-mt-en-es`, here).
 
-    >>> from keras_transformer.pretrained import load_marian
-    >>> model, vocabularies = load_marian("opus-mt-en-es")  # doctest: +SKIP
+        >>> from keras_transformer.pretrained import load_marian
+        >>> model, vocabularies = load_marian("opus-mt-en-es")  # doctest: +SKIP
 
-    `model.fit(...)` fine-tunes it; `kt.export.export_saved_model` serves it.
+        `model.fit(...)` fine-tunes it; `kt.export.export_saved_model` serves it.
     """
     from keras_transformer.model import build_transformer
 

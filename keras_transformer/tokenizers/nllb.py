@@ -60,14 +60,14 @@ class NllbTokenizer(PieceVocabularyTokenizer):
         prefix_pattern: None. `PieceVocabularyTokenizer`'s; NLLB has none. Defaults to None.
         **kwargs: other `keras.layers.Layer` arguments (`name`...).
 
-    Example:
-    Skipped by the doctests: it needs an NLLB-200 checkpoint downloaded beforehand.
+    Examples:
+        Skipped by the doctests: it needs an NLLB-200 checkpoint downloaded beforehand.
 
-    >>> from keras_transformer.pretrained import m2m100
-    >>> vocabularies = m2m100.load_vocabularies("nllb-200-distilled-600M")  # doctest: +SKIP
-    >>> ids = vocabularies.source.tokenize(["eng_Latn Hello world"])  # doctest: +SKIP
+        >>> from keras_transformer.pretrained import m2m100
+        >>> vocabularies = m2m100.load_vocabularies("nllb-200-distilled-600M")  # doctest: +SKIP
+        >>> ids = vocabularies.source.tokenize(["eng_Latn Hello world"])  # doctest: +SKIP
 
-    `ids` hold the language code's id, then the pieces'.
+        `ids` hold the language code's id, then the pieces'.
     """
 
     def __init__(

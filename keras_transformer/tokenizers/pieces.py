@@ -51,14 +51,14 @@ class PieceVocabularyTokenizer(keras.layers.Layer):
             text, and their ids. Defaults to None (none).
         **kwargs: other `keras.layers.Layer` arguments (`name`...).
 
-    Example:
-    Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand.
+    Examples:
+        Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand.
 
-    >>> from keras_transformer.pretrained import marian
-    >>> vocabularies = marian.load_vocabularies("opus-mt-en-es")  # doctest: +SKIP
-    >>> ids = vocabularies.source.tokenize([">>es<< Hello world"])  # doctest: +SKIP
+        >>> from keras_transformer.pretrained import marian
+        >>> vocabularies = marian.load_vocabularies("opus-mt-en-es")  # doctest: +SKIP
+        >>> ids = vocabularies.source.tokenize([">>es<< Hello world"])  # doctest: +SKIP
 
-    `ids` are ragged, without EOS.
+        `ids` are ragged, without EOS.
     """
 
     def __init__(
