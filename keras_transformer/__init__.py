@@ -3,6 +3,7 @@ as Keras 3 layers, a functional-API model, and the paper's training recipe.
 
 Public API (`__all__`, and `dir()`; each module's `__all__` lists its own):
     TransformerConfig, PAD_ID           from config: sizes, switches and presets
+    special_ids                         the special token ids of every vocabulary and search
     Transformer, build_transformer      from model: the functional keras.Model
     WarmupSchedule                      from schedule: the learning-rate schedule (paper 5.3)
     config, model, schedule             the modules of the three lines above
@@ -46,6 +47,7 @@ from keras_transformer import (  # noqa: E402
     metrics,
     ops,
     schedule,
+    special_ids,
 )
 from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: E402
 from keras_transformer.model import Transformer, build_transformer  # noqa: E402
@@ -104,7 +106,7 @@ def __dir__() -> list[str]:
     return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
 
-__version__ = "0.1.0"
+from keras_transformer._version import __version__  # noqa: E402, F401
 
 __all__ = [
     "PAD_ID",
@@ -128,6 +130,7 @@ __all__ = [
     "ops",
     "pretrained",
     "schedule",
+    "special_ids",
     "text",
     "tokenizers",
 ]

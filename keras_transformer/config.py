@@ -11,8 +11,7 @@ from typing import Any
 
 import keras
 
-PAD_ID = 0
-"""Token id 0 is padding everywhere: in source and target ids, labels and vocabularies."""
+from keras_transformer.special_ids import PAD_ID  # re-exported: kt.config.PAD_ID, kt.PAD_ID
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 SINUSOID_LAYOUTS = ("interleaved", "concatenated")

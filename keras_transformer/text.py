@@ -35,12 +35,11 @@ import numpy as np
 from keras_transformer import _backends as backends
 from keras_transformer import _workarounds as workarounds
 from keras_transformer._files import atomic_write
-from keras_transformer.config import PAD_ID
+from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:
     import keras_hub
 
-UNK_ID, BOS_ID, EOS_ID = 1, 2, 3
 MODEL_TYPES = ("unigram", "bpe")
 # Byte fallback needs 256 byte pieces, plus the 4 special ids and some room for real pieces.
 MIN_VOCAB_SIZE = 300

@@ -25,6 +25,7 @@ DEPRECATED_MODULES = (
     "workarounds",
     "pretrained.tokenizer",
     "pretrained.nllb_tokenizer",
+    "decoding.cache",
 )
 
 # What needs Keras's TensorFlow backend (`backends.require_tensorflow`: tf.data, tf.distribute,

@@ -1,4 +1,4 @@
-"""The decoding cache (keras_transformer/decoding/cache.py): writing, growing and beam
+"""The decoding cache (keras_transformer/layers/cache.py): writing, growing and beam
 reordering, on hand-made buffers and on a model's own `Decoder.init_cache`."""
 
 import keras

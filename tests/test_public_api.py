@@ -98,13 +98,18 @@ def test_the_internal_modules_former_names_warn_and_are_the_modules(name, monkey
 
 
 @pytest.mark.parametrize(
-    "old, new", [("tokenizer", "pieces"), ("nllb_tokenizer", "nllb")], ids=["pieces", "nllb"]
+    "old, new",
+    [
+        ("pretrained.tokenizer", "tokenizers.pieces"),
+        ("pretrained.nllb_tokenizer", "tokenizers.nllb"),
+        ("decoding.cache", "layers.cache"),
+    ],
 )
-def test_the_tokenizers_former_modules_warn_and_are_the_modules(old, new, monkeypatch):
+def test_moved_modules_former_names_warn_and_are_the_modules(old, new, monkeypatch):
     import sys
 
-    moved = importlib.import_module(f"keras_transformer.tokenizers.{new}")
-    monkeypatch.delitem(sys.modules, f"keras_transformer.pretrained.{old}", raising=False)
-    with pytest.warns(DeprecationWarning, match=f"moved to keras_transformer.tokenizers.{new}"):
-        alias = importlib.import_module(f"keras_transformer.pretrained.{old}")
+    moved = importlib.import_module(f"keras_transformer.{new}")
+    monkeypatch.delitem(sys.modules, f"keras_transformer.{old}", raising=False)
+    with pytest.warns(DeprecationWarning, match=f"moved to keras_transformer.{new}"):
+        alias = importlib.import_module(f"keras_transformer.{old}")
     assert alias is moved

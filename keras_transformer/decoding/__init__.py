@@ -1,7 +1,8 @@
 """Incremental decoding with a trained `Transformer`, or a decoder-only language model.
 
-cache.py           the key/value cache: `AttentionCache`, `DecoderLayerCache`, `DecoderCache`
-                   (writing, growing, reordering)
+(cache)            the key/value cache, `AttentionCache`, `DecoderLayerCache`, `DecoderCache`
+                   (writing, growing, reordering): in `kt.layers.cache`, beside the layers
+                   that write it, and exported here
 settings.py        `DecodingSettings`: the one set of decoding settings every entry point
                    takes (the paper's by default)
 search.py          `greedy_search`, `sample`, `beam_search` over one loop helper, `decode_loop`
@@ -10,7 +11,6 @@ language_model.py  `generate`: the same searches for a decoder-only language mod
 parallel.py        `parallel_search`: slices of a batch as concurrent XLA programs
 """
 
-from keras_transformer.decoding.cache import AttentionCache, DecoderCache, DecoderLayerCache
 from keras_transformer.decoding.language_model import generate
 from keras_transformer.decoding.parallel import parallel_search
 from keras_transformer.decoding.search import (
@@ -23,6 +23,7 @@ from keras_transformer.decoding.search import (
     translate_ids,
 )
 from keras_transformer.decoding.settings import FINISH_RULES, STOPPING, DecodingSettings
+from keras_transformer.layers.cache import AttentionCache, DecoderCache, DecoderLayerCache
 
 __all__ = [
     "BOS_ID",

@@ -35,10 +35,9 @@ from keras import ops
 
 from keras_transformer import _backends as backends
 from keras_transformer import fast
-from keras_transformer.config import PAD_ID
 from keras_transformer.decoding.settings import DEFAULT, FINISH_RULES, STOPPING
+from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
-BOS_ID, EOS_ID = 2, 3
 FLOAT32_TINY = 2.0**-126  # the smallest normal float32
 NEG_INF = -1e9  # the log-probability of impossible choices; finite, so sums never give NaN
 # The self-attention buffers start with room for the first quarter of the output and grow

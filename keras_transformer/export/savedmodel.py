@@ -55,6 +55,7 @@ import tensorflow as tf
 from keras_transformer import decoding
 from keras_transformer._files import atomic_directory
 from keras_transformer._ragged import concat_rows
+from keras_transformer._version import __version__
 from keras_transformer.decoding.settings import (
     DEFAULT,
     LANGUAGE_CODE,
@@ -609,8 +610,6 @@ def resolve_model(model, vocabularies, directory, decoding=None, **overrides):
 
 
 def _package_version() -> str:
-    from keras_transformer import __version__
-
     return __version__
 
 

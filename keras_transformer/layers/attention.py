@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 from keras_transformer import ops as kt_ops
-from keras_transformer.decoding.cache import AttentionCache
+from keras_transformer.layers.cache import AttentionCache
 from keras_transformer.layers.dropout import PerReplicaDropout
 from keras_transformer.layers.initializers import fresh
 from keras_transformer.layers.quantization import dtype_policy_with_sublayers, sublayer_policy

@@ -5,9 +5,9 @@ from __future__ import annotations
 import keras
 
 from keras_transformer import ops as kt_ops
-from keras_transformer.decoding.cache import DecoderCache, DecoderLayerCache
 from keras_transformer.layers.attention import TransformerAttention
 from keras_transformer.layers.block import LayerOutput, TransformerBlock
+from keras_transformer.layers.cache import DecoderCache, DecoderLayerCache
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
 

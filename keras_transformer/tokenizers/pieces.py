@@ -19,8 +19,7 @@ import tensorflow as tf
 
 from keras_transformer import _workarounds as workarounds
 from keras_transformer._ragged import concat_rows
-from keras_transformer.config import PAD_ID
-from keras_transformer.text import BOS_ID, EOS_ID, UNK_ID
+from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # The special ids' pieces, at this library's ids (pad 0, unk 1, bos 2, eos 3).
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
