@@ -428,16 +428,16 @@ def _raise_terminated(signum, frame):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    # The paths first: a mistyped one costs no TensorFlow start-up.
-    if problem := flags.first_missing(("--model", args.model), ("--input", args.input)):
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
     if args.input and args.output and _same_file(args.input, args.output):
         print(f"error: --output {args.output} is the --input file", file=sys.stderr)
         return 2
     problem = args.output and _output_problem(args.output)  # before any work
     if problem:
         print(f"error: --output {args.output}: {problem}", file=sys.stderr)
+        return 2
+    # The paths, before the model loads: a mistyped one costs no TensorFlow start-up.
+    if problem := flags.first_missing(("--model", args.model), ("--input", args.input)):
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         problem = args.input and args.errors == "strict" and first_bad_line(args.input)
