@@ -1,15 +1,23 @@
 """The console scripts of pyproject.toml (`kt-train`...): each names a `main` of trainers/
-that takes no argument (as a console script calls it) and returns the exit status; those
-that parse their own arguments print their usage."""
+that takes no argument (as a console script calls it) and returns the exit status, and
+prints its usage under the name it was run by. A mistyped path is refused before TensorFlow
+starts, and the wheel carries the shipped configs that `kt-train --config NAME` names."""
 
 import importlib
 import inspect
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = ROOT / "pyproject.toml"
 
 
 def scripts() -> dict[str, str]:
@@ -20,8 +28,6 @@ def scripts() -> dict[str, str]:
 
 
 SCRIPTS = scripts()
-# Runs TensorFlow's saved_model_cli on sys.argv: no arguments of its own to parse.
-WITHOUT_ARGV = {"kt-saved-model-cli"}
 
 
 def target(script: str):
@@ -51,9 +57,166 @@ def test_a_script_calls_a_main_without_arguments_that_returns_the_status(script)
     assert inspect.signature(main).return_annotation in (int, "int")
 
 
-@pytest.mark.parametrize("script", sorted(set(SCRIPTS) - WITHOUT_ARGV))
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_a_script_prints_its_usage(script, capsys):
     with pytest.raises(SystemExit) as exit_status:
         target(script)(["--help"])
     assert exit_status.value.code == 0
     assert capsys.readouterr().out.startswith("usage:")
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_the_usage_names_the_command_the_user_ran(script, capsys, monkeypatch):
+    module = SCRIPTS[script].partition(":")[0]
+    ran = {  # sys.argv[0] -> the name in the usage line
+        f"/usr/local/bin/{script}": script,
+        str(ROOT / (module.replace(".", "/") + ".py")): f"python -m {module}",  # python -m
+    }
+    for argv0, name in ran.items():
+        monkeypatch.setattr(sys, "argv", [argv0, "--help"])
+        with pytest.raises(SystemExit):
+            target(script)(["--help"])
+        assert capsys.readouterr().out.startswith(f"usage: {name} "), argv0
+
+
+def run_program(module: str, *args, cwd=ROOT):
+    """`python -m MODULE ARGS` in a new process: (exit status, stderr, the heavy modules it
+    had imported when it ended)."""
+    program = (
+        "import json, runpy, sys\n"
+        f"sys.argv = [{module!r}, *{[str(a) for a in args]!r}]\n"
+        "try:\n"
+        f"    runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+        "    status = 0\n"
+        "except SystemExit as exit:\n"
+        "    status = exit.code\n"
+        "heavy = [m for m in ('tensorflow', 'keras', 'keras_transformer') if m in sys.modules]\n"
+        "print(json.dumps([status, heavy]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    status, heavy = json.loads(result.stdout.splitlines()[-1])
+    return status, result.stderr, heavy
+
+
+def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
+    """Each program given a path that is not there: one line naming it, exit status 2, and
+    neither TensorFlow nor Keras nor the library imported (about half a minute saved)."""
+    missing = tmp_path / "missing"
+    trained = tmp_path / "trained"  # written by this process, read by the program's
+    trained.mkdir()
+    (trained / "experiment.yaml").write_text("model: {}\n")
+    (trained / "model.keras").write_bytes(b"")  # there: the programs stop before reading it
+    cases = [
+        (("trainers.evaluate", "--model-dir", missing, "--split", "test"), f"{missing}"),
+        (
+            (
+                "trainers.evaluate",
+                "--model-dir",
+                trained,
+                "--model",
+                "model.averaged.keras",
+                "--split",
+                "test",
+            ),
+            "no model.averaged.keras",
+        ),
+        (
+            (
+                "trainers.evaluate",
+                "--model-dir",
+                trained,
+                "--model",
+                "model.keras",
+                "--source",
+                missing,
+                "--reference",
+                missing,
+            ),
+            f"--source {missing}",
+        ),
+        (("trainers.export", "--model-dir", missing, "--out", tmp_path / "out"), f"{missing}"),
+        (("trainers.import_pretrained", missing, "--model-dir", tmp_path / "x"), f"{missing}"),
+        (("trainers.import_marian", missing, "--model-dir", tmp_path / "x"), f"{missing}"),
+        (("trainers.translate", "--model", missing), f"--model {missing}"),
+        (("trainers.translate", "--model", trained, "--input", missing), f"--input {missing}"),
+        (
+            ("trainers.visualize", "--model-dir", missing, "--text", "x", "--out", missing),
+            f"{missing}",
+        ),
+        (("trainers.average_checkpoints", "--model-dir", missing), f"{missing}"),
+        (("trainers.train", "--config", missing, "--model-dir", missing), f"--config {missing}"),
+        (("trainers.train", "--model-dir", missing), f"--model-dir {missing}"),
+    ]
+    for args, named in cases:
+        status, stderr, heavy = run_program(*args)
+        assert status == 2, (args, stderr)
+        assert len(stderr.splitlines()) == 1 and stderr.startswith("error: "), (args, stderr)
+        assert named in stderr, (args, stderr)
+        assert heavy == [], (args, heavy)
+
+
+def test_a_hugging_face_id_is_not_refused_as_a_missing_path(tmp_path):
+    """`hf://ORG/NAME` is no local path: the import's own reader takes it (or refuses it)."""
+    status, stderr, _ = run_program(
+        "trainers.import_pretrained", "hf://org/name", "--model-dir", tmp_path / "x"
+    )
+    assert "no such checkpoint directory" not in stderr, stderr
+
+
+def test_saved_model_cli_help_exits_0_without_tensorflow():
+    status, stderr, heavy = run_program("trainers.saved_model_cli", "--help")
+    assert status == 0 and heavy == [], stderr
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_configs_that_an_installed_kt_train_names(tmp_path):
+    """A wheel built from the sources holds trainers/configs/*.yaml; installed (with its
+    console scripts) and run outside the checkout, `kt-train --config demo` reads the
+    shipped demo.yaml, and the usage names kt-train."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("keras_transformer", "trainers"):
+        shutil.copytree(
+            ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    build = ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", tmp_path / "dist"]
+    subprocess.run([*pip, *build, source], check=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    configs = sorted(ROOT.glob("trainers/configs/*.yaml"))
+    shipped = [n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("trainers/configs/")]
+    assert shipped == [f"trainers/configs/{p.name}" for p in configs] and configs
+    site = tmp_path / "site"
+    install = ["install", "--no-deps", "--no-index", "--target", site, wheel]
+    subprocess.run([*pip, *install], check=True, timeout=300)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    kt_train = [str(site / "bin" / "kt-train")]
+
+    def run(*args):
+        return subprocess.run(
+            [*kt_train, *args], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    usage = run("--help")
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: kt-train "), usage.stderr
+    assert "base_wmt14, big_wmt14, demo, small" in " ".join(usage.stdout.split())
+    trained = run("--config", "demo", "--model-dir", "runs/demo", "--set", "data.train=mine.tsv")
+    # demo.yaml read from the installed package: its data.train, set here, is looked for
+    assert trained.returncode == 2 and trained.stderr.strip().endswith("mine.tsv: no such file")
+    unknown = run("--config", "tiny", "--model-dir", "runs/tiny")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == (
+        "error: --config tiny: no such file, nor a shipped config of that name "
+        "(base_wmt14, big_wmt14, demo, small)"
+    )

@@ -4,8 +4,10 @@ library, and a fresh process with only tensorflow and tensorflow_text serving ba
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -430,7 +432,7 @@ def test_saved_model_cli_show_and_run(exported):
 def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     """One output line an input line: lines end at "\\n" only (a lone "\\r" stays inside its
     line, a CRLF's "\\r" is dropped, a UTF-8 byte order mark too), from a file as from
-    stdin."""
+    stdin; with --errors replace, a line that is not UTF-8 is translated, with a warning."""
     directory, _ = exported
     lines = (
         b"\xef\xbb\xbfAmen.\n\xff\xfe not UTF-8\n\nGod said.\r\nA fifth\rline.\nGod said.\nAmen.\n"
@@ -444,14 +446,27 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
         tmp_path / "in.txt",
         "--batch-size",
         "2",
+        "--errors",
+        "replace",
     )
     translations = result.stdout.split("\n")[:-1]
     assert len(translations) == 7
     assert translations[3] == translations[5]  # "God said." with and without "\\r"
     assert translations[0] == translations[6]  # "Amen." with and without the mark
     assert "translated 7 sentences in" in result.stderr  # and how fast, on stderr
+    assert f"warning: --input {tmp_path / 'in.txt'}: 1 line not UTF-8 (the first: line 2)" in (
+        result.stderr
+    )
     piped = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--saved-model", str(directory / "1")],
+        [
+            sys.executable,
+            "-m",
+            "trainers.translate",
+            "--saved-model",
+            str(directory / "1"),
+            "--errors",
+            "replace",
+        ],
         cwd=ROOT,
         env=ENV,
         input=lines,
@@ -460,6 +475,80 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     )
     assert piped.returncode == 0, piped.stderr[-2000:]
     assert piped.stdout.decode().split("\n")[:-1] == translations
+    assert "warning: stdin: 1 line not UTF-8 (the first: line 2)" in piped.stderr.decode()
+
+
+LATIN1 = "Amen.\nGod said: café.\nAmen.\n".encode("latin-1")
+
+
+def test_translate_cli_refuses_a_file_that_is_not_utf8_before_loading_the_model(tmp_path):
+    """By default, input that is not UTF-8 is refused, naming the file and its first bad line
+    (1-based), before any model loads; --output is left as it was."""
+    (tmp_path / "latin1.txt").write_bytes(LATIN1)
+    output = tmp_path / "out.txt"
+    output.write_text("the translations of yesterday\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "trainers.translate", "--model", str(tmp_path)]
+        + ["--input", str(tmp_path / "latin1.txt"), "--output", str(output)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: --input {tmp_path / 'latin1.txt'}: line 2 is not UTF-8 (byte 0xe9 at byte 14 "
+        "of the line); convert the input to UTF-8 (e.g. iconv -f latin1 -t utf-8), or "
+        "translate it with --errors replace (U+FFFD for bad bytes)"
+    ]
+    assert output.read_text() == "the translations of yesterday\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latin1.txt", "out.txt"]
+
+
+def test_translate_cli_refuses_stdin_that_is_not_utf8_and_writes_no_output(exported, tmp_path):
+    directory, _ = exported
+    output = tmp_path / "out.txt"
+    translate = ("trainers.translate", "--model", directory, "--output", output)
+    result = run_main(*translate, stdin=LATIN1, check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: stdin: line 2 is not UTF-8 (byte 0xe9")
+    assert list(tmp_path.iterdir()) == []  # neither the output nor a partial one
+    replaced = run_main(*translate, "--errors", "replace", stdin=LATIN1)
+    assert len(output.read_text().splitlines()) == 3
+    assert "warning: stdin: 1 line not UTF-8 (the first: line 2)" in replaced.stderr
+
+
+@pytest.mark.slow
+def test_a_sigterm_leaves_no_partial_output_and_the_previous_file_intact(exported, tmp_path):
+    """SIGTERM while translate writes --output: the hidden partial file is removed, the
+    existing output stays as it was, and the process ends as SIGTERM ends it."""
+    directory, _ = exported
+    (tmp_path / "long.txt").write_text("In the beginning God created the heavens.\n" * 100_000)
+    output = tmp_path / "out.txt"
+    output.write_text("the translations of yesterday\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainers.translate", "--model", str(directory)]
+        + ["--input", str(tmp_path / "long.txt"), "--output", str(output), "--batch-size", "4"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not list(tmp_path.glob(".partial-*")):  # translating: its partial file is there
+            assert process.poll() is None, process.stderr.read().decode()
+            assert time.monotonic() < deadline, "no partial output appeared"
+            time.sleep(0.2)
+        time.sleep(1.0)  # some batches written
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGTERM, process.stderr.read().decode()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.txt", "out.txt"]
+    assert output.read_text() == "the translations of yesterday\n"
 
 
 def test_translate_cli_n_best(exported):

@@ -88,6 +88,7 @@ def test_install_does_nothing_once_tensorflow_is_loaded(monkeypatch):
 def run_cli(*args, **env):
     """A command-line program in a fresh process, with TF_CPP_MIN_LOG_LEVEL unset unless
     given: what a user's shell gives it."""
+    args = [str(arg) for arg in args]
     environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     return subprocess.run(
         [sys.executable, "-m", *args],
@@ -99,21 +100,25 @@ def run_cli(*args, **env):
     )
 
 
-# `--last 0` is refused after TensorFlow, Keras and the library are loaded: the whole start-up,
-# then an error that must still be printed.
-REFUSED = ("trainers.average_checkpoints", "--model-dir", "runs/none", "--last", "0")
+@pytest.fixture
+def refused(tmp_path):
+    """A command whose `--last 0` is refused after TensorFlow, Keras and the library are
+    loaded (its model directory, with an experiment.yaml, passes the checks made before):
+    the whole start-up, then an error that must still be printed."""
+    (tmp_path / "experiment.yaml").write_text("model: {}\n")
+    return ("trainers.average_checkpoints", "--model-dir", tmp_path, "--last", "0")
 
 
 @pytest.mark.slow
-def test_a_program_starts_quietly_and_still_prints_its_error():
-    result = run_cli(*REFUSED)
+def test_a_program_starts_quietly_and_still_prints_its_error(refused):
+    result = run_cli(*refused)
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["error: --last=0 must be >= 1"], result.stderr
 
 
 @pytest.mark.slow
-def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again():
-    result = run_cli(*REFUSED, TF_CPP_MIN_LOG_LEVEL="0")
+def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again(refused):
+    result = run_cli(*refused, TF_CPP_MIN_LOG_LEVEL="0")
     assert result.returncode == 2
     assert "error: --last=0 must be >= 1" in result.stderr
     if not any(START_UP_LINE.match(line) for line in result.stderr.splitlines()):

@@ -12,14 +12,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainers import errors
+from trainers import errors, flags
 from trainers.errors import ConfigError
 from trainers.run_dir import AVERAGED, MODEL, RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.average_checkpoints", description=__doc__.split("\n")[0]
+        prog=flags.prog("trainers.average_checkpoints"), description=__doc__.split("\n")[0]
     )
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--last", type=int, default=5, help="how many checkpoints (default 5)")
@@ -53,9 +53,13 @@ def average_checkpoints(model, paths) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    run = RunDirectory(args.model_dir)
+    try:  # the directory first: a mistyped one costs no TensorFlow start-up
+        run.check_trained(model_file=None)  # checkpoints, not a model file, are averaged
+    except ConfigError as error:
+        return errors.fail(error)
     import keras_transformer as kt
 
-    run = RunDirectory(args.model_dir)
     try:
         if args.last < 1:
             raise ConfigError(f"--last={args.last} must be >= 1")

@@ -10,25 +10,25 @@
                          `LOST_WORKER_ERRORS`): start the same command again on every worker
 
 Every error is printed to stderr as one line, `error: MESSAGE`.
+
+The module is plain Python until `CorpusError`, `USER_ERRORS` or `LOST_WORKER_ERRORS` is
+first read (they bring the library and TensorFlow): a program checks its arguments and paths,
+and reports them with `fail`, before TensorFlow starts.
 """
 
 from __future__ import annotations
 
 import sys
 
-import tensorflow as tf
-
-from keras_transformer.corpus import CorpusError
-
 __all__ = [
     "EXIT_LOST_WORKER",
     "EXIT_OK",
     "EXIT_STOPPED",
     "EXIT_USER_ERROR",
-    "LOST_WORKER_ERRORS",
-    "USER_ERRORS",
+    "LOST_WORKER_ERRORS",  # noqa: F822  (__getattr__ below)
+    "USER_ERRORS",  # noqa: F822  (__getattr__ below)
     "ConfigError",
-    "CorpusError",
+    "CorpusError",  # noqa: F822  (__getattr__ below)
     "fail",
 ]
 
@@ -42,10 +42,21 @@ class ConfigError(ValueError):
     """A configuration value that cannot work; the message names where it came from."""
 
 
-# What a user can fix: reported as one line, without a traceback.
-USER_ERRORS = (ConfigError, CorpusError)
-# What a collective operation raises when another worker of the cluster is gone.
-LOST_WORKER_ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError)
+def __getattr__(name: str):
+    """The names that need the library or TensorFlow, imported on first use (PEP 562)."""
+    if name == "CorpusError":  # the corpus readers' error (keras_transformer.corpus)
+        from keras_transformer.corpus import CorpusError
+
+        return CorpusError
+    if name == "USER_ERRORS":  # what a user can fix: reported as one line, no traceback
+        from keras_transformer.corpus import CorpusError
+
+        return (ConfigError, CorpusError)
+    if name == "LOST_WORKER_ERRORS":  # what a collective operation raises when another
+        import tensorflow as tf  # worker of the cluster is gone
+
+        return (tf.errors.UnavailableError, tf.errors.CancelledError)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fail(error: BaseException | str, status: int = EXIT_USER_ERROR) -> int:

@@ -33,7 +33,7 @@ from trainers.run_dir import MODEL, RunDirectory, write_json
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.evaluate",
+        prog=flags.prog("trainers.evaluate"),
         description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -99,6 +99,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:  # the paths first: a mistyped one costs no TensorFlow start-up
+        RunDirectory(args.model_dir).check_trained(args.model)
+    except ConfigError as error:
+        return errors.fail(error)
+    if problem := flags.first_missing(("--source", args.source), ("--reference", args.reference)):
+        return errors.fail(problem)
     from keras_transformer import evaluation, fast
     from keras_transformer._files import atomic_write
     from keras_transformer.corpus import read_text_pair

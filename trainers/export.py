@@ -30,12 +30,13 @@ import sys
 from pathlib import Path
 
 from trainers import errors, flags
+from trainers.errors import ConfigError
 from trainers.run_dir import MODEL, RunDirectory, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.export",
+        prog=flags.prog("trainers.export"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -92,9 +93,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from keras_transformer import export, fast
-    from keras_transformer._files import atomic_write
-
     if args.quantization and args.format != "ctranslate2":
         return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))
     if args.stopping and args.format != "savedmodel":
@@ -104,6 +102,13 @@ def main(argv=None) -> int:
     if problem := flags.creatable(args.out):  # before any work
         return errors.fail(f"--out {args.out}: {problem}")
     run = RunDirectory(args.model_dir)
+    try:  # before TensorFlow starts: a mistyped path costs no start-up
+        run.check_trained(args.model)
+    except ConfigError as error:
+        return errors.fail(error)
+    from keras_transformer import export, fast
+    from keras_transformer._files import atomic_write
+
     try:  # the flags over the directory's decoding settings
         experiment, task = run.load_task(
             args.model,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 
@@ -45,4 +46,24 @@ def creatable(path) -> str | None:
             return None
         if folder.is_symlink():
             return f"{folder} is a broken link"
+    return None
+
+
+def prog(module: str) -> str:
+    """The name a program's usage line gives it: the command the user ran, `kt-translate`
+    when it runs as its console script (pyproject.toml's `[project.scripts]`), else
+    `python -m trainers.translate` (`module`). argparse's own default would be the file's
+    name, `translate.py`, which is no command."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    name = name.removesuffix(".exe")  # a console script's launcher on Windows
+    return name if name.startswith("kt-") else f"python -m {module}"
+
+
+def first_missing(*named) -> str | None:
+    """`FLAG PATH: no such file or folder` for the first `(flag, path)` pair whose path is
+    given (not None) and does not exist, or None. The programs check their input paths
+    with it before they import TensorFlow, so that a mistyped path costs no start-up."""
+    for flag, path in named:
+        if path is not None and not os.path.exists(path):
+            return f"{flag} {path}: no such file or folder"
     return None

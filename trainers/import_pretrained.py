@@ -80,8 +80,10 @@ from trainers.errors import ConfigError
 PRETRAINED = "pretrained.json"
 
 
-def parse_args(argv=None, prog: str = "python -m trainers.import_pretrained"):
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+def parse_args(argv=None, prog: str | None = None):
+    parser = argparse.ArgumentParser(
+        prog=prog or flags.prog("trainers.import_pretrained"), description=__doc__.split("\n")[0]
+    )
     parser.add_argument("path", type=Path, help="the checkpoint directory")
     parser.add_argument("--model-dir", required=True, type=Path, help="the new model directory")
     parser.add_argument(
@@ -101,8 +103,12 @@ def parse_args(argv=None, prog: str = "python -m trainers.import_pretrained"):
     return parser.parse_args(argv)
 
 
-def main(argv=None, prog: str = "python -m trainers.import_pretrained") -> int:
+def main(argv=None, prog: str | None = None) -> int:
     args = parse_args(argv, prog)
+    # Before TensorFlow starts: a mistyped path costs no start-up. A Hugging Face id
+    # (hf://ORG/NAME, "hf:/ORG/NAME" once a Path) is no local path: its reader checks it.
+    if not str(args.path).startswith("hf:/") and not args.path.exists():
+        return errors.fail(f"{args.path}: no such checkpoint directory")
     try:
         written = import_pretrained(
             args.path,

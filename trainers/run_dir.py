@@ -34,6 +34,10 @@ between them leaves a directory that loads from model.keras, never a preset whos
 are not model.keras's. The programs load a model through one call, `load_task`
 (`TransformerSeq2SeqLM.from_preset`), which also reads a directory written before the
 preset existed (model.keras, vocab/ and experiment.yaml).
+
+The module is plain Python until a method reads or writes a model, a vocabulary or the
+experiment: the programs name the directory's missing files (`check_trained`) before they
+import TensorFlow.
 """
 
 from __future__ import annotations
@@ -44,21 +48,18 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import keras
 import yaml
 
-import keras_transformer  # noqa: F401  (registers the classes that load_model needs)
-from keras_transformer._files import (
-    TEMPORARY_PREFIX,
-    atomic_write,
-    save_keras_file,
-    temporary_path,
-)
-from keras_transformer.text import Vocabularies
 from trainers import startup_logs
 from trainers.errors import ConfigError
-from trainers.experiment import Experiment, load_experiment
+
+if TYPE_CHECKING:
+    import keras
+
+    from keras_transformer.text import Vocabularies
+    from trainers.experiment import Experiment
 
 MODEL = "model.keras"
 AVERAGED = "model.averaged.keras"
@@ -68,11 +69,15 @@ PRESET_CONFIG = "config.json"  # keras-hub's root file of a preset: written last
 
 def write_json(path, value) -> None:
     """`value` as indented JSON, written atomically."""
+    from keras_transformer._files import atomic_write
+
     atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def save_model(model: keras.Model, path) -> None:
     """`model.save`, written atomically, with no second copy of the weights in memory."""
+    from keras_transformer._files import atomic_write, save_keras_file
+
     atomic_write(path, lambda temporary: save_keras_file(model, temporary))
 
 
@@ -232,6 +237,8 @@ class RunDirectory:
 
     def check_writable(self) -> None:
         """Creates the directory if needed and proves it can be written."""
+        from keras_transformer._files import temporary_path
+
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             probe = temporary_path(self.root / "write-test")
@@ -253,20 +260,32 @@ class RunDirectory:
     # Reading and writing --------------------------------------------------------------------
 
     def save_experiment(self, experiment: Experiment) -> None:
+        from keras_transformer._files import atomic_write
+
         text = yaml.safe_dump(experiment.to_dict(), sort_keys=False)
         atomic_write(self.experiment_file, text)
 
     def existing_experiment(self, overrides: list[str] = ()) -> Experiment:
         """The directory's experiment.yaml with `section.key=value` overrides: what
         `trainers.train` runs when it is given no --config."""
+        from trainers.experiment import load_experiment
+
+        self.check_experiment()
+
+        return load_experiment(self.experiment_file, overrides, resolved=True)
+
+    def check_experiment(self) -> None:
+        """ConfigError when the directory has no experiment.yaml for `trainers.train` to run
+        without --config. Plain Python, as `check_trained`."""
         if not self.experiment_file.exists():
             raise ConfigError(
                 f"--model-dir {self.root} has no experiment.yaml; give --config for a new run"
             )
-        return load_experiment(self.experiment_file, overrides, resolved=True)
 
     def load_experiment(self) -> Experiment:
         """The experiment the directory was trained with (vocabulary sizes included)."""
+        from trainers.experiment import load_experiment
+
         self._require(self.experiment_file.name)
         return load_experiment(self.experiment_file, resolved=True)
 
@@ -286,6 +305,8 @@ class RunDirectory:
 
     def load_vocabularies(self) -> Vocabularies:
         """The vocabularies in vocab/; ConfigError if missing or not the original files."""
+        from keras_transformer.text import Vocabularies
+
         try:
             with startup_logs.native_logs():
                 return Vocabularies.load(self.vocab)
@@ -320,6 +341,7 @@ class RunDirectory:
         the new ones: never a preset whose weights are not model.keras's. The same
         command run again writes both (the run's summary, written after, is missing).
         """
+        from keras_transformer._files import TEMPORARY_PREFIX, temporary_path
         from keras_transformer.models import TransformerSeq2SeqLM
 
         decoding = self.load_experiment().decoding
@@ -355,8 +377,7 @@ class RunDirectory:
         cannot be read, or the vocabulary is not the model's."""
         from keras_transformer.models import TransformerSeq2SeqLM
 
-        self._require(self.experiment_file.name)
-        self._require(model_file)
+        self.check_trained(model_file)
         experiment = self.load_experiment()
         try:
             settings = experiment.decoding.replace(**decoding)
@@ -375,6 +396,10 @@ class RunDirectory:
         """(experiment, vocabularies, model) of a trained directory, the model as the
         `kt.Transformer` of its .keras file (the benchmarks'; the programs use `load_task`);
         ConfigError when a file is missing or the vocabulary is not the model's."""
+        import keras
+
+        import keras_transformer  # noqa: F401  (registers the classes that load_model needs)
+
         self._require(self.experiment_file.name)
         self._require(model_file)
         experiment = self.load_experiment()
@@ -383,7 +408,18 @@ class RunDirectory:
         self.check_vocabulary(model.config, vocabularies)
         return experiment, vocabularies, model
 
+    def check_trained(self, model_file: str | None = MODEL) -> None:
+        """ConfigError naming what a trained directory lacks: the directory itself, its
+        experiment.yaml or the model file `model_file` (None: none needed). Plain Python:
+        the programs that read a trained directory call it before they import TensorFlow."""
+        self._require(self.experiment_file.name)
+        if model_file is not None:
+            self._require(model_file)
+
     def _require(self, name: str) -> None:
+        if not self.root.is_dir():
+            problem = "is a file, not a folder" if self.root.exists() else "no such folder"
+            raise ConfigError(f"--model-dir {self.root}: {problem}")
         if not (self.root / name).exists():
             raise ConfigError(f"--model-dir {self.root}: no {name}; train it first")
 

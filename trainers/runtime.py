@@ -1,14 +1,17 @@
 """Where training runs: logical CPU devices, the distribution strategy, the XLA decision, and
-which worker is the chief."""
+which worker is the chief. TensorFlow is imported by the functions that use it: the
+programs' argument parsers read `STRATEGIES` before it starts."""
 
 from __future__ import annotations
 
 import json
 import os
-
-import tensorflow as tf
+import typing
 
 from trainers.errors import ConfigError
+
+if typing.TYPE_CHECKING:
+    import tensorflow as tf
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -16,6 +19,8 @@ STRATEGIES = ("default", "mirrored", "multi_worker")
 def split_cpu(num_devices: int) -> None:
     """Splits the CPU into `num_devices` logical devices, so `MirroredStrategy` can run
     several replicas without GPUs. Must run before TensorFlow initializes its devices."""
+    import tensorflow as tf
+
     if num_devices < 1:
         raise ConfigError(f"--cpu-devices={num_devices} must be >= 1")
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -32,6 +37,8 @@ def split_cpu(num_devices: int) -> None:
 def make_strategy(kind: str) -> tf.distribute.Strategy:
     """ "default" (one device), "mirrored" (every local GPU, else every logical CPU device)
     or "multi_worker" (MultiWorkerMirroredStrategy over the cluster in TF_CONFIG)."""
+    import tensorflow as tf
+
     if kind == "default":
         return tf.distribute.get_strategy()
     if kind == "mirrored":
@@ -52,6 +59,8 @@ def make_strategy(kind: str) -> tf.distribute.Strategy:
 
 def devices(strategy: tf.distribute.Strategy) -> list[str]:
     """The devices the strategy's replicas run on (this worker's)."""
+    import tensorflow as tf
+
     try:
         return list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy: TensorFlow's default placement

@@ -1,6 +1,8 @@
 """Train a Transformer: `python -m trainers.train --config CONFIG.yaml --model-dir DIR`.
 
     python -m trainers.train --config trainers/configs/demo.yaml --model-dir runs/demo
+    kt-train --config small --model-dir runs/mine --set data.train=train.tsv \\
+        --set data.dev=dev.tsv --set data.test=test.tsv  # a config shipped with the package
     python -m trainers.train --config trainers/configs/small.yaml --model-dir runs/small \\
         --strategy mirrored --set training.steps=20000
     python -m trainers.train --model-dir runs/opus-en-es --set data.train=mine.tsv  # fine-tune
@@ -11,6 +13,11 @@ model directory (writable, not another experiment's) and the corpora. Running th
 command again resumes from the last backup; a finished run is not repeated. Exit statuses
 are trainers.errors's: 1 when the loss became NaN, 2 for a configuration or corpus error, 3
 when another worker was lost.
+
+--config takes a YAML file, or the name of one of the configs shipped in the package's
+trainers/configs/ (demo, small, base_wmt14, big_wmt14), which an installed package has too:
+their data paths are relative to the working directory (demo's are the checkout's
+data/bible-en-es/), so --set data.train=... points one at a corpus of one's own.
 """
 
 from __future__ import annotations
@@ -23,22 +30,28 @@ import time
 import typing
 from pathlib import Path
 
-import tensorflow as tf
-
-from trainers import callbacks as cb
-from trainers import checkpointing, errors, runtime, startup_logs
-from trainers.experiment import open_split, read_split
+from trainers import errors, flags, startup_logs
+from trainers.errors import ConfigError
 from trainers.provenance import provenance
 from trainers.run_dir import RunDirectory
+from trainers.runtime import STRATEGIES
+
+if typing.TYPE_CHECKING:  # TensorFlow is imported once the arguments and paths are checked
+    import tensorflow as tf
+
+    from trainers import callbacks as cb
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.train", description=__doc__.split("\n")[0]
+        prog=flags.prog("trainers.train"),
+        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[-1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--config",
-        help="experiment YAML file (default: the --model-dir's experiment.yaml, e.g. an "
+        help="experiment YAML file, or a shipped config's name: "
+        f"{', '.join(shipped_configs())} (default: the --model-dir's experiment.yaml, e.g. an "
         "imported model's)",
     )
     parser.add_argument("--model-dir", required=True, type=Path, help="where the run is written")
@@ -49,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="SECTION.KEY=VALUE",
         help="override a config value (repeatable), e.g. training.steps=2000",
     )
-    parser.add_argument("--strategy", default="default", choices=runtime.STRATEGIES)
+    parser.add_argument("--strategy", default="default", choices=STRATEGIES)
     parser.add_argument(
         "--cpu-devices",
         type=int,
@@ -67,15 +80,49 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+# The configs shipped in the package (pyproject.toml's package data).
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+def shipped_configs() -> list[str]:
+    """The names `--config` takes for the configs shipped in trainers/configs/."""
+    return sorted(path.stem for path in CONFIGS.glob("*.yaml"))
+
+
+def config_path(name: str) -> Path:
+    """The experiment file that `--config name` means: the file `name`, or else the shipped
+    config of that name (`demo`: trainers/configs/demo.yaml, wherever the package is
+    installed). ConfigError when it is neither. Plain Python: checked before TensorFlow
+    starts."""
+    path = Path(name)
+    if path.is_dir():
+        raise ConfigError(f"--config {name} is a folder; name a YAML file")
+    if path.exists():
+        return path
+    if path.name == name and not path.suffix and (CONFIGS / f"{name}.yaml").exists():
+        return CONFIGS / f"{name}.yaml"
+    raise ConfigError(
+        f"--config {name}: no such file, nor a shipped config of that name "
+        f"({', '.join(shipped_configs())})"
+    )
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:  # the paths first: a mistyped one costs no TensorFlow start-up
+        config = config_path(args.config) if args.config is not None else None
+        if config is None:
+            RunDirectory(args.model_dir).check_experiment()
+    except ConfigError as error:
+        return errors.fail(error)
+    from trainers import runtime
     from trainers.experiment import load_experiment
 
     try:
         if args.cpu_devices:
             runtime.split_cpu(args.cpu_devices)  # before anything else touches TensorFlow
-        if args.config is not None:
-            experiment = load_experiment(args.config, args.set)
+        if config is not None:
+            experiment = load_experiment(config, args.set)
         else:
             experiment = RunDirectory(args.model_dir).existing_experiment(args.set)
         summary = train(experiment, args.model_dir, args.strategy, args.verbose)
@@ -143,6 +190,8 @@ def _read_corpora(experiment):
     The training corpus is streamed: one pass checks it, counts it and keeps a bounded sample
     for the vocabulary; training reads it from the files again (`CorpusFiles.to_dataset`).
     """
+    from trainers.experiment import open_split, read_split
+
     data = experiment.data
     train = open_split(data, "train")
     print(f"reading {train.origin}...", flush=True)
@@ -169,8 +218,10 @@ def _place(strategy_kind: str, training) -> Placement:
     """The strategy, the worker's role and XLA; then the seeds (before any tokenizer: see
     keras_transformer.text), the speed switch and, if asked, TensorFlow's op determinism."""
     import keras
+    import tensorflow as tf
 
     import keras_transformer as kt
+    from trainers import runtime
 
     strategy = runtime.make_strategy(strategy_kind)
     if training.gradient_accumulation_steps > 1 and strategy.num_replicas_in_sync > 1:
@@ -252,6 +303,8 @@ def _model(run: RunDirectory, experiment, placement: Placement):
     """(compiled model, `checkpointing.Progress`): a new model, or the backup's state when
     there is one. Every worker resumes from the chief's backup: all hold the same state. A
     backup that the planned steps cannot continue is refused here, before any training."""
+    from trainers import checkpointing, runtime
+
     # An imported model starts from its weights, unless a backup holds fine-tuned ones.
     pretrained = run.pretrained_weights() if run.pretrained.exists() else None
     with placement.strategy.scope():
@@ -332,6 +385,8 @@ def _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, prog
     by data): the batches do not depend on the number of workers and replicas, and a resumed
     run skips exactly the `progress.batches` batches already consumed. (Each worker
     tokenizes every batch, a small cost next to a training step.)"""
+    import tensorflow as tf
+
     from keras_transformer import data
 
     batches = dict(
@@ -376,6 +431,8 @@ class Monitors(typing.NamedTuple):
 
 def _monitors(run: RunDirectory, training, vocabularies, dev_pairs, is_chief: bool) -> Monitors:
     """Throughput on every worker; the dev BLEU on the chief, when there is a dev split."""
+    from trainers import callbacks as cb
+
     if not is_chief or dev_pairs is None:
         return Monitors(cb.Throughput(), None)
     limit = training.bleu_max_sentences or len(dev_pairs)
@@ -395,6 +452,8 @@ def _callbacks(run: RunDirectory, training, is_chief: bool, monitors: Monitors, 
     `progress`), the checkpoints (keeping the last ones), TensorBoard logs and the dev
     BLEU."""
     import keras
+
+    from trainers import checkpointing
 
     callbacks = [keras.callbacks.TerminateOnNaN(), monitors.throughput]
     if not is_chief:

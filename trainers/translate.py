@@ -14,6 +14,13 @@ settings are the export's (`trainers.export`). --model (or its older name --save
 With --n-best K, each sentence gets its K best hypotheses, best first, as
 `INDEX ||| TRANSLATION ||| SCORE` lines (the n-best format of Moses and Marian; INDEX counts
 input lines from 0).
+
+Input must be UTF-8: a line that is not is refused (exit status 2), naming the file (or
+stdin) and the line, and nothing is written to --output; a file is checked whole before the
+model loads. `--errors replace` translates such lines instead, their bad bytes read as U+FFFD,
+with a warning that names the first one. With --output, a SIGTERM (or Ctrl-C) removes the
+partial output and leaves an existing file as it was; the process then ends as SIGTERM ends
+it (exit status 143 in a shell).
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -36,7 +45,7 @@ CTRANSLATE2_FORMAT = "keras-transformer/ctranslate2"  # keras_transformer.export
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.translate",
+        prog=flags.prog("trainers.translate"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -69,6 +78,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=flags.positive_int,
         default=1,
         help="write the K best hypotheses of each sentence (at most the beam size; default: 1)",
+    )
+    parser.add_argument(
+        "--errors",
+        choices=("strict", "replace"),
+        default="strict",
+        help="input lines that are not UTF-8: strict refuses them, naming the first, before "
+        "anything is written (the default); replace translates them, their bad bytes read as "
+        "U+FFFD, with a warning",
     )
     parser.add_argument(
         "--threads",
@@ -377,6 +394,38 @@ def batches(lines, size: int):
         yield batch
 
 
+def not_utf8(name: str, number: int, line: bytes) -> str | None:
+    """Why line `number` (1-based) of the input `name` is refused: the first byte that is
+    not UTF-8, and the two ways on; None for a UTF-8 line."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return (
+            f"{name}: line {number} is not UTF-8 (byte 0x{line[error.start]:02x} at byte "
+            f"{error.start + 1} of the line); convert the input to UTF-8 (e.g. iconv -f "
+            "latin1 -t utf-8), or translate it with --errors replace (U+FFFD for bad bytes)"
+        )
+    return None
+
+
+def first_bad_line(path: Path) -> str | None:
+    """`not_utf8`'s reason for the first line of the file `path` that is not UTF-8, or None:
+    read whole before the model loads. Lines end at "\\n", as `batches` cuts them."""
+    with open(path, "rb") as file:
+        for number, line in enumerate(file, start=1):
+            if (problem := not_utf8(f"--input {path}", number, line)) is not None:
+                return problem
+    return None
+
+
+class _Terminated(BaseException):
+    """A SIGTERM, raised in the main thread so that the partial output is removed."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.input and args.output and _same_file(args.input, args.output):
@@ -385,6 +434,17 @@ def main(argv=None) -> int:
     problem = args.output and _output_problem(args.output)  # before any work
     if problem:
         print(f"error: --output {args.output}: {problem}", file=sys.stderr)
+        return 2
+    # The paths, before the model loads: a mistyped one costs no TensorFlow start-up.
+    if problem := flags.first_missing(("--model", args.model), ("--input", args.input)):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        problem = args.input and args.errors == "strict" and first_bad_line(args.input)
+    except OSError as error:  # a folder, an unreadable file
+        problem = f"--input {args.input}: {error.strerror or error}"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         if is_ctranslate2(args.model):
@@ -401,9 +461,15 @@ def main(argv=None) -> int:
             print(f"error: --output {args.output}: {error.strerror or error}", file=sys.stderr)
             return 2
     sentences, started = 0, time.perf_counter()
+    name = f"--input {args.input}" if args.input else "stdin"
+    replaced = []  # the numbers of the lines read with U+FFFD (--errors replace)
     # The output goes to a temporary file beside --output, renamed when every line is done:
-    # a failure leaves an existing file as it was.
+    # a failure, a SIGTERM or Ctrl-C leaves an existing file as it was, and no partial one.
     partial = args.output and args.output.with_name(f".partial-{os.getpid()}-{args.output.name}")
+    previous_handler = None
+    if partial and threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # not a caller's own handler
+            previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         with contextlib.ExitStack() as files:  # closes the files it opened, not stdin/stdout
             if args.input:
@@ -422,6 +488,11 @@ def main(argv=None) -> int:
                 # Bytes as read: undecodable input becomes U+FFFD (in the SavedModel's graph,
                 # or here for CTranslate2).
                 raw = [line.encode("utf-8", "surrogateescape") for line in batch]
+                for number, line in enumerate(raw, start=sentences + 1):
+                    if (problem := not_utf8(name, number, line)) is not None:
+                        if args.errors == "strict":
+                            raise ValueError(problem)
+                        replaced.append(number)
                 if isinstance(translator, CTranslate2Translator):
                     text = [line.decode("utf-8", "replace") for line in raw]
                     results = translator.translate(text, n_best=args.n_best)
@@ -433,6 +504,11 @@ def main(argv=None) -> int:
                 sentences += len(batch)
         if partial:
             os.replace(partial, args.output)
+    except _Terminated:
+        partial.unlink(missing_ok=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # ends as an unhandled SIGTERM would
+        return 128 + signal.SIGTERM
     except (OSError, ValueError) as error:
         if partial:
             partial.unlink(missing_ok=True)
@@ -444,6 +520,20 @@ def main(argv=None) -> int:
             error = f"--output {args.output}: {error.strerror}"  # the user's name, not ours
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except BaseException:  # Ctrl-C...: no partial output left behind
+        if partial:
+            partial.unlink(missing_ok=True)
+        raise
+    finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+    if replaced:
+        print(
+            f"warning: {name}: {len(replaced)} line{'s' * (len(replaced) != 1)} not UTF-8 "
+            f"(the first: line {replaced[0]}), translated with U+FFFD for their bad bytes "
+            "(--errors replace)",
+            file=sys.stderr,
+        )
     seconds = time.perf_counter() - started
     print(
         f"translated {sentences} sentence{'' if sentences == 1 else 's'} in {seconds:.1f} s "

@@ -20,7 +20,7 @@ from trainers.run_dir import MODEL, RunDirectory
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainers.visualize", description=__doc__.split("\n")[0]
+        prog=flags.prog("trainers.visualize"), description=__doc__.split("\n")[0]
     )
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--model", default=MODEL, help="model file in the directory")
@@ -120,6 +120,10 @@ def draw(source, target, weights, path: Path, title: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:  # the paths first: a mistyped one costs no TensorFlow start-up
+        RunDirectory(args.model_dir).check_trained(args.model)
+    except ConfigError as error:
+        return errors.fail(error)
     try:  # decoding as evaluate and export decode: the directory's settings, the flag over them
         _, model = RunDirectory(args.model_dir).load_task(args.model, beam_size=args.beam_size)
         layers = model.config.num_decoder_layers
