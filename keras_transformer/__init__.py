@@ -29,9 +29,20 @@ Public API (`__all__`, and `dir()`; each module's `__all__` lists its own):
 
 import importlib
 import os
+import sys
 from typing import TYPE_CHECKING
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+# TensorFlow's start-up lines (oneDNN and CUDA notices, the failed cuInit of a machine without
+# a GPU) and SentencePiece's "precompiled_charsmap is empty" are held back, as the programs
+# hold them: TF_CPP_MIN_LOG_LEVEL is 2 unless set (TensorFlow reads it once, as it loads), and
+# `_logs` filters what TensorFlow writes before it reads it. TF_CPP_MIN_LOG_LEVEL=0 shows all.
+from keras_transformer import _logs  # noqa: E402
+
+if "tensorflow" not in sys.modules:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    _logs.install()
 
 from keras_transformer import _backends  # noqa: E402
 

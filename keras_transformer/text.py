@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from keras_transformer import _backends as backends
+from keras_transformer import _logs
 from keras_transformer import _workarounds as workarounds
 from keras_transformer._files import atomic_write
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -81,24 +82,25 @@ def train_sentencepiece(
     sentencepiece.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
-        sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=(s for s in sentences if s),
-            model_writer=model,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            byte_fallback=True,
-            normalization_rule_name="identity",
-            character_coverage=1.0,
-            hard_vocab_limit=False,
-            input_sentence_size=max_sentences,
-            shuffle_input_sentence=True,
-            num_threads=os.cpu_count() or 1,
-            minloglevel=2,
-        )
+        with _logs.native_logs():  # it loads what it learned: "precompiled_charsmap is empty"
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=(s for s in sentences if s),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                byte_fallback=True,
+                normalization_rule_name="identity",
+                character_coverage=1.0,
+                hard_vocab_limit=False,
+                input_sentence_size=max_sentences,
+                shuffle_input_sentence=True,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+            )
     except RuntimeError as error:
         raise ValueError(f"SentencePiece could not learn a vocabulary: {error}") from None
     return model.getvalue()
@@ -116,8 +118,9 @@ def make_tokenizer(proto: bytes) -> keras_hub.tokenizers.SentencePieceTokenizer:
 
     if isinstance(proto, (str, Path)):
         proto = Path(proto).read_bytes()
-    tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(proto=proto)
-    workarounds.keep_sentencepiece_model(tokenizer, proto)  # survives reseeding
+    with _logs.native_logs():  # the op logs loading a model without a normalization table
+        tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(proto=proto)
+        workarounds.keep_sentencepiece_model(tokenizer, proto)  # survives reseeding
     pieces = [tokenizer.id_to_token(i) for i in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)]
     if pieces != ["<pad>", "<unk>", "<s>", "</s>"]:
         raise ValueError(

@@ -1,5 +1,6 @@
-"""TensorFlow's start-up lines: hidden from the command-line programs by default, shown with
-TF_CPP_MIN_LOG_LEVEL=0; errors and Python's warnings still shown (trainers/startup_logs.py)."""
+"""TensorFlow's start-up lines: hidden from the command-line programs and from library use by
+default, shown with TF_CPP_MIN_LOG_LEVEL=0; errors and Python's warnings still shown
+(keras_transformer/_logs.py, which trainers/startup_logs.py loads)."""
 
 import os
 import re
@@ -82,7 +83,7 @@ def test_install_does_nothing_once_tensorflow_is_loaded(monkeypatch):
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     startup_logs.install()
-    assert not any(isinstance(f, startup_logs._FirstTensorFlowImport) for f in sys.meta_path)
+    assert not any(isinstance(f, startup_logs._logs._FirstTensorFlowImport) for f in sys.meta_path)
 
 
 def run_cli(*args, **env):
@@ -155,3 +156,46 @@ def test_sentencepieces_line_is_held_to_the_level_where_the_programs_load_a_voca
     assert quiet.returncode == 0 and shown.returncode == 0, quiet.stderr + shown.stderr
     assert quiet.stderr.splitlines() == ["loaded"], quiet.stderr
     assert "precompiled_charsmap is empty" in shown.stderr
+
+
+LIBRARY_USE = """
+import keras_transformer as kt
+from keras_transformer.models import TransformerSeq2SeqLM
+
+vocabularies = kt.text.Vocabularies.train(
+    ["In the beginning God created the heaven and the earth."] * 3,
+    ["En el principio creó Dios los cielos y la tierra."] * 3,
+    300,
+)
+config = kt.TransformerConfig.preset("tiny", vocab_size=vocabularies.target.vocabulary_size())
+task = TransformerSeq2SeqLM.from_transformer(kt.build_transformer(config), vocabularies)
+task.generate(["In the beginning.", "God."])
+marian = TransformerSeq2SeqLM.from_preset("tests/fixtures/marian/shared")
+marian.generate(["In the beginning."] * 3)
+print("done")
+"""
+
+
+@pytest.mark.slow
+def test_library_use_is_quiet_unless_asked():
+    """A session of library calls (a vocabulary learned, a task made, a Marian checkpoint
+    loaded, translations) writes nothing of TensorFlow's or SentencePiece's to standard error
+    by default; TF_CPP_MIN_LOG_LEVEL=0 shows them."""
+    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    runs = {}
+    for level in (None, "0"):
+        env = environ if level is None else {**environ, "TF_CPP_MIN_LOG_LEVEL": level}
+        result = subprocess.run(
+            [sys.executable, "-c", LIBRARY_USE],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.stdout.splitlines()[-1] == "done"
+        runs[level] = result.stderr
+    assert runs[None] == "", runs[None]
+    assert "precompiled_charsmap is empty" in runs["0"]
+    assert any(START_UP_LINE.match(line) for line in runs["0"].splitlines())

@@ -1,172 +1,45 @@
-"""TensorFlow's start-up lines, held to `TF_CPP_MIN_LOG_LEVEL`.
+"""TensorFlow's start-up lines and SentencePiece's, held to `TF_CPP_MIN_LOG_LEVEL`: the
+library's `keras_transformer._logs` (its docstring says how), which `import keras_transformer`
+installs for library use too.
 
-TensorFlow reads `TF_CPP_MIN_LOG_LEVEL` only once its libraries are loaded, but their static
-initializers log before that, through Abseil, which writes every line before
-`absl::InitializeLog()` whatever the threshold (abseil/abseil-cpp#1957, open; TensorFlow's
-side: tensorflow/tensorflow#102212). Each of the two copies of these libraries that
-`import tensorflow` loads writes, whatever the level:
-
-    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
-    I0000 00:00:1795580723.601126   14929 port.cc:153] oneDNN custom operations are on. ...
-    I0000 00:00:1795580723.601438   14929 cudart_stub.cc:31] Could not find cuda drivers ...
-
-and the first look at the devices adds, on a machine without a usable GPU,
-
-    E0000 00:00:1795580916.328109   16772 cuda_platform.cc:52] failed call to cuInit: ...
-
-`install()` runs the first `import tensorflow` of the process, and that look at the devices,
-with file descriptor 2 sent to a temporary file; then it writes back every line except those
-the level hides: log lines below it (INFO at 1, WARNING too at 2, ERROR too at 3), Abseil's
-notice (from 1) and the failed cuInit (from 2, as the warning it is: no GPU). Anything else,
-Python's warnings included, is written back as it was, after the import. With
-`TF_CPP_MIN_LOG_LEVEL=0` nothing is filtered. A crash inside the import would lose the
-captured lines: `faulthandler` still reports where it happened, and the same command with
-`TF_CPP_MIN_LOG_LEVEL=0` shows everything.
-
-Later lines are left to the level, but one: tensorflow-text's own copy of SentencePiece
-logs through its own logger, which no setting of that copy reaches from Python (its level
-is a C++ static, not exported), and writes
-
-    normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization.
-
-for each vocabulary without a normalization table (every one this project learns: its
-normalization is the identity) when the op loads it: making a tokenizer, loading a
-SavedModel. The programs run those calls inside `native_logs()`, which holds SentencePiece's
-lines to the level as TensorFlow's (its INFO hidden from 1).
-
-TensorFlow's `util.cc:131] oneDNN supports DT_INT64 only on platforms with AVX-512` (an
-ERROR, once a process, for the first int64 Transpose in a graph, whatever the CPU) has its
-cause removed instead: the library's graphs join ragged rows without TensorFlow's ragged
-concatenation, which transposes int64 row splits (`keras_transformer._ragged`).
+The programs load that one file without running the package's `__init__`, which imports
+Keras and so TensorFlow: they check their arguments and paths before TensorFlow starts, and
+install the filter before its first import. The module is the package's own afterwards
+(`sys.modules["keras_transformer._logs"]`), so the two never differ.
 """
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
-import importlib.abc
 import importlib.util
-import os
-import re
 import sys
-import tempfile
-
-# Abseil's "I0000 00:00:1795580723.601126   14929 port.cc:153] ...", TensorFlow's older
-# "2025-01-01 00:00:00.000000: I tensorflow/core/...cc:42] ..." and tensorflow-text's
-# SentencePiece's "normalizer.cc(51) LOG(INFO) precompiled_charsmap is ...": the severity.
-_LOG_LINE = re.compile(
-    rb"^(?:(?:(?P<absl>[IWEF])\d{4} [\d:.]+ +\d+ |[\d-]+ [\d:.]+: (?P<tf>[IWEF]) )\S+:\d+\] "
-    rb"|\S+\.cc\(\d+\) LOG\((?P<piece>[IWEF])(?:NFO|ARNING|RROR|ATAL)\) )"
-)
-_SEVERITY = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
-_ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called"
-_NO_GPU = b"failed call to cuInit"
+from pathlib import Path
 
 
-def min_log_level() -> int:
-    """TF_CPP_MIN_LOG_LEVEL as TensorFlow reads it: 0 when unset or not a number."""
-    try:
-        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
-    except ValueError:
-        return 0
+def _library_logs():
+    name = "keras_transformer._logs"
+    if name not in sys.modules:
+        package = importlib.util.find_spec("keras_transformer")
+        path = Path(next(iter(package.submodule_search_locations))) / "_logs.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
-def hidden(line: bytes, level: int) -> bool:
-    """Whether TensorFlow, had it read `level` in time, would not have written `line`."""
-    if level >= 1 and line.startswith(_ABSL_NOTICE):
-        return True
-    match = _LOG_LINE.match(line)
-    if match is None:
-        return False
-    severity = _SEVERITY[match["absl"] or match["tf"] or match["piece"]]
-    if severity == _SEVERITY[b"E"] and _NO_GPU in line:
-        severity = _SEVERITY[b"W"]
-    return severity < min(level, _SEVERITY[b"F"])
+_logs = _library_logs()
+filter_lines = _logs.filter_lines
+filtered_stderr = _logs.filtered_stderr
+hidden = _logs.hidden
+install = _logs.install
+min_log_level = _logs.min_log_level
+native_logs = _logs.native_logs
 
-
-def filter_lines(text: bytes, level: int) -> bytes:
-    """`text` without the lines that `hidden` names."""
-    return b"".join(line for line in text.splitlines(keepends=True) if not hidden(line, level))
-
-
-@contextlib.contextmanager
-def filtered_stderr(level: int):
-    """Sends file descriptor 2 to a temporary file inside the block, then writes back what
-    `filter_lines` keeps. A no-op when descriptor 2 is not open."""
-    sys.stderr.flush()
-    try:
-        terminal = os.dup(2)
-    except OSError:
-        yield
-        return
-    faulthandler_was_on = faulthandler.is_enabled()
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        faulthandler.enable(file=terminal)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(terminal, 2)
-            if faulthandler_was_on:  # on descriptor 2: `sys.stderr` may have none (Jupyter)
-                faulthandler.enable(file=2)
-            else:
-                faulthandler.disable()
-            os.close(terminal)
-            capture.seek(0)
-            kept = filter_lines(capture.read(), level)
-            while kept:
-                kept = kept[os.write(2, kept) :]
-
-
-def native_logs():
-    """A block whose C++ log lines (TensorFlow's and tensorflow-text's SentencePiece's) are
-    held to `TF_CPP_MIN_LOG_LEVEL` (`filtered_stderr`), or left alone at level 0. For the
-    calls that load a SentencePiece model: they take milliseconds, and anything else written
-    to standard error meanwhile is written back after them."""
-    level = min_log_level()
-    return filtered_stderr(level) if level > 0 else contextlib.nullcontext()
-
-
-class _FilteredLoader(importlib.abc.Loader):
-    """TensorFlow's own loader, run inside `filtered_stderr`, then the look at the devices."""
-
-    def __init__(self, loader, level: int):
-        self.loader = loader
-        self.level = level
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__spec__.loader = module.__loader__ = self.loader
-        with filtered_stderr(self.level):
-            self.loader.exec_module(module)
-            module.config.list_physical_devices()
-
-
-class _FirstTensorFlowImport(importlib.abc.MetaPathFinder):
-    """Finds `tensorflow` with the other finders, once, and wraps its loader."""
-
-    def __init__(self, level: int):
-        self.level = level
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "tensorflow":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _FilteredLoader(spec.loader, self.level)
-        return spec
-
-
-def install() -> None:
-    """Filters the first `import tensorflow` of this process, if it is still to come and
-    `TF_CPP_MIN_LOG_LEVEL` hides anything."""
-    level = min_log_level()
-    if level <= 0 or "tensorflow" in sys.modules:
-        return
-    if any(isinstance(finder, _FirstTensorFlowImport) for finder in sys.meta_path):
-        return
-    sys.meta_path.insert(0, _FirstTensorFlowImport(level))
+__all__ = [
+    "filter_lines",
+    "filtered_stderr",
+    "hidden",
+    "install",
+    "min_log_level",
+    "native_logs",
+]

@@ -6,6 +6,7 @@ import keras
 import keras_hub
 import tensorflow as tf
 
+from keras_transformer._ragged import concat_rows
 from keras_transformer.config import PAD_ID
 from keras_transformer.models.tokenizer import TransformerTokenizer
 from keras_transformer.text import BOS_ID, EOS_ID
@@ -108,9 +109,9 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         eos = tf.RaggedTensor.from_tensor(tf.fill([target.nrows(), 1], EOS_ID))
         inputs = {
             "source_ids": source_ids,
-            "target_ids": tf.concat([bos, target], axis=1).to_tensor(PAD_ID),
+            "target_ids": concat_rows(bos, target).to_tensor(PAD_ID),
         }
-        labels = tf.concat([target, eos], axis=1).to_tensor(PAD_ID)
+        labels = concat_rows(target, eos).to_tensor(PAD_ID)
         return keras.utils.pack_x_y_sample_weight(inputs, labels, sample_weight)
 
     def source_ids(self, sources):
@@ -119,7 +120,7 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         tokens = _ragged(self.tokenizer.tokenize(_strings(sources)))
         tokens = tokens[:, : self._length(self.encoder_sequence_length) - 1]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], EOS_ID))
-        return tf.concat([tokens, eos], axis=1).to_tensor(PAD_ID)
+        return concat_rows(tokens, eos).to_tensor(PAD_ID)
 
     def generate_preprocess(self, x, sequence_length=None, **kwargs):
         """Source text (str, list, string tensor or `{"encoder_text": ...}`) to

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from keras_transformer import _logs
 from keras_transformer import _workarounds as workarounds
 from keras_transformer._ragged import concat_rows
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -88,8 +89,9 @@ class PieceVocabularyTokenizer(keras.layers.Layer):
         self.pieces = pieces
         self.prefix_pattern = prefix_pattern
         self.special_tokens = {str(k): int(v) for k, v in (special_tokens or {}).items()}
-        self._segmenter = tensorflow_text.SentencepieceTokenizer(self.proto, out_type=tf.string)
-        workarounds.keep_sentencepiece_model(self._segmenter, self.proto)  # survives reseeding
+        with _logs.native_logs():  # the op logs loading a model without a normalization table
+            self._segmenter = tensorflow_text.SentencepieceTokenizer(self.proto, out_type=tf.string)
+            workarounds.keep_sentencepiece_model(self._segmenter, self.proto)  # survives reseeding
         keys = list(pieces) + list(self.special_tokens)
         values = list(range(len(pieces))) + list(self.special_tokens.values())
         # A special token's own id wins over its place in the list.
