@@ -19,6 +19,10 @@ from pathlib import Path  # noqa: E402
 from keras_transformer.pretrained.m2m100 import M2M100Error, load_m2m100  # noqa: E402
 from keras_transformer.pretrained.marian import load_marian  # noqa: E402
 
+# Registered with keras.saving, so that `kt.text.Vocabularies.load` (which imports this
+# package for it) finds the class a saved NLLB vocabulary names in any process.
+from keras_transformer.pretrained.nllb_tokenizer import NllbTokenizer  # noqa: E402, F401
+
 # config.json's model_type -> the reader of such a checkpoint directory.
 LOADERS = {"marian": load_marian, "m2m_100": load_m2m100}
 
