@@ -10,7 +10,10 @@ by name before anything is built."""
 
 import functools
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -291,6 +294,31 @@ def test_load_chooses_the_reader_by_model_type(tmp_path):
     (other / "config.json").write_text(json.dumps({"model_type": "bart"}))
     with pytest.raises(ValueError, match="model_type='bart' is not one this library reads"):
         kt.pretrained.load(other)
+
+
+def test_a_saved_nllb_vocabulary_loads_in_a_new_process(tmp_path):
+    """`Vocabularies.load` finds `NllbTokenizer` by the name pieces.json records in a process
+    that never ran the importer: an imported model directory, or a preset saved from one,
+    loaded by `from_preset` in a program or a notebook started afterwards."""
+    vocabularies = m2m100.load_vocabularies(CHECKPOINT)
+    vocabularies.save(tmp_path / "vocab")
+    code = (
+        "import sys\n"
+        "from keras_transformer.text import Vocabularies\n"
+        "source = Vocabularies.load(sys.argv[1]).source\n"
+        "print(type(source).__name__, source.language_id('spa_Latn'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "vocab")],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = f"NllbTokenizer {vocabularies.source.language_id('spa_Latn')}"
+    assert result.stdout.splitlines()[-1] == expected
 
 
 def test_from_preset_imports_the_checkpoint_and_saves_it_as_a_preset(tmp_path):

@@ -11,7 +11,11 @@
         --target-language spa_Latn
 
 PATH is a checkpoint directory in Hugging Face transformers' format, read without torch, of
-either architecture this library reads, chosen by config.json's `model_type`:
+either architecture this library reads, chosen by config.json's `model_type`, or its id on
+the Hugging Face Hub, `hf://ORG/NAME` or `hf://ORG/NAME@REVISION`
+(`python -m trainers.import_pretrained hf://Helsinki-NLP/opus-mt-en-es --model-dir DIR`),
+whose files the import reads are downloaded into the Hugging Face cache first (none with
+HF_HUB_OFFLINE=1: they must be there), and recorded as pretrained.json's source at their commit:
 
 - `marian`: an OPUS-MT model (config.json, source.spm, target.spm, vocab.json, and
   model.safetensors or tf_model.h5);
@@ -78,13 +82,19 @@ from trainers import errors, flags, startup_logs
 from trainers.errors import ConfigError
 
 PRETRAINED = "pretrained.json"
+# keras_transformer._hub.PREFIX, written out: parsing the arguments imports no library.
+HUB_PREFIX = "hf://"
 
 
 def parse_args(argv=None, prog: str | None = None):
     parser = argparse.ArgumentParser(
         prog=prog or flags.prog("trainers.import_pretrained"), description=__doc__.split("\n")[0]
     )
-    parser.add_argument("path", type=Path, help="the checkpoint directory")
+    parser.add_argument(
+        "path",
+        type=_path_or_hub_id,
+        help="the checkpoint directory, or hf://ORG/NAME[@REVISION] on the Hugging Face Hub",
+    )
     parser.add_argument("--model-dir", required=True, type=Path, help="the new model directory")
     parser.add_argument(
         "--target-language",
@@ -103,11 +113,17 @@ def parse_args(argv=None, prog: str | None = None):
     return parser.parse_args(argv)
 
 
+def _path_or_hub_id(text: str):
+    """A checkpoint directory as a Path; a Hub id as the string it is (a Path would merge the
+    `//` of `hf://`)."""
+    return text if text.startswith(HUB_PREFIX) else Path(text)
+
+
 def main(argv=None, prog: str | None = None) -> int:
     args = parse_args(argv, prog)
     # Before TensorFlow starts: a mistyped path costs no start-up. A Hugging Face id
-    # (hf://ORG/NAME, "hf:/ORG/NAME" once a Path) is no local path: its reader checks it.
-    if not str(args.path).startswith("hf:/") and not args.path.exists():
+    # (hf://ORG/NAME) is no local path: its reader checks it.
+    if not isinstance(args.path, str) and not args.path.exists():
         return errors.fail(f"{args.path}: no such checkpoint directory")
     try:
         written = import_pretrained(
@@ -143,7 +159,7 @@ def import_pretrained(
     warmup_steps: int = 500,
 ) -> Path:
     """Writes the model directory `model_dir` from the checkpoint at `path` (Marian or
-    M2M100, by config.json's `model_type`)."""
+    M2M100, by config.json's `model_type`), a directory or a Hub id (`hf://ORG/NAME`)."""
     from keras_transformer import pretrained
     from keras_transformer._files import atomic_directory, sha256
     from trainers.run_dir import PRETRAINED_MODEL, RunDirectory, write_json
@@ -159,6 +175,10 @@ def import_pretrained(
         raise ConfigError(f"--peak-learning-rate={peak_learning_rate} must be > 0")
     if warmup_steps < 1:
         raise ConfigError(f"--warmup-steps={warmup_steps} must be >= 1")
+    if str(path).startswith(HUB_PREFIX):
+        path, source = _from_hub(str(path))  # downloaded first: the checks below read it
+    else:
+        source = str(Path(path).resolve())
     try:
         kind = pretrained.model_type(path)
     except ValueError as error:
@@ -173,7 +193,7 @@ def import_pretrained(
     )
     record = {
         **imported.record,
-        "source": str(Path(path).resolve()),
+        "source": source,
         "files": {p.name: sha256(p) for p in imported.files},
         "notes": imported.notes,
         "imported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -192,6 +212,24 @@ def import_pretrained(
     except OSError as error:  # a full disk, a folder made read-only meanwhile...
         raise ConfigError(f"--model-dir {model_dir}: cannot write there ({error})") from None
     return model_dir
+
+
+def _from_hub(uri: str) -> tuple[Path, str]:
+    """The downloaded snapshot of a Hub checkpoint, and its id at that commit (the record's
+    source)."""
+    from keras_transformer import _hub as hub
+
+    try:
+        snapshot = hub.fetch(uri)
+    except hub.HubError as error:
+        raise ConfigError(str(error)) from None
+    if snapshot.model_type is None:
+        raise ConfigError(
+            f"{uri}: {snapshot.path / hub.CONFIG} is not a Marian or NLLB-200 checkpoint's "
+            f"(model_type 'marian' or 'm2m_100'); keras-hub's own presets load with "
+            "keras_hub.models.Task.from_preset"
+        )
+    return snapshot.path, snapshot.pinned
 
 
 def import_marian(path, model_dir, **kwargs) -> Path:

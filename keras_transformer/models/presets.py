@@ -1,6 +1,6 @@
 """Where a `TransformerSeq2SeqLM` comes from: a keras-hub preset, a Hugging Face Marian
-(OPUS-MT) or NLLB-200 (M2M100) checkpoint, or a `trainers.train` model directory, told apart
-by their files."""
+(OPUS-MT) or NLLB-200 (M2M100) checkpoint (a directory, or `hf://ORG/NAME[@REVISION]` on the
+Hub), or a `trainers.train` model directory, told apart by their files."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import keras
 import keras_hub
 
+from keras_transformer import _hub as hub
 from keras_transformer import _workarounds as workarounds
 from keras_transformer.decoding.settings import DecodingSettings
 
@@ -70,6 +71,8 @@ def kind(preset, model_file: str | None = None) -> str:
 def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_file=None, **kwargs):
     """`cls.from_preset`: the task of a preset, checkpoint or model directory, with
     `decoding` (settings or a dict of some settings) over the one it stores."""
+    if hub.is_hub_id(preset):
+        preset = _from_hub(preset, model_file)
     found = kind(preset, model_file)
     if found == PRESET:
         _check_backbone(preset, cls)
@@ -124,6 +127,27 @@ def task_from_transformer(cls, model, vocabularies, decoding=None, share_weights
             variable.assign(value)  # one at a time, no numpy copy
     preprocessor = TransformerSeq2SeqLMPreprocessor(TransformerTokenizer(vocabularies))
     return cls(backbone, preprocessor, decoding=decoding, **kwargs)
+
+
+def _from_hub(preset: str, model_file: str | None):
+    """A Hub checkpoint this library converts (Marian, NLLB-200) as its downloaded snapshot
+    directory; anything else on the Hub (a keras-hub preset, a transformers model keras-hub
+    converts) as the id itself, for keras-hub's loader, which downloads it as it does today.
+    The id is checked, and config.json downloaded, first."""
+    snapshot = hub.fetch(preset)
+    if snapshot.model_type is not None:
+        if model_file is not None:
+            raise ValueError(
+                f"model_file={model_file!r}: {preset} is a Hugging Face checkpoint, not a model "
+                "directory"
+            )
+        return snapshot.path
+    if snapshot.revision is not None:
+        raise ValueError(
+            f"{preset}: not a Marian or NLLB-200 checkpoint, so keras-hub's loader reads it, "
+            f"and it takes no revision: load {hub.PREFIX}{snapshot.repo_id}"
+        )
+    return preset
 
 
 def _check_backbone(preset, cls) -> None:

@@ -401,7 +401,10 @@ class TransformerSeq2SeqLM(
                 `kt.pretrained`); or a model directory of `trainers.train` (experiment.yaml,
                 model.keras, vocab/), written before or after this class existed: its
                 model.keras, the model as training left it, unless `model_file` says
-                otherwise.
+                otherwise. `"hf://ORG/NAME"` (or `"hf://ORG/NAME@REVISION"`) downloads an
+                OPUS-MT or NLLB-200 checkpoint from the Hugging Face Hub into its cache first
+                (only the files the import reads); any other hf:// repository is keras-hub's
+                to load.
             load_weights: bool. False leaves the weights initialized (presets only).
             **kwargs: `decoding` (settings over the preset's), `model_file` (a model
                 directory's `.keras` file other than model.keras, e.g.
