@@ -22,12 +22,18 @@ from keras_transformer.decoding.search import (
     sample,
     translate_ids,
 )
-from keras_transformer.decoding.settings import FINISH_RULES, STOPPING, DecodingSettings
+from keras_transformer.decoding.settings import (
+    FINISH_RULES,
+    RANKINGS,
+    STOPPING,
+    DecodingSettings,
+)
 
 __all__ = [
     "BOS_ID",
     "EOS_ID",
     "FINISH_RULES",
+    "RANKINGS",
     "STOPPING",
     "AttentionCache",
     "DecoderCache",
