@@ -35,8 +35,9 @@ class Translator:
         decoding: `kt.decoding.DecodingSettings` or None. How to decode; None takes the
             task's settings, or the defaults (the paper's) for a plain model.
         beam_size: int or None. When given, overrides that setting of `decoding` (see
-            `kt.decoding.DecodingSettings`), as do the five below.
+            `kt.decoding.DecodingSettings`), as do the six below.
         length_penalty: float or None.
+        ranking: str or None.
         finish_rule: str or None.
         stopping: str or None.
         max_extra_length: int or None.
@@ -67,6 +68,7 @@ class Translator:
         decoding: DecodingSettings | None = None,
         beam_size: int | None = None,
         length_penalty: float | None = None,
+        ranking: str | None = None,
         finish_rule: str | None = None,
         stopping: str | None = None,
         max_extra_length: int | None = None,
@@ -80,6 +82,7 @@ class Translator:
         decoding = decoding.replace(
             beam_size=beam_size,
             length_penalty=length_penalty,
+            ranking=ranking,
             finish_rule=finish_rule,
             stopping=stopping,
             max_extra_length=max_extra_length,

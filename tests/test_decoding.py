@@ -220,6 +220,97 @@ def test_n_best_of_a_beam_holding_every_hypothesis_are_the_exact_n_best():
         np.testing.assert_allclose(scores[row], all_scores[order], atol=1e-4)
 
 
+def test_length_ranking_of_a_beam_holding_every_hypothesis_gives_the_exact_n_best():
+    """The setting above with `ranking="length"`: the six best of all 15 hypotheses by logP /
+    |Y| ** alpha, |Y| counting EOS (CTranslate2's and transformers' rank), in order; and the
+    two rankings order them differently."""
+    keras.utils.set_random_seed(0)
+    model = kt.build_transformer(kt.TransformerConfig.preset("tiny", vocab_size=5))
+    source = np.array([[4, 1, 0], [4, 0, 0]])
+    orders = {"gnmt": [], "length": []}
+    for alpha, ranking in itertools.product((0.6, 1.0, 2.0), orders):
+        ids, scores = beam_search(
+            model,
+            source,
+            beam_size=36,
+            length_penalty=alpha,
+            max_extra_length=2,
+            num_hypotheses=6,
+            ranking=ranking,
+        )
+        for row, (sentence, limit) in enumerate(zip(source, [4, 3], strict=True)):
+            hypotheses = [
+                [*prefix, EOS] + [0] * (limit - length)
+                for length in range(1, limit + 1)
+                for prefix in itertools.product([1, 4], repeat=length - 1)
+            ]
+            all_scores = _log_prob(model, np.tile(sentence, [len(hypotheses), 1]), hypotheses)
+            lengths = _lengths(hypotheses)
+            all_scores /= lengths**alpha if ranking == "length" else _lp(lengths, alpha)
+            order = np.argsort(-all_scores)[:6]
+            np.testing.assert_array_equal(ids[row, :, :limit], np.array(hypotheses)[order])
+            np.testing.assert_allclose(scores[row], all_scores[order], atol=1e-4)
+            orders[ranking].append(order.tolist())
+    assert orders["gnmt"] != orders["length"]
+
+
+def _reference_k_finished_beam(model, sentence, beam_size, alpha, max_extra_length):
+    """CTranslate2's beam search in plain Python, each step's log-probabilities by teacher
+    forcing the whole prefix: the 2k best extensions; the k best not ending in EOS stay
+    alive; those ending in EOS among the k best finish (fairseq's rule); at the length limit
+    only EOS may come; it stops once k have finished, and ranks them by logP / |Y| ** alpha,
+    |Y| counting EOS. Returns the finished hypotheses' ids, EOS included, best first."""
+    limit = min(int((sentence != 0).sum()) + max_extra_length, model.config.max_length)
+    alive, finished = [([], 0.0)], []
+    for t in range(limit):
+        target = np.array([[BOS, *ids] for ids, _ in alive])
+        logits = model({"source_ids": np.tile(sentence, [len(alive), 1]), "target_ids": target})
+        log_probs = tf.nn.log_softmax(logits[:, -1]).numpy()  # (alive, vocab)
+        log_probs[:, [0, BOS]] = -np.inf  # padding and the start token are never generated
+        if t + 1 >= limit:
+            log_probs[:, np.arange(log_probs.shape[1]) != EOS] = -np.inf
+        candidates = sorted(
+            (
+                (score + log_probs[a, token], a, token)
+                for a, (_, score) in enumerate(alive)
+                for token in range(log_probs.shape[1])
+            ),
+            key=lambda c: -c[0],
+        )[: 2 * beam_size]
+        finished += [
+            (alive[a][0] + [token], s) for s, a, token in candidates[:beam_size] if token == EOS
+        ]
+        alive = [(alive[a][0] + [token], s) for s, a, token in candidates if token != EOS]
+        alive = alive[:beam_size]
+        if len(finished) >= beam_size or not alive:
+            break
+    return [ids for ids, score in sorted(finished, key=lambda h: -h[1] / len(h[0]) ** alpha)]
+
+
+def test_k_finished_stopping_with_length_ranking_is_ctranslate2s_beam_search(reversal_model):
+    """`finish_rule="fairseq"`, `stopping="k_finished"`, `ranking="length"`: the k best of
+    `_reference_k_finished_beam`, in order, on sentences whose hypotheses are close (where
+    "early" and "exact" stopping, which stop elsewhere, give other 3-bests on half of
+    them, and "tensor2tensor" finishing or "gnmt" ranking another best on some)."""
+    source = np.concatenate([UNFAMILIAR_SOURCE, np.random.default_rng(9).integers(4, 20, (8, 10))])
+    settings = dict(beam_size=3, length_penalty=1.0, max_extra_length=4)
+    ids, _ = beam_search(
+        reversal_model,
+        source,
+        finish_rule="fairseq",
+        stopping="k_finished",
+        ranking="length",
+        num_hypotheses=3,
+        **settings,
+    )
+    for row, sentence in enumerate(source):
+        expected = _reference_k_finished_beam(
+            reversal_model, sentence, settings["beam_size"], 1.0, settings["max_extra_length"]
+        )
+        for rank, hypothesis in enumerate(expected[:3]):
+            assert ids.numpy()[row, rank, : len(hypothesis)].tolist() == hypothesis, (row, rank)
+
+
 def test_n_best_starts_with_the_best_and_keeps_beam_size_hypotheses(model_and_source):
     """With exact stopping both searches run until nothing can beat what they return, so the
     n-best's first is the search's best (early stopping stops the 1-best search sooner)."""
@@ -659,6 +750,11 @@ def test_an_unknown_finish_rule_raises(random_model):
 def test_an_unknown_stopping_rule_raises(random_model):
     with pytest.raises(ValueError, match="stopping='never' must be one of"):
         beam_search(random_model, RANDOM_SOURCE, stopping="never")
+
+
+def test_an_unknown_ranking_raises(random_model):
+    with pytest.raises(ValueError, match="ranking='wu' must be one of \\('gnmt', 'length'\\)"):
+        beam_search(random_model, RANDOM_SOURCE, ranking="wu")
 
 
 @pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"top_k": -1}])

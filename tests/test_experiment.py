@@ -129,7 +129,11 @@ def test_demo_config_and_overrides():
         (
             "model: {preset: tiny}\ndata: {train: x}\ndecoding: {beam: 2}\n",
             "unknown key decoding.beam \\(known: beam_size, finish_rule, length_penalty, "
-            "max_extra_length, n_best, stopping, target_prefix\\)",
+            "max_extra_length, n_best, ranking, stopping, target_prefix\\)",
+        ),
+        (
+            "model: {preset: tiny}\ndata: {train: x}\ndecoding: {ranking: wu}\n",
+            "decoding.ranking='wu' must be one of \\('gnmt', 'length'\\)",
         ),
         ("model: [1, 2]\n", "'model' must be a mapping"),
         ("model: {preset: tiny\n", "not valid YAML"),
@@ -166,6 +170,13 @@ def test_the_decoding_section_is_the_librarys_settings(tmp_path):
         length_penalty=1.0, finish_rule="fairseq", max_extra_length=20, n_best=2
     )
     assert new.to_dict()["decoding"] == new.decoding.to_dict()  # all six, in the YAML
+    # ranking: "gnmt" where the file says nothing (a directory from before it), else its own.
+    assert settings.ranking == "gnmt"
+    ranked = write(
+        tmp_path, "model: {preset: tiny}\ndata: {train: x}\ndecoding: {ranking: length}\n"
+    )
+    assert load_experiment(ranked).decoding.ranking == "length"
+    assert load_experiment(DEMO, ["decoding.ranking=length"]).decoding.ranking == "length"
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,7 @@ def test_layout_and_manifest(exported, model, loaded):
         "max_input_tokens": MAX_LENGTH - 1,
         "stopping": "early",
         "target_prefix": None,
+        "ranking": "gnmt",
     }
     assert set(manifest["signatures"]) == {
         "serving_default",

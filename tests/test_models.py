@@ -382,6 +382,26 @@ def test_the_exports_take_the_task_and_its_preset(task, tmp_path):
     assert manifest["decoding"]["length_penalty"] == task.decoding.length_penalty
 
 
+def test_the_ranking_round_trips_and_an_old_preset_ranks_as_gnmt(task, tmp_path):
+    """`decoding.ranking` goes through to_dict/from_dict and a preset; a preset written
+    before it (no "ranking" in task.json's decoding) loads with "gnmt", as it decoded."""
+    settings = task.decoding.replace(ranking="length")
+    assert kt.decoding.DecodingSettings.from_dict(settings.to_dict()) == settings
+    assert settings.search_arguments()["ranking"] == "length"
+    task.decoding, kept = settings, task.decoding
+    try:
+        task.save_to_preset(str(tmp_path / "preset"))
+    finally:
+        task.decoding = kept
+    assert TransformerSeq2SeqLM.from_preset(tmp_path / "preset").decoding.ranking == "length"
+    task_json = tmp_path / "preset" / "task.json"
+    config = json.loads(task_json.read_text())
+    del config["config"]["decoding"]["ranking"]
+    task_json.write_text(json.dumps(config))
+    old = TransformerSeq2SeqLM.from_preset(tmp_path / "preset").decoding
+    assert old.ranking == "gnmt" and old == settings.replace(ranking="gnmt")
+
+
 def test_decoding_settings_are_checked_by_name():
     settings = kt.decoding.DecodingSettings
     assert settings() == settings.preset("paper")
@@ -394,6 +414,7 @@ def test_decoding_settings_are_checked_by_name():
         ({"length_penalty": float("nan")}, "length_penalty=nan must be finite"),
         ({"stopping": "late"}, "stopping='late' must be one of"),
         ({"finish_rule": "x"}, "finish_rule='x' must be one of"),
+        ({"ranking": "wu"}, "ranking='wu' must be one of \\('gnmt', 'length'\\)"),
         ({"max_extra_length": -1}, "max_extra_length=-1 must be an integer >= 0"),
         ({"n_best": 5}, "n_best=5 must be between 1 and the beam size 4"),
         ({"beam": 5}, "unknown decoding setting\\(s\\) \\['beam'\\]"),
@@ -405,7 +426,7 @@ def test_decoding_settings_are_checked_by_name():
     # The searches and the translator default to these settings.
     for search in (kt.decoding.beam_search, kt.decoding.translate_ids, kt.evaluation.Translator):
         parameters = inspect.signature(search).parameters
-        for name in ("beam_size", "length_penalty", "stopping", "finish_rule"):
+        for name in ("beam_size", "length_penalty", "stopping", "finish_rule", "ranking"):
             if name in parameters and search is not kt.evaluation.Translator:
                 assert parameters[name].default == getattr(settings(), name), (search, name)
     assert kt.evaluation.Translator.__init__.__kwdefaults__["decoding"] is None

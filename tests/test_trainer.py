@@ -311,6 +311,46 @@ def test_evaluate_own_files(trained, tmp_path):
     assert not split.exists() or json.loads(split.read_text())["data"] == "test"
 
 
+def test_the_ranking_flags_reach_evaluate_and_both_exports(trained, tmp_path):
+    """`--ranking length` over the directory's "gnmt": in evaluate's scores, in the SavedModel's
+    manifest (with `--stopping k_finished`), and in the CTranslate2 directory's, which
+    `trainers.translate` then runs in a process of its own with CTranslate2's own ranking."""
+    model_dir, _, _ = trained
+    result = run_main(
+        "trainers.evaluate", "--model-dir", model_dir, "--split", "test", "--limit", "4",
+        "--beam-size", "2", "--ranking", "length", "--output", tmp_path / "eval.hyp",
+    )  # fmt: skip
+    scores = json.loads(result.stdout[result.stdout.index("{") :])
+    assert (scores["ranking"], scores["length_penalty"]) == ("length", 0.8)
+    run_main(
+        "trainers.export", "--model-dir", model_dir, "--out", tmp_path / "saved",
+        "--beam-size", "2", "--ranking", "length", "--stopping", "k_finished",
+    )  # fmt: skip
+    manifest = json.loads((tmp_path / "saved" / "1" / "assets.extra" / "manifest.json").read_text())
+    assert (manifest["decoding"]["ranking"], manifest["decoding"]["stopping"]) == (
+        "length",
+        "k_finished",
+    )
+    pytest.importorskip("ctranslate2")  # installed by `make test` (requirements.txt)
+    run_main(
+        "trainers.export", "--model-dir", model_dir, "--out", tmp_path / "ct2",
+        "--format", "ctranslate2", "--beam-size", "2", "--ranking", "length",
+    )  # fmt: skip
+    decoding = json.loads((tmp_path / "ct2" / "manifest.json").read_text())["decoding"]
+    assert decoding["ranking"] == "length"
+    assert decoding["ctranslate2_options"]["length_penalty"] == 0.8  # the directory's alpha
+    translated = subprocess.run(
+        [sys.executable, "-m", "trainers.translate", "--model", tmp_path / "ct2"],
+        input="God is love.\n",
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1, translated
+
+
 @pytest.mark.parametrize(
     "program, args, message",
     [
@@ -318,6 +358,7 @@ def test_evaluate_own_files(trained, tmp_path):
         ("evaluate", ["--split", "test", "--limit", "0"], "--limit: 0 must be >= 1"),
         ("evaluate", ["--split", "test", "--output", "x.json"], "the scores go to NAME.json"),
         ("export", ["--out", "x", "--length-penalty", "-1"], "--length-penalty: -1 must be >="),
+        ("export", ["--out", "x", "--ranking", "wu"], "--ranking: invalid choice: 'wu'"),
         ("export", ["--out", str(ROOT / "README.md" / "x")], "README.md is a file, not a folder"),
         (
             "evaluate",

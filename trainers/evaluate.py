@@ -58,8 +58,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--length-penalty",
         type=flags.non_negative_float,
-        help="alpha of ((5 + length) / 6) ** alpha (default: the directory's "
-        "decoding.length_penalty, else 0.6)",
+        help="alpha of the length penalty, ((5 + length) / 6) ** alpha or length ** alpha "
+        "(--ranking) (default: the directory's decoding.length_penalty, else 0.6)",
+    )
+    parser.add_argument(
+        "--ranking",
+        choices=("gnmt", "length"),
+        help="the length penalty's form: gnmt, ((5 + length) / 6) ** alpha, or length, "
+        "length ** alpha as CTranslate2 and transformers rank, length counting EOS (default: "
+        "the directory's decoding.ranking, else gnmt)",
     )
     parser.add_argument(
         "--finish-rule",
@@ -69,10 +76,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--stopping",
-        choices=("exact", "early"),
+        choices=("exact", "early", "k_finished"),
         help="beam search: when a sentence stops (default: the directory's decoding.stopping, "
         "else early, the rule trainers.export serves: once no alive hypothesis could win by "
-        "ending at the next step; exact: tensor2tensor's rule, the paper's code)",
+        "ending at the next step; exact: tensor2tensor's rule, the paper's code; k_finished: "
+        "once beam-size hypotheses have finished, fairseq's and CTranslate2's rule)",
     )
     parser.add_argument(
         "--target-prefix",
@@ -118,6 +126,7 @@ def main(argv=None) -> int:
             args.model,  # the flags over the directory's decoding settings
             beam_size=args.beam_size,
             length_penalty=args.length_penalty,
+            ranking=args.ranking,
             finish_rule=args.finish_rule,
             stopping=args.stopping,
             target_prefix=args.target_prefix,
@@ -157,6 +166,7 @@ def main(argv=None) -> int:
         "data": name,
         "beam_size": settings.beam_size,
         "length_penalty": settings.length_penalty,
+        "ranking": settings.ranking,
         "finish_rule": settings.finish_rule,
         "stopping": settings.stopping,
         "quantize": args.quantize,

@@ -118,7 +118,8 @@ DecodingConfig = DecodingSettings
 `trainers.evaluate`, `trainers.export` and `trainers.visualize` (whose flags override them),
 recorded once in the model directory so that a bare `evaluate` scores as the export serves.
 It is the library's `kt.decoding.DecodingSettings` (beam_size, length_penalty, stopping,
-finish_rule, max_extra_length, n_best; the paper's beam search, section 6.1, by default),
+finish_rule, max_extra_length, n_best, target_prefix, ranking; the paper's beam search,
+section 6.1, by default),
 under the name this module always gave it."""
 
 

@@ -70,18 +70,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--length-penalty",
         type=flags.non_negative_float,
-        help="alpha of ((5 + length) / 6) ** alpha (default: the directory's "
-        "decoding.length_penalty, else 0.6)",
+        help="alpha of the length penalty, ((5 + length) / 6) ** alpha or length ** alpha "
+        "(--ranking) (default: the directory's decoding.length_penalty, else 0.6)",
+    )
+    parser.add_argument(
+        "--ranking",
+        choices=("gnmt", "length"),
+        help="the length penalty's form: gnmt, ((5 + length) / 6) ** alpha, or length, "
+        "length ** alpha as CTranslate2 and transformers rank, length counting EOS (default: "
+        "the directory's decoding.ranking, else gnmt; --format ctranslate2: length is its own "
+        "ranking, gnmt a re-ranking of its hypotheses)",
     )
     parser.add_argument(
         "--stopping",
-        choices=["exact", "early"],
+        choices=["exact", "early", "k_finished"],
         help="--format savedmodel: when beam search stops (default: the directory's "
         "decoding.stopping, else early: as soon as no alive "
         "hypothesis could beat the best finished one by ending at the next step, as "
         "CTranslate2, Marian and transformers stop; exact: tensor2tensor's rule, the best "
         "hypothesis the beam can reach, about twice the steps for almost always the same "
-        "translations: BENCHMARKS.md)",
+        "translations: BENCHMARKS.md; k_finished: once beam-size hypotheses have finished, "
+        "CTranslate2's rule)",
     )
     parser.add_argument(
         "--target-prefix",
@@ -114,6 +123,7 @@ def main(argv=None) -> int:
             args.model,
             beam_size=args.beam_size,
             length_penalty=args.length_penalty,
+            ranking=args.ranking,
             stopping=args.stopping,
             target_prefix=args.target_prefix,
         )

@@ -212,12 +212,17 @@ class CTranslate2Translator:
     with an empty translation, each sentence's output limited to its source length (EOS
     included) + `max_extra_length` tokens within `max_length`, a hypothesis that runs past its
     limit cut there and ended by EOS, scored as ours (`score_batch`), padding and the start
-    token never generated. Beam search ranks as ours:
-    CTranslate2 returns its `beam_size` finished hypotheses with their summed
-    log-probabilities (length penalty 0), re-ranked here by logP / ((5 + |Y|) / 6) ** alpha,
-    |Y| counting EOS (Wu et al., 2016).
-    CTranslate2's own stopping rule decides which hypotheses finish, so the best may differ
-    from our beam search's on rare sentences (BENCHMARKS.md measures how often).
+    token never generated. Beam search ranks as the manifest's `decoding.ranking` says
+    (`DecodingSettings.ranking`; "gnmt" in a manifest written before it). With "length" it
+    is CTranslate2's own, logP / |Y| ** alpha (its `length_penalty`), and its beam search is
+    ours with `finish_rule="fairseq"` and `stopping="k_finished"`: the same ids as a
+    SavedModel exported with those settings, but at near ties of the two engines' logits.
+    With "gnmt", which CTranslate2 lacks, it returns its `beam_size` finished hypotheses with
+    their summed log-probabilities (length penalty 0), ranked here by logP / ((5 + |Y|) / 6)
+    ** alpha (Wu et al., 2016); |Y| counts EOS in both. CTranslate2's own stopping rule then
+    decides which hypotheses finish, so the best may differ from our beam search's on some
+    sentences (docs/guides/serving.md measures how often). The other arguments it gets are
+    the manifest's `decoding.ctranslate2_options`.
 
     Args:
         directory: the CTranslate2 directory.
@@ -257,6 +262,17 @@ class CTranslate2Translator:
         self.length_penalty = decoding["length_penalty"]
         self.max_extra_length = decoding["max_extra_length"]
         self.max_length = decoding["max_length"]
+        self.ranking = decoding.get("ranking", "gnmt")
+        if self.ranking not in ("gnmt", "length"):
+            raise ValueError(
+                f"{directory / 'manifest.json'}: decoding.ranking={self.ranking!r} is not "
+                "'gnmt' or 'length'"
+            )
+        # translate_batch's arguments: a manifest written before they were recorded, today's.
+        self.options = decoding.get("ctranslate2_options") or {
+            "length_penalty": 0.0,
+            "suppress_sequences": [["<pad>"], ["<s>"]],
+        }
         # NLLB's target language: its pieces forced first, as the SavedModel forces them.
         prefix = decoding.get("target_prefix")
         self.target_prefix = self.rules.split(prefix) if prefix is not None else None
@@ -284,23 +300,26 @@ class CTranslate2Translator:
         results = [[Hypothesis([], "", 0.0)] * n_best for _ in sentences]
         if not todo:
             return results
+        options = {**self.options, "num_hypotheses": beam_size}
+        if beam_size == 1:  # greedy scores are summed log-probabilities, as ours
+            options["length_penalty"] = 0.0
+        # CTranslate2 ranks by its own length penalty ("length"), or we rank ("gnmt").
+        native = options.get("length_penalty", 0.0) != 0.0
         found = self.translator.translate_batch(
             [pieces[i] for i in todo],
             beam_size=beam_size,
-            num_hypotheses=beam_size,
-            length_penalty=0.0,
             return_scores=True,
             max_decoding_length=max(limits[i] for i in todo),
-            suppress_sequences=[["<pad>"], ["<s>"]],
+            **options,
             **({"target_prefix": [self.target_prefix] * len(todo)} if self.target_prefix else {}),
         )
         found = [list(zip(result.hypotheses, result.scores, strict=True)) for result in found]
-        self._cut_at_limits(found, [pieces[i] for i in todo], [limits[i] for i in todo])
-        for i, hypotheses in zip(todo, found, strict=True):
+        cut = self._cut_at_limits(found, [pieces[i] for i in todo], [limits[i] for i in todo])
+        for j, (i, hypotheses) in enumerate(zip(todo, found, strict=True)):
             ranked = {}  # tokens -> score; cut hypotheses may coincide
-            for tokens, score in hypotheses:
-                if beam_size > 1:  # greedy scores are summed log-probabilities, as ours
-                    score /= ((5.0 + len(tokens) + 1) / 6.0) ** self.length_penalty
+            for h, (tokens, score) in enumerate(hypotheses):
+                if beam_size > 1 and (not native or (j, h) in cut):  # a summed logP
+                    score /= self._length_penalty(len(tokens) + 1)  # |Y| counts EOS
                 ranked[tuple(tokens)] = score
             best = sorted(ranked.items(), key=lambda h: -h[1])[:n_best]
             results[i] = [
@@ -309,12 +328,20 @@ class CTranslate2Translator:
             ]
         return results
 
-    def _cut_at_limits(self, found, pieces, limits) -> None:
+    def _length_penalty(self, length: int) -> float:
+        """lp(Y) of a hypothesis of `length` tokens, EOS included, by the ranking."""
+        if self.ranking == "length":
+            return float(length) ** self.length_penalty
+        return ((5.0 + length) / 6.0) ** self.length_penalty
+
+    def _cut_at_limits(self, found, pieces, limits) -> set:
         """Ends each hypothesis that ran past its sentence's limit as our search does: cut to
         `limit - 1` tokens, then EOS, scored by the model (`score_batch`: the cut tokens'
         log-probabilities and EOS's). A batch decodes to its longest sentence's limit, so a
         shorter sentence's hypotheses may run past their own; one that reached the limit
-        without EOS is cut there too. In place: `found[j]` lists `(tokens, score)`."""
+        without EOS is cut there too. In place: `found[j]` lists `(tokens, score)`; returns
+        the `(j, h)` of the hypotheses cut (`found[j][h]`), whose scores are then summed
+        log-probabilities."""
         cut = [
             (j, h, tokens[: limits[j] - 1])
             for j, hypotheses in enumerate(found)
@@ -322,12 +349,13 @@ class CTranslate2Translator:
             if len(tokens) >= limits[j]
         ]
         if not cut:
-            return
+            return set()
         scored = self.translator.score_batch(
             [pieces[j] for j, _, _ in cut], [tokens for _, _, tokens in cut]
         )
         for (j, h, tokens), result in zip(cut, scored, strict=True):
             found[j][h] = (tokens, sum(result.log_probs))
+        return {(j, h) for j, h, _ in cut}
 
 
 class SavedModelTranslator:

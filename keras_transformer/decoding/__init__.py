@@ -22,13 +22,19 @@ from keras_transformer.decoding.search import (
     sample,
     translate_ids,
 )
-from keras_transformer.decoding.settings import FINISH_RULES, STOPPING, DecodingSettings
+from keras_transformer.decoding.settings import (
+    FINISH_RULES,
+    RANKINGS,
+    STOPPING,
+    DecodingSettings,
+)
 from keras_transformer.layers.cache import AttentionCache, DecoderCache, DecoderLayerCache
 
 __all__ = [
     "BOS_ID",
     "EOS_ID",
     "FINISH_RULES",
+    "RANKINGS",
     "STOPPING",
     "AttentionCache",
     "DecoderCache",

@@ -35,7 +35,7 @@ from keras import ops
 
 from keras_transformer import _backends as backends
 from keras_transformer import fast
-from keras_transformer.decoding.settings import DEFAULT, FINISH_RULES, STOPPING
+from keras_transformer.decoding.settings import DEFAULT, FINISH_RULES, RANKINGS, STOPPING
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 FLOAT32_TINY = 2.0**-126  # the smallest normal float32
@@ -166,24 +166,28 @@ def beam_search(
     num_hypotheses: int | None = None,
     stopping: str = DEFAULT.stopping,
     target_prefix=None,
+    ranking: str = DEFAULT.ranking,
 ) -> tuple:
     """Beam search with the length penalty of Wu et al. (2016), as in the paper (6.1).
 
-    Each sentence keeps `beam_size` = k alive hypotheses, ranked by their log-probability,
-    and the k best finished ones, ranked by logP(Y) / lp(Y) with lp(Y) = ((5 + |Y|) / 6) **
-    alpha (Wu et al., section 7; |Y| counts EOS). Each step takes the 2k best extensions of
-    the alive hypotheses; the k best of those not ending in EOS stay alive (their caches
-    follow them: `DecoderCache.reorder`), and those ending in EOS join the finished ones:
-    all of them with `finish_rule="tensor2tensor"` (the paper's code, tensor2tensor, kept in
-    TF Model Garden's `sequence_beam_search`), only those ranked among the first k with
+    Each sentence keeps `beam_size` = k alive hypotheses, ranked by their log-probability, and
+    the k best finished ones, ranked by logP(Y) / lp(Y) with lp(Y) = ((5 + |Y|) / 6) ** alpha
+    (`ranking="gnmt"`: Wu et al., section 7) or |Y| ** alpha (`"length"`: CTranslate2's and
+    transformers'), |Y| counting EOS (and forced prefix tokens). Each step takes the 2k best
+    extensions of the alive hypotheses; the k best of those not ending in EOS stay alive (their
+    caches follow them: `DecoderCache.reorder`), and those ending in EOS join the finished ones:
+    all of them with `finish_rule="tensor2tensor"` (the paper's code, tensor2tensor, kept in TF
+    Model Garden's `sequence_beam_search`), only those ranked among the first k with
     `"fairseq"`. Finished hypotheses are never extended. With `stopping="exact"` a sentence
-    stops when no alive hypothesis can beat its best finished one any more (its
-    log-probability only falls, and lp is largest at the length limit: tensor2tensor's
-    rule), or at its length limit; its result is then the best the beam can reach. With
-    `"early"` it stops as soon as the best alive hypothesis could not beat the best finished
-    one even by ending at the next step (Hugging Face's `early_stopping=False`; CTranslate2
-    and OpenNMT stop at about the same point, when a step's best candidate ends): far fewer
-    steps with a length penalty, and almost always the same result (BENCHMARKS.md). With
+    stops when no alive hypothesis can beat its best finished one any more (its log-probability
+    only falls, and lp is largest at the length limit: tensor2tensor's rule), or at its length
+    limit; its result is then the best the beam can reach. With `"early"` it stops as soon as
+    the best alive hypothesis could not beat the best finished one even by ending at the next
+    step (Hugging Face's `early_stopping=False`; CTranslate2 and OpenNMT stop at about the same
+    point, when a step's best candidate ends): far fewer steps with a length penalty, and almost
+    always the same result (BENCHMARKS.md). With `"k_finished"` it stops once k hypotheses have
+    finished (fairseq's rule, and CTranslate2's with a length penalty: with
+    `finish_rule="fairseq"` and `ranking="length"` this is CTranslate2's beam search). With
     `length_penalty=0` and `finish_rule="fairseq"`, `beam_size=1` is greedy search
     (`"tensor2tensor"` also finishes an EOS ranked second, which may score better).
 
@@ -201,8 +205,11 @@ def beam_search(
             `beam_size`) returns its n best, and a sentence then stops only when no alive
             hypothesis can beat its n-th best finished one. Defaults to None.
         stopping: str. When a sentence stops: "exact" (no alive hypothesis can beat its
-            finished ones at any length it may still reach) or "early" (none could by ending
-            at the next step). Defaults to "early".
+            finished ones at any length it may still reach), "early" (none could by ending
+            at the next step) or "k_finished" (k hypotheses have finished). Defaults to
+            "early".
+        ranking: str. The length penalty's form: "gnmt" or "length" (above). Defaults to
+            "gnmt".
 
     Returns:
         `(ids int32 [batch, out_len], scores float32 [batch])`: the best finished hypothesis
@@ -220,7 +227,7 @@ def beam_search(
         On TensorFlow it runs eagerly, or compiled inside `tf.function(..., jit_compile=True)`;
         on JAX it compiles itself, once per model and settings.
     """
-    _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses)
+    _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses, ranking)
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
     # Rows of the decoder are hypotheses, sentence-major: hypothesis j of sentence b is row
     # b * k + j.
@@ -236,6 +243,7 @@ def beam_search(
         finish_rule=finish_rule,
         stopping=stopping,
         num_hypotheses=num_hypotheses,
+        ranking=ranking,
         prefix=_target_prefix(target_prefix, _batch_size(source_ids)),
         **_translation(bos_id, eos_id),
     )
@@ -252,6 +260,7 @@ def translate_ids(
     stopping: str = DEFAULT.stopping,
     max_length: int | None = None,
     target_prefix=None,
+    ranking: str = DEFAULT.ranking,
 ) -> tuple:
     """`greedy_search` when `beam_size` is 1, else `beam_search`: what translators call,
     with `kt.decoding.DecodingSettings`'s defaults (`settings.search_arguments()`), and the
@@ -274,6 +283,7 @@ def translate_ids(
         max_length=max_length,
         stopping=stopping,
         target_prefix=target_prefix,
+        ranking=ranking,
     )
 
 
@@ -403,6 +413,7 @@ def _beam(
     force_stop,
     offset=0,
     prefix=None,
+    ranking="gnmt",
 ):
     """Beam search's loop (see `beam_search`) over `step` on `batch * beam_size` rows,
     sentence-major, from `start_ids` `[batch, max_len + 1]`. A hypothesis ends with a token
@@ -416,7 +427,11 @@ def _beam(
     first_row = ops.arange(batch, dtype="int32")[:, None] * k  # (batch, 1)
 
     def lp(length):
-        return ((5.0 + ops.cast(length, "float32")) / 6.0) ** length_penalty
+        """lp(Y) of a hypothesis of `length` tokens, EOS included."""
+        length = ops.cast(length, "float32")
+        if ranking == "length":
+            return length**length_penalty
+        return ((5.0 + length) / 6.0) ** length_penalty
 
     def body(t, state, cache):
         alive_ids, alive_logp, finished_ids, finished_scores, done = state
@@ -453,7 +468,11 @@ def _beam(
         # The best score an alive hypothesis may still reach (exact: at the length limit), or
         # could reach by ending at the next step (early).
         best_alive_bound = alive_logp[:, 0] / lp(limits if stopping == "exact" else t + 2)
-        done = done | at_limit | (finished_scores[:, n_best - 1] >= best_alive_bound)
+        if stopping == "k_finished":  # k hypotheses finished (the k best are kept)
+            settled = finished_scores[:, k - 1] > NEG_INF / 2
+        else:
+            settled = finished_scores[:, n_best - 1] >= best_alive_bound
+        done = done | at_limit | settled
         return (alive_ids, alive_logp, finished_ids, finished_scores, done), cache
 
     ids = ops.tile(start_ids[:, None, :], (1, k, 1))  # (batch, beam, T + 1)
@@ -474,7 +493,9 @@ def _beam(
     return finished_ids[:, :n_best, 1:], finished_scores[:, :n_best]
 
 
-def _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses) -> None:
+def _check_beam(
+    beam_size, length_penalty, finish_rule, stopping, num_hypotheses, ranking="gnmt"
+) -> None:
     """Checks beam search's settings."""
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1")
@@ -484,6 +505,8 @@ def _check_beam(beam_size, length_penalty, finish_rule, stopping, num_hypotheses
         raise ValueError(f"finish_rule={finish_rule!r} must be one of {FINISH_RULES}")
     if stopping not in STOPPING:
         raise ValueError(f"stopping={stopping!r} must be one of {STOPPING}")
+    if ranking not in RANKINGS:
+        raise ValueError(f"ranking={ranking!r} must be one of {RANKINGS}")
     n_best = 1 if num_hypotheses is None else num_hypotheses
     if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
         raise ValueError(

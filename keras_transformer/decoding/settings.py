@@ -13,7 +13,8 @@ import dataclasses
 from typing import Any
 
 FINISH_RULES = ("tensor2tensor", "fairseq")
-STOPPING = ("exact", "early")
+STOPPING = ("exact", "early", "k_finished")
+RANKINGS = ("gnmt", "length")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,13 +25,16 @@ class DecodingSettings:
     Args:
         beam_size: int >= 1. Hypotheses kept per sentence; 1 is greedy search. Defaults to 4
             (paper 6.1).
-        length_penalty: float >= 0. alpha of lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al.,
-            2016); 0 ranks by log-probability alone. Defaults to 0.6 (paper 6.1).
+        length_penalty: float >= 0. alpha, the exponent of the length penalty lp(Y) that
+            finished hypotheses are ranked by, logP(Y) / lp(Y) (`ranking` says which lp); 0
+            ranks by log-probability alone. Defaults to 0.6 (paper 6.1).
         stopping: str. "early": a sentence stops once its best alive hypothesis could not
             beat its best finished one by ending at the next step (the paper's "terminate
-            early when possible", as CTranslate2, Marian and transformers stop); "exact":
-            once no alive hypothesis could beat it at any length (tensor2tensor's rule, more
-            steps). Defaults to "early".
+            early when possible", as Marian and transformers' `early_stopping=False`
+            stop); "exact": once no alive hypothesis could beat it at any length
+            (tensor2tensor's rule, more steps); "k_finished": once `beam_size` hypotheses
+            have finished (fairseq's rule, CTranslate2's with a length penalty,
+            transformers' `early_stopping=True`). Defaults to "early".
         finish_rule: str. Which EOS extensions join the finished set: "tensor2tensor" (every
             one among the 2k best) or "fairseq" (those among the k best). Defaults to
             "tensor2tensor".
@@ -42,6 +46,11 @@ class DecodingSettings:
             (the target tokenizer's) are forced as the first outputs, as NLLB-200's target
             language code ("spa_Latn") is, and transformers' `forced_bos_token_id` forces
             it. Defaults to None (nothing forced).
+        ranking: str. The length penalty's form: "gnmt", lp(Y) = ((5 + |Y|) / 6) ** alpha
+            (Wu et al., 2016, section 7; the paper's code), or "length", lp(Y) = |Y| **
+            alpha, as CTranslate2 and transformers rank (their `length_penalty`). In both
+            |Y| counts every output token, EOS and forced prefix tokens included, as theirs
+            does. Defaults to "gnmt".
 
     Examples:
         >>> from keras_transformer.decoding import DecodingSettings
@@ -58,6 +67,7 @@ class DecodingSettings:
     max_extra_length: int = 50
     n_best: int = 1
     target_prefix: str | None = None
+    ranking: str = "gnmt"
 
     def __post_init__(self) -> None:
         for name, minimum in (("beam_size", 1), ("max_extra_length", 0), ("n_best", 1)):
@@ -73,6 +83,8 @@ class DecodingSettings:
             raise ValueError(f"stopping={self.stopping!r} must be one of {STOPPING}")
         if self.finish_rule not in FINISH_RULES:
             raise ValueError(f"finish_rule={self.finish_rule!r} must be one of {FINISH_RULES}")
+        if self.ranking not in RANKINGS:
+            raise ValueError(f"ranking={self.ranking!r} must be one of {RANKINGS}")
         prefix = self.target_prefix
         if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
             raise ValueError(f"target_prefix={prefix!r} must be None or a non-blank string")
@@ -126,6 +138,7 @@ class DecodingSettings:
             "finish_rule": self.finish_rule,
             "max_extra_length": self.max_extra_length,
             "stopping": self.stopping,
+            "ranking": self.ranking,
         }
 
 
@@ -210,6 +223,7 @@ __all__ = [
     "FINISH_RULES",
     "LANGUAGE_CODE",
     "PRESETS",
+    "RANKINGS",
     "STOPPING",
     "check_target_prefix",
     "language_codes",

@@ -18,7 +18,8 @@ Face models, but not Keras ones. This module maps a `keras_transformer.Transform
 A model CTranslate2 cannot run (an activation it lacks) is refused with a `ValueError` that
 says why. The directory holds CTranslate2's `model.bin`, `config.json` and vocabularies, our
 SentencePiece models (`shared.model`, or `source.model` and `target.model`) and
-`manifest.json` (model config, decoding settings, special ids); running it needs only
+`manifest.json` (model config, decoding settings, special ids, and the arguments of
+CTranslate2's `translate_batch` that carry them: `ctranslate2_options`); running it needs only
 `ctranslate2` and `sentencepiece` (`trainers.translate --model DIR` does, without
 TensorFlow). Writing it needs the optional `ctranslate2` package
 (`pip install keras-transformer[ctranslate2]`).
@@ -131,6 +132,7 @@ def export_ctranslate2(
     max_extra_length: int | None = None,
     manifest: dict | None = None,
     target_prefix: str | None = None,
+    ranking: str | None = None,
 ) -> Path:
     """Writes `directory`, a CTranslate2 model of `model` (see the module doc).
 
@@ -157,6 +159,13 @@ def export_ctranslate2(
             directory, which give its tokens to CTranslate2's `translate_batch(...,
             target_prefix=...)`. None takes the settings' (`decoding.target_prefix`).
             Defaults to None.
+        ranking: str or None. The length penalty's form (`DecodingSettings.ranking`); None
+            takes the settings'. With "length" translators run CTranslate2's own ranking
+            (its `length_penalty`): its beam search is then ours with `finish_rule="fairseq"`
+            and `stopping="k_finished"`, which the manifest records. With "gnmt", which
+            CTranslate2 lacks, they ask it for `beam_size` hypotheses scored by
+            log-probability alone and rank them by ours (its stopping rule is then its own:
+            the manifest records none).
 
     Returns:
         The directory written.
@@ -170,6 +179,7 @@ def export_ctranslate2(
         length_penalty=length_penalty,
         max_extra_length=max_extra_length,
         target_prefix=target_prefix,
+        ranking=ranking,
     )
     beam_size, length_penalty = settings.beam_size, settings.length_penalty
     target_prefix = settings.target_prefix
@@ -203,11 +213,41 @@ def export_ctranslate2(
                 "max_extra_length": max_extra_length,
                 "max_length": model.config.max_length,
                 "target_prefix": target_prefix,
+                **ctranslate2_decoding(settings),
             },
             **(manifest or {}),
         }
         (temporary / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
     return directory
+
+
+def ctranslate2_decoding(settings: DecodingSettings) -> dict:
+    """How translators of the directory decode with `settings`, in `manifest.json`'s
+    `decoding`: the ranking, the rules CTranslate2's beam search then follows in this
+    library's terms (`finish_rule`, `stopping`: None where it has none of ours), and
+    `ctranslate2_options`, the arguments of `translate_batch` that `trainers.translate`
+    applies beside the beam size, the length limit and the target prefix.
+
+    CTranslate2 finishes the hypotheses ending in EOS among the k best extensions (fairseq's
+    rule) and, with a length penalty, stops once k have finished, ranking them by logP /
+    |Y| ** alpha, |Y| counting EOS and the target prefix: ours with `ranking="length"`,
+    `finish_rule="fairseq"`, `stopping="k_finished"`. `min_decoding_length` 0 lets it end at
+    the first step as ours may (its default, 1, takes EOS out of the first step's softmax).
+    Without a length penalty (alpha 0, or "gnmt", for which it ranks by log-probability
+    alone and translators rank its k hypotheses anew) it stops once k have finished and its
+    best candidate has ended, a rule of its own."""
+    length = settings.ranking == "length"
+    return {
+        "ranking": settings.ranking,
+        "finish_rule": "fairseq",
+        "stopping": "k_finished" if length and settings.length_penalty else None,
+        "ctranslate2_options": {
+            "num_hypotheses": settings.beam_size,
+            "length_penalty": settings.length_penalty if length else 0.0,
+            "min_decoding_length": 0 if length else 1,
+            "suppress_sequences": [["<pad>"], ["<s>"]],  # never generated, as in our search
+        },
+    }
 
 
 def _numpy(variable) -> np.ndarray:
@@ -302,4 +342,10 @@ def _set_norm(spec, norm) -> None:
     spec.beta = _numpy(norm.beta)
 
 
-__all__ = ["MANIFEST", "check_convertible", "export_ctranslate2", "transformer_spec"]
+__all__ = [
+    "MANIFEST",
+    "check_convertible",
+    "ctranslate2_decoding",
+    "export_ctranslate2",
+    "transformer_spec",
+]

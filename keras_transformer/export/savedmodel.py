@@ -184,6 +184,7 @@ def translation_endpoints(
     finish_rule: str = DEFAULT.finish_rule,
     target_prefix: str | None = None,
     prefix_signature: bool = False,
+    ranking: str = DEFAULT.ranking,
 ) -> dict:
     """The four endpoints of a translation model (see the module doc), as
     `export_saved_model` writes them. To serve endpoints of your own beside them, add yours
@@ -193,8 +194,8 @@ def translation_endpoints(
     Args:
         model: a `keras_transformer.Transformer` or `TransformerSeq2SeqLM`.
         vocabularies: its `keras_transformer.text.Vocabularies`.
-        beam_size: int. The beam size baked into the graph, with the four below
-            (`kt.decoding.DecodingSettings`'s settings).
+        beam_size: int. The beam size baked into the graph, with the four below and
+            `ranking` (`kt.decoding.DecodingSettings`'s settings).
         length_penalty: float.
         max_extra_length: int.
         stopping: str.
@@ -203,6 +204,7 @@ def translation_endpoints(
             tokens forced first: NLLB's target language code). Defaults to None (none).
         prefix_signature: bool. Add the `serving_prefix` endpoint, whose requests give
             their own prefixes. Defaults to False.
+        ranking: str. The length penalty's form ("gnmt" or "length"). Defaults to "gnmt".
 
     Returns:
         A dict name -> (function, input signature: a list of `tf.TensorSpec`).
@@ -221,6 +223,7 @@ def translation_endpoints(
         max_extra_length=max_extra_length,
         stopping=stopping,
         finish_rule=finish_rule,
+        ranking=ranking,
     )
 
     # One search, traced once, for any batch and length: `serving_default` and
@@ -288,6 +291,7 @@ def translation_endpoints(
             num_hypotheses=beam_size,
             stopping=stopping,
             finish_rule=finish_rule,
+            ranking=ranking,
             target_prefix=fixed_prefix,
         )  # (batch, beam, out_len), (batch, beam)
         batch, out_len = tf.shape(ids)[0], tf.shape(ids)[2]  # (an empty batch has no -1)
@@ -453,6 +457,7 @@ def export_saved_model(
     finish_rule: str | None = None,
     target_prefix: str | None = None,
     prefix_signature: bool | None = None,
+    ranking: str | None = None,
 ) -> Path:
     """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
 
@@ -472,7 +477,7 @@ def export_saved_model(
         decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph.
             None takes the task's, or the defaults (the paper's) for a `Transformer`.
         beam_size: int or None. When given, overrides that setting of `decoding`, as do
-            the four below.
+            the four below and `ranking`.
         length_penalty: float or None.
         max_extra_length: int or None.
         stopping: str or None.
@@ -484,6 +489,7 @@ def export_saved_model(
         prefix_signature: bool or None. Write the `serving_prefix` signature, which takes a
             prefix per sentence. None writes it for a target vocabulary with language codes
             (an imported NLLB-200 model's). Defaults to None.
+        ranking: str or None. The length penalty's form ("gnmt" or "length").
 
     Returns:
         The path of the written version.
@@ -499,6 +505,7 @@ def export_saved_model(
         stopping=stopping,
         finish_rule=finish_rule,
         target_prefix=target_prefix,
+        ranking=ranking,
     )
     beam_size, target_prefix = settings.beam_size, settings.target_prefix
     check_target_prefix(target_prefix, vocabularies.target)
