@@ -114,13 +114,13 @@ def is_hub_id(value) -> bool:
 def parse(uri: str) -> HubId:
     """`hf://ORG/NAME[@REVISION]` as a `HubId`; HubError naming `uri` when it is not one.
 
-    Example:
-    >>> from keras_transformer._hub import parse
-    >>> parse("hf://Helsinki-NLP/opus-mt-en-es@main").revision
-    'main'
-    >>> parse("hf://opus-mt-en-es")
-    Traceback (most recent call last):
-    keras_transformer._hub.HubError: hf://opus-mt-en-es: not a Hugging Face model id ...
+    Examples:
+        >>> from keras_transformer._hub import parse
+        >>> parse("hf://Helsinki-NLP/opus-mt-en-es@main").revision
+        'main'
+        >>> parse("hf://opus-mt-en-es")
+        Traceback (most recent call last):
+        keras_transformer._hub.HubError: hf://opus-mt-en-es: not a Hugging Face model id ...
     """
     from huggingface_hub import parse_hf_uri
     from huggingface_hub.errors import HfUriError
