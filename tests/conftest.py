@@ -160,16 +160,17 @@ def tiny_export(tmp_path_factory, worker_id):
         directory = tmp_path_factory.mktemp("saved_models") / "tiny"
         calls = []
 
-        def recorded(search):
-            def call(*args, **kwargs):
-                calls.append((search.__name__, kwargs.get("stopping")))
-                return search(*args, **kwargs)
+        decode = decoding.decode
 
-            return call
+        def recorded(model, source_ids, settings, **kwargs):
+            # The one function every signature's search goes through: its settings' stopping,
+            # and how many hypotheses it was asked for.
+            name = "decode" if kwargs.get("n_best") is None else f"decode n_best={kwargs['n_best']}"
+            calls.append((name, settings.stopping))
+            return decode(model, source_ids, settings, **kwargs)
 
         with pytest.MonkeyPatch.context() as patch, kt.fast.switched(True):
-            for name in ("beam_search", "translate_ids"):
-                patch.setattr(export.savedmodel.decoding, name, recorded(getattr(decoding, name)))
+            patch.setattr(export.savedmodel.decoding, "decode", recorded)
             version = export.export_saved_model(
                 model, bible.vocabularies(), directory, manifest={"note": "test"}
             )

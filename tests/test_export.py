@@ -70,6 +70,7 @@ def test_layout_and_manifest(exported, model, loaded):
         "stopping": "early",
         "target_prefix": None,
         "ranking": "gnmt",
+        "n_best": 1,
     }
     assert set(manifest["signatures"]) == {
         "serving_default",
@@ -165,8 +166,8 @@ def test_early_stopping_is_baked_into_every_signature(traced_export, loaded, mod
     _, version, calls = traced_export
     traced = [name for name, _ in calls]
     # One search for three signatures (serving_default, serving_xla's compiled call of it,
-    # translate_ids), traced once, and n_best's own beam search.
-    assert sorted(traced) == ["beam_search", "translate_ids"]
+    # translate_ids), traced once, and n_best's own beam search, each `kt.decoding.decode`.
+    assert sorted(traced) == ["decode", "decode n_best=4"]
     assert {stopping for _, stopping in calls} == {"early"}
     manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())
     assert manifest["decoding"]["stopping"] == "early"
@@ -588,3 +589,21 @@ def test_export_cli_refuses_options_of_the_other_format(tmp_path, options, messa
     )
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_the_n_best_signature_returns_the_settings_n_best(model):
+    """`n_best` above 1 in the settings is the n_best signature's count (every beam
+    otherwise, as before); its hypotheses are the library's `decode` with that n_best."""
+    vocabularies = bible.vocabularies()
+    endpoints = export.translation_endpoints(model, vocabularies, beam_size=4, n_best=2)
+    serve_n_best, _ = endpoints["n_best"]
+    got = tf.function(serve_n_best)(tf.constant(SENTENCES[:3]))  # as the SavedModel traces it
+    assert got["translations"].shape == got["scores"].shape == (3, 2)
+    settings = kt.decoding.DecodingSettings(beam_size=4, n_best=2)
+    source_ids = next(
+        iter(kt.data.source_batches(SENTENCES[:3], vocabularies.source, max_length=MAX_LENGTH))
+    )
+    ids, scores = kt.decoding.decode(model, source_ids, settings)
+    np.testing.assert_allclose(got["scores"].numpy(), scores.numpy(), rtol=1e-5)
+    with pytest.raises(ValueError, match="n_best=5 must be between 1 and the beam size 4"):
+        export.translation_endpoints(model, vocabularies, beam_size=4, n_best=5)

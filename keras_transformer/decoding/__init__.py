@@ -5,7 +5,8 @@
                    that write it, and exported here
 settings.py        `DecodingSettings`: the one set of decoding settings every entry point
                    takes (the paper's by default)
-search.py          `greedy_search`, `sample`, `beam_search` over one loop helper, `decode_loop`
+search.py          `greedy_search`, `sample`, `beam_search` over one loop helper, `decode_loop`;
+                   `decode`: the one function that turns settings into one of them
 language_model.py  `generate`: the same searches for a decoder-only language model, prompts
                    of different lengths in one batch
 parallel.py        `parallel_search`: slices of a batch as concurrent XLA programs
@@ -17,6 +18,7 @@ from keras_transformer.decoding.search import (
     BOS_ID,
     EOS_ID,
     beam_search,
+    decode,
     decode_loop,
     greedy_search,
     sample,
@@ -41,6 +43,7 @@ __all__ = [
     "DecoderLayerCache",
     "DecodingSettings",
     "beam_search",
+    "decode",
     "decode_loop",
     "generate",
     "greedy_search",

@@ -35,7 +35,13 @@ from keras import ops
 
 from keras_transformer import _backends as backends
 from keras_transformer import fast
-from keras_transformer.decoding.settings import DEFAULT, FINISH_RULES, RANKINGS, STOPPING
+from keras_transformer.decoding.settings import (
+    DEFAULT,
+    FINISH_RULES,
+    RANKINGS,
+    STOPPING,
+    DecodingSettings,
+)
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 FLOAT32_TINY = 2.0**-126  # the smallest normal float32
@@ -50,7 +56,7 @@ def greedy_search(
     model,
     source_ids,
     *,
-    max_extra_length: int = 50,
+    max_extra_length: int = DEFAULT.max_extra_length,
     max_length: int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
@@ -104,7 +110,7 @@ def sample(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int | None = None,
-    max_extra_length: int = 50,
+    max_extra_length: int = DEFAULT.max_extra_length,
     max_length: int | None = None,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
@@ -285,6 +291,72 @@ def translate_ids(
         target_prefix=target_prefix,
         ranking=ranking,
     )
+
+
+def decode(
+    model,
+    source_ids,
+    settings: DecodingSettings = DEFAULT,
+    *,
+    prefix_ids=None,
+    sampling: dict | None = None,
+    n_best: int | None = None,
+    max_length: int | None = None,
+) -> tuple:
+    """The search that `settings` asks for: the one place where decoding settings become a
+    search call, for every way in (`generate`, `Translator`, the SavedModel's signatures,
+    `evaluate`, `visualize`).
+
+    Args:
+        model: a `Transformer` or `TransformerSeq2SeqLM`.
+        source_ids: int `[batch, src_len]`, EOS-terminated, 0-padded.
+        settings: `kt.decoding.DecodingSettings`. Beam size (1: greedy), length penalty and
+            its ranking, stopping and finish rules, extra length, n-best. Its text
+            `target_prefix` is not read here: `prefix_ids` carries it as ids.
+        prefix_ids: int `[prefix_len]` or `[batch, prefix_len]` (0-padded), or None. Forced
+            first outputs (the target tokenizer's ids of the settings' `target_prefix`,
+            `kt.decoding.prefix_ids`).
+        sampling: dict or None. `sample`'s settings (temperature, top_k, top_p, seed): draw
+            instead of searching (a task compiled with one of keras-hub's samplers).
+        n_best: int or None. Hypotheses a sentence, over the settings' `n_best` (a signature
+            that always returns several). Defaults to None.
+        max_length: int or None. At most this many output tokens, EOS included.
+
+    Returns:
+        `(ids int32 [batch, out_len], scores float32 [batch])`; with more than one hypothesis,
+        `(ids [batch, n, out_len], scores [batch, n])`, best first.
+
+    Examples:
+        >>> from keras_transformer import TransformerConfig, build_transformer
+        >>> from keras_transformer.decoding import DecodingSettings, decode
+        >>> model = build_transformer(TransformerConfig.preset("tiny", vocab_size=20))
+        >>> settings = DecodingSettings(beam_size=3, n_best=2, max_extra_length=4)
+        >>> ids, scores = decode(model, [[5, 6, 3], [8, 3, 0]], settings)
+        >>> tuple(ids.shape), tuple(scores.shape)  # (batch, n_best, out_len), (batch, n_best)
+        ((2, 2, 7), (2, 2))
+    """
+    forced = {} if prefix_ids is None else {"target_prefix": prefix_ids}
+    hypotheses = settings.n_best if n_best is None else n_best
+    if sampling is not None:
+        return sample(
+            model,
+            source_ids,
+            max_extra_length=settings.max_extra_length,
+            max_length=max_length,
+            **sampling,
+            **forced,
+        )
+    arguments = settings.search_arguments()
+    if hypotheses > 1:
+        return beam_search(
+            model,
+            source_ids,
+            num_hypotheses=hypotheses,
+            max_length=max_length,
+            **arguments,
+            **forced,
+        )
+    return translate_ids(model, source_ids, max_length=max_length, **arguments, **forced)
 
 
 def decode_loop(body, state, cache, max_len, finished, offset=0):
@@ -671,6 +743,7 @@ __all__ = [
     "BOS_ID",
     "EOS_ID",
     "beam_search",
+    "decode",
     "decode_loop",
     "greedy_search",
     "sample",

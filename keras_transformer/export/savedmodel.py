@@ -13,10 +13,10 @@
   once, on its first request. TF Serving runs it only when started with
   `--xla_cpu_compilation_enabled=true` (off by default: without it a request to this
   signature fails and the others still work); `tf.saved_model.load` runs it as it is.
-- `n_best`: input `text` -> outputs `translations` (string `[batch, beam_size]`) and `scores`
-  (float32 `[batch, beam_size]`): every finished hypothesis of the beam, best first (the
-  search runs until none of them can be beaten, so it can take longer than
-  `serving_default`).
+- `n_best`: input `text` -> outputs `translations` (string `[batch, n]`) and `scores`
+  (float32 `[batch, n]`): the settings' `n_best` hypotheses when above 1, else every one of
+  the beam, best first (the search runs until none of them can be beaten, so it can take
+  longer than `serving_default`).
 - `serving_prefix` (written when asked, and for a vocabulary with language codes: NLLB-200's):
   inputs `text` and `target_prefix` (string `[batch]`: each translation's forced start, cut
   by the target vocabulary; NLLB's target language code, "spa_Latn") -> outputs
@@ -185,6 +185,7 @@ def translation_endpoints(
     target_prefix: str | None = None,
     prefix_signature: bool = False,
     ranking: str = DEFAULT.ranking,
+    n_best: int | None = None,
 ) -> dict:
     """The four endpoints of a translation model (see the module doc), as
     `export_saved_model` writes them. To serve endpoints of your own beside them, add yours
@@ -205,6 +206,8 @@ def translation_endpoints(
         prefix_signature: bool. Add the `serving_prefix` endpoint, whose requests give
             their own prefixes. Defaults to False.
         ranking: str. The length penalty's form ("gnmt" or "length"). Defaults to "gnmt".
+        n_best: int or None. Hypotheses the `n_best` signature returns a sentence, from 2 to
+            the beam size (the settings' `n_best`); None returns every beam. Defaults to None.
 
     Returns:
         A dict name -> (function, input signature: a list of `tf.TensorSpec`).
@@ -217,7 +220,9 @@ def translation_endpoints(
         if not fixed_prefix.size:
             raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
 
-    settings = dict(  # the search's settings, but for the target prefix
+    # The search's settings, but for the target prefix (its ids are `fixed_prefix`): every
+    # signature's search is `kt.decoding.decode` of them.
+    settings = DecodingSettings(
         beam_size=beam_size,
         length_penalty=length_penalty,
         max_extra_length=max_extra_length,
@@ -225,6 +230,9 @@ def translation_endpoints(
         finish_rule=finish_rule,
         ranking=ranking,
     )
+    hypotheses = beam_size if n_best is None or n_best < 2 else n_best
+    if hypotheses > beam_size:
+        raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
 
     # One search, traced once, for any batch and length: `serving_default` and
     # `translate_ids` call it, and `serving_xla`'s compiled search is a call of it that XLA
@@ -234,7 +242,7 @@ def translation_endpoints(
         tf.function, input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False
     )
     def search(source_ids):
-        return decoding.translate_ids(model, source_ids, **settings, target_prefix=fixed_prefix)
+        return decoding.decode(model, source_ids, settings, prefix_ids=fixed_prefix)
 
     compiled_search = tf.function(lambda ids: search(ids), jit_compile=True, autograph=False)
 
@@ -280,23 +288,16 @@ def translation_endpoints(
         ids, score = search(_checked_ids(source_ids, max_length, model.config.source_vocab))
         return {"ids": ids, "score": score}
 
-    def n_best(text):
+    def serve_n_best(text):
         source_ids = _source_ids(vocabularies.source, text, max_length)
-        ids, scores = decoding.beam_search(
-            model,
-            source_ids,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_extra_length=max_extra_length,
-            num_hypotheses=beam_size,
-            stopping=stopping,
-            finish_rule=finish_rule,
-            ranking=ranking,
-            target_prefix=fixed_prefix,
-        )  # (batch, beam, out_len), (batch, beam)
+        ids, scores = decoding.decode(
+            model, source_ids, settings, prefix_ids=fixed_prefix, n_best=hypotheses
+        )  # (batch, n, out_len), (batch, n)
+        if hypotheses == 1:  # greedy search, as serving_default's: (batch, out_len), (batch,)
+            ids, scores = ids[:, None, :], scores[:, None]
         batch, out_len = tf.shape(ids)[0], tf.shape(ids)[2]  # (an empty batch has no -1)
-        flat = vocabularies.target.detokenize(tf.reshape(ids, [batch * beam_size, out_len]))
-        translations = tf.reshape(flat, [batch, beam_size])
+        flat = vocabularies.target.detokenize(tf.reshape(ids, [batch * hypotheses, out_len]))
+        translations = tf.reshape(flat, [batch, hypotheses])
         empty = (tf.math.count_nonzero(source_ids, axis=1) <= 1)[:, None]
         return {
             "translations": tf.where(empty, tf.constant(""), translations),
@@ -307,7 +308,7 @@ def translation_endpoints(
     endpoints = {
         "serving_default": (serve, text),
         "serving_xla": (serve_xla, text),
-        "n_best": (n_best, text),
+        "n_best": (serve_n_best, text),
         "translate_ids": (
             translate_ids,
             [tf.TensorSpec([None, None], tf.int32, "source_ids")],
@@ -321,7 +322,7 @@ def translation_endpoints(
             autograph=False,
         )
         def prefixed_search(source_ids, prefix_ids):
-            return decoding.translate_ids(model, source_ids, **settings, target_prefix=prefix_ids)
+            return decoding.decode(model, source_ids, settings, prefix_ids=prefix_ids)
 
         def serve_prefix(text, target_prefix):
             check = tf.debugging.assert_equal(
@@ -516,11 +517,10 @@ def export_saved_model(
     if final.exists():
         raise FileExistsError(f"{final} exists; versions are never overwritten")
     directory.mkdir(parents=True, exist_ok=True)
+    hypotheses = settings.n_best if settings.n_best > 1 else beam_size  # the n_best signature's
     settings = {
-        key: value
-        for key, value in settings.to_dict().items()
-        if key not in ("n_best", "target_prefix")
-    }  # every n-best is the `n_best` signature's; the prefix is `prefix` below
+        key: value for key, value in settings.to_dict().items() if key != "target_prefix"
+    }  # the prefix is `prefix` below
     if prefix_signature is None:
         prefix_signature = bool(getattr(vocabularies.target, "language_codes", None))
     prefix = {"target_prefix": target_prefix} if target_prefix is not None else {}
@@ -561,8 +561,8 @@ def export_saved_model(
                 "n_best": {
                     "inputs": {"text": "string [batch]"},
                     "outputs": {
-                        "translations": f"string [batch, {beam_size}]",
-                        "scores": f"float32 [batch, {beam_size}]",
+                        "translations": f"string [batch, {hypotheses}]",
+                        "scores": f"float32 [batch, {hypotheses}]",
                     },
                 },
                 "translate_ids": {

@@ -235,31 +235,15 @@ class TransformerSeq2SeqLM(
                         "no preprocessor to tokenize it"
                     )
                 prefix = prefix_ids(settings, self.preprocessor.tokenizer.target)[0]
-            forced = {} if prefix is None else {"target_prefix": prefix}
 
             def search(source_ids):
-                if sampling is not None:
-                    return decoding.sample(
-                        self,
-                        source_ids,
-                        max_extra_length=settings.max_extra_length,
-                        max_length=max_length,
-                        **sampling,
-                        **forced,
-                    )
-                if settings.n_best > 1:
-                    arguments = settings.search_arguments()
-                    return decoding.beam_search(
-                        self,
-                        source_ids,
-                        num_hypotheses=settings.n_best,
-                        max_length=max_length,
-                        **arguments,
-                        **forced,
-                    )
-                arguments = settings.search_arguments()
-                return decoding.translate_ids(
-                    self, source_ids, max_length=max_length, **arguments, **forced
+                return decoding.decode(
+                    self,
+                    source_ids,
+                    settings,
+                    prefix_ids=prefix,
+                    sampling=sampling,
+                    max_length=max_length,
                 )
 
             functions[key] = backends.traced_search(search)
