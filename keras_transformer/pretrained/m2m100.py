@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.pretrained import bart, nllb_vocab
+from keras_transformer.pretrained import bart, m2m100_vocab, nllb_vocab
 from keras_transformer.pretrained.bart import EXCLUDED, SafetensorsWeights  # noqa: F401
 from keras_transformer.pretrained.nllb_vocab import (  # noqa: F401 (this module's before)
     FAIRSEQ_OFFSET,
@@ -61,7 +61,10 @@ MODEL_TYPE = "m2m_100"
 WEIGHTS = bart.SAFETENSORS
 WEIGHTS_INDEX = bart.SAFETENSORS_INDEX
 # Each tokenizer class of transformers -> the module that reads its files into a `Vocabulary`.
-TOKENIZERS = dict.fromkeys(nllb_vocab.TOKENIZER_CLASSES, nllb_vocab)
+TOKENIZERS = {
+    **dict.fromkeys(nllb_vocab.TOKENIZER_CLASSES, nllb_vocab),
+    **dict.fromkeys(m2m100_vocab.TOKENIZER_CLASSES, m2m100_vocab),
+}
 TOKENIZER_CLASSES = tuple(TOKENIZERS)
 # Config values our model computes as transformers' M2M100 does; any other value is refused.
 _EXPECTED = {"model_type": MODEL_TYPE, "scale_embedding": True, "tie_word_embeddings": True}
@@ -176,20 +179,23 @@ def read_checkpoint(path) -> Checkpoint:
 
 def read_vocabulary(path: Path, config: dict) -> Vocabulary:
     """The tokens of the checkpoint's rows, read by the module of its tokenizer class
-    (tokenizer_config.json's or config.json's `tokenizer_class`; without one, NLLB's)."""
+    (tokenizer_config.json's or config.json's `tokenizer_class`; without one, M2M100's when
+    the directory has vocab.json and no tokenizer.json, else NLLB's)."""
     path = Path(path)
     tokenizer_config = {}
     if (path / "tokenizer_config.json").exists():
         tokenizer_config = read_json(path / "tokenizer_config.json")
     tokenizer_class = tokenizer_config.get("tokenizer_class", config.get("tokenizer_class"))
-    if tokenizer_class is not None and tokenizer_class not in TOKENIZERS:
+    if tokenizer_class is None:
+        m2m100 = (path / "vocab.json").exists() and not (path / "tokenizer.json").exists()
+        tokenizer_class = "M2M100Tokenizer" if m2m100 else "NllbTokenizer"
+    if tokenizer_class not in TOKENIZERS:
         raise M2M100Error(
             f"{path}: tokenizer_class={tokenizer_class!r} is not supported; the importer reads "
-            f"NLLB-200's tokenizer ({', '.join(TOKENIZER_CLASSES)})"
+            f"NLLB-200's and M2M100's tokenizers ({', '.join(TOKENIZER_CLASSES)})"
         )
     rows = number(config, "vocab_size", int, "config.json", _DEFAULTS["vocab_size"])
-    reader = TOKENIZERS.get(tokenizer_class, nllb_vocab)
-    return reader.read_vocabulary(path, tokenizer_config, rows, M2M100Error)
+    return TOKENIZERS[tokenizer_class].read_vocabulary(path, tokenizer_config, rows, M2M100Error)
 
 
 def vocabulary_order(config: dict, rows: int, where: str = "config.json") -> list[int]:
