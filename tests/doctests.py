@@ -25,6 +25,7 @@ DEPRECATED_MODULES = (
     "workarounds",
     "pretrained.tokenizer",
     "pretrained.nllb_tokenizer",
+    "pretrained.checkpoint",
     "decoding.cache",
 )
 

@@ -369,7 +369,7 @@ def edit_json(path: Path, **changes) -> None:
         ({"decoder_layers": 3}, "no weight 'model.decoder.layers.2"),
         ({"pad_token_id": 2}, "pad_token_id and eos_token_id are both 2"),
         ({"decoder_start_token_id": 5000}, "decoder_start_token_id=5000 is outside"),
-        ({"tokenizer_class": "M2M100Tokenizer"}, "tokenizer_class='M2M100Tokenizer'"),
+        ({"tokenizer_class": "MBart50Tokenizer"}, "tokenizer_class='MBart50Tokenizer'"),
     ],
 )
 def test_an_unsupported_checkpoint_is_refused_naming_the_key(tmp_path, change, message):

@@ -430,6 +430,24 @@ def test_missing_files_and_non_checkpoints_are_refused(tmp_path):
         marian.read_checkpoint(path)
 
 
+def test_the_former_checkpoint_module_still_reads_a_checkpoint(monkeypatch):
+    """`kt.pretrained.checkpoint`, Marian's reader before the BART family's shared one
+    (`bart.py`), is `marian` under its former name: every name it offered still works."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "keras_transformer.pretrained.checkpoint", raising=False)
+    with pytest.warns(DeprecationWarning, match="moved to keras_transformer.pretrained.marian"):
+        from keras_transformer.pretrained import checkpoint
+    names = ("Checkpoint", "MarianError", "read_checkpoint", "read_json", "number", "bart_sizes")
+    names += ("NEUTRAL_GENERATION", "GENERATION_KEYS", "WEIGHT_FILES", "TOKENIZER_FILES")
+    assert [name for name in names if not hasattr(checkpoint, name)] == []
+    read = checkpoint.read_checkpoint(FIXTURES / "shared")
+    assert isinstance(read, checkpoint.Checkpoint) and read.weights_file.name == "model.safetensors"
+    assert "model.shared.weight" in read.weights and read.config["model_type"] == "marian"
+    with pytest.raises(checkpoint.MarianError, match="num_beams='x' is not an integer"):
+        checkpoint.number({"num_beams": "x"}, "num_beams")
+
+
 # -- Fine-tuning and export ----------------------------------------------------------------
 
 

@@ -102,6 +102,7 @@ def test_the_internal_modules_former_names_warn_and_are_the_modules(name, monkey
     [
         ("pretrained.tokenizer", "tokenizers.pieces"),
         ("pretrained.nllb_tokenizer", "tokenizers.nllb"),
+        ("pretrained.checkpoint", "pretrained.marian"),
         ("decoding.cache", "layers.cache"),
     ],
 )

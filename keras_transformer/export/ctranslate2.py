@@ -268,11 +268,13 @@ def _piece_rules(vocabularies) -> dict:
         "prefix_pattern": source.prefix_pattern,
         "special_tokens": {t: pieces[i] for t, i in source.special_tokens.items()},
     }
-    if hasattr(source, "language_codes"):  # NLLB's tokenizer (kt.pretrained.nllb_tokenizer)
+    if hasattr(source, "language_codes"):  # NLLB's tokenizer, or M2M100's (kt.tokenizers)
         rules.update(
             lstrip_tokens=list(source.lstrip_tokens),
             rstrip_tokens=list(source.rstrip_tokens),
-            trailing_whitespace_piece=True,  # a segment ending in whitespace ends with "▁"
+            # NLLB's: a segment ending in whitespace ends with "▁", and decoding keeps the
+            # text's end; M2M100's: neither, decoding strips the text.
+            trailing_whitespace_piece=source.trailing_whitespace_piece,
             decode_skips_special_tokens=True,  # language codes, <mask>... left out
         )
     return {"pieces": rules}

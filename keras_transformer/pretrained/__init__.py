@@ -1,12 +1,19 @@
 """Readers of published checkpoints, into this library's `Transformer` and tokenizers.
 
+bart            what the BART family shares: config.json, generation_config.json and the
+                weights read and checked (without torch), the weight-name map, the decoding
+                defaults; `convert` runs a family's converter (keras-hub's protocol:
+                `convert_config`, `convert_weights`, `convert_tokenizer`)
 marian          OPUS-MT (Marian) models in Hugging Face transformers' format: `load_marian`
-m2m100          NLLB-200 (M2M100) models in Hugging Face transformers' format: `load_m2m100`
-checkpoint      Marian directories read and checked (weights without torch)
+m2m100          NLLB-200 and M2M100 (m2m100_418M, 1.2B) models in Hugging Face transformers'
+                format: `load_m2m100`; their tokenizer files read by `nllb_vocab` (NLLB-200's)
+                and `m2m100_vocab` (M2M100's own)
+checkpoint      deprecated alias of `marian`
 
-Their tokenizers (`PieceVocabularyTokenizer`, `NllbTokenizer`) live in `kt.tokenizers`.
+Their tokenizers (`PieceVocabularyTokenizer`, `NllbTokenizer`, `M2M100Tokenizer`) live in
+`kt.tokenizers`.
 
-`load(path)` reads either, choosing by config.json's `model_type`.
+`load(path)` reads any of them, choosing by config.json's `model_type`.
 """
 
 from keras_transformer._backends import require_tensorflow
@@ -46,7 +53,7 @@ def model_type(path) -> str:
 
 def load(path):
     """A Hugging Face checkpoint directory as `(model, vocabularies)`: an OPUS-MT (Marian,
-    `model_type: marian`) or NLLB-200 (`model_type: m2m_100`) model, by config.json's
+    `model_type: marian`), NLLB-200 or M2M100 (`model_type: m2m_100`) model, by config.json's
     `model_type`. Nothing is built before the directory is read and checked.
 
     Examples:

@@ -33,26 +33,27 @@ decoder_vocab_size (every table has vocab_size rows), and neither does the impor
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
 
 from keras_transformer.config import PAD_ID, TransformerConfig
-from keras_transformer.pretrained.checkpoint import (  # noqa: F401 (read_checkpoint: public)
+from keras_transformer.pretrained import bart
+from keras_transformer.pretrained.bart import (  # noqa: F401 (the former checkpoint module's)
+    EXCLUDED,
+    GENERATION_KEYS,
     NEUTRAL_GENERATION,
-    Checkpoint,
-    MarianError,
     bart_sizes,
-    number,
-    read_checkpoint,
-    read_json,
+    ignored_generation_settings,
 )
 from keras_transformer.text import BOS_ID, EOS_ID, UNK_ID
 from keras_transformer.tokenizers.pieces import SPECIAL_PIECES, PieceVocabularyTokenizer
 
-# An output bias that no logit of a trained model comes near: its softmax probability is 0
-# in float32 and float16, and it stays finite, so losses never see inf - inf.
-EXCLUDED = -1e4
+MODEL_TYPE = "marian"
+WEIGHT_FILES = (bart.SAFETENSORS, bart.H5)  # in order of preference
+TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+
 # transformers' MarianTokenizer keeps a leading ">>xx<<" (a multilingual model's target
 # language) as one token; the rest goes to SentencePiece.
 LANGUAGE_TOKEN = ">>.*?<<"
@@ -95,11 +96,54 @@ _DEFAULTS = {
     "activation_dropout": 0.0,
     "share_encoder_decoder_embeddings": True,
 }
-# transformers' activation names -> Keras's (the same functions).
-_ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 
 
-def transformer_config(config: dict, where: str = "config.json") -> TransformerConfig:
+class MarianError(ValueError):
+    """A directory that is not an importable Marian checkpoint; the message says why."""
+
+
+number = functools.partial(bart.number, error=MarianError)  # the checks of config.json's values
+
+
+def read_json(path: Path) -> dict:
+    """`bart.read_json`, refusing with `MarianError` (a key named twice too)."""
+    return bart.read_json(path, MarianError)
+
+
+class Checkpoint(bart.Checkpoint):
+    """A Marian checkpoint directory, read and checked (`bart.Checkpoint`)."""
+
+    @property
+    def files(self) -> list[Path]:
+        """Every file the import reads."""
+        names = [*TOKENIZER_FILES, "config.json", self.weights_file.name]
+        for optional in ("target_vocab.json", "generation_config.json"):
+            if (self.path / optional).exists():
+                names.append(optional)
+        return sorted(self.path / name for name in names)
+
+
+def read_checkpoint(path) -> Checkpoint:
+    """Reads and checks a checkpoint directory; `MarianError` names what is missing or wrong.
+    The weights are read when the import sets them (`bart.SafetensorsWeights`)."""
+    path = Path(path)
+    what, refusal = (
+        "a Marian checkpoint directory",
+        "only Marian (OPUS-MT) checkpoints are imported",
+    )
+    config = bart.read_config(path, MODEL_TYPE, MarianError, what=what, refusal=refusal)
+    missing = [name for name in TOKENIZER_FILES if not (path / name).exists()]
+    if not config.get("share_encoder_decoder_embeddings", True):
+        missing += [] if (path / "target_vocab.json").exists() else ["target_vocab.json"]
+    if missing:
+        raise MarianError(f"{path}: missing {', '.join(missing)}")
+    hint = f"download {bart.SAFETENSORS} or {bart.H5} too"
+    weights, weights_file = bart.read_weights(path, MarianError, h5=True, hint=hint)
+    generation = bart.read_generation(path, config, MarianError)
+    return Checkpoint(path, config, generation, weights, weights_file)
+
+
+def convert_config(config: dict, where: str = "config.json") -> TransformerConfig:
     """The `TransformerConfig` of a Marian config.json (vocabulary sizes in our ids: one more
     row than Marian's, for the second copy of its start row). A key it leaves out takes
     transformers' `MarianConfig` default."""
@@ -108,33 +152,14 @@ def transformer_config(config: dict, where: str = "config.json") -> TransformerC
             f"{where}: no 'scale_embedding'; transformers then reads it as false, which is "
             "not Marian's model (embeddings scaled by sqrt(d_model))"
         )
-    for key, expected in _EXPECTED.items():
-        if key in config and config[key] != expected:
-            raise MarianError(
-                f"{where}: {key}={config[key]!r} is not supported (expected {expected!r}): "
-                "the weights would be laid out for another architecture"
-            )
     _check_position_offset(config, where)
 
     def get(key, kind=int):
         return number(config, key, kind, where, _DEFAULTS[key])
 
-    pairs = [
-        ("encoder_attention_heads", "decoder_attention_heads"),
-        ("encoder_ffn_dim", "decoder_ffn_dim"),
-    ]
-    for encoder_key, decoder_key in pairs:
-        if get(encoder_key) != get(decoder_key):
-            raise MarianError(
-                f"{where}: {encoder_key}={get(encoder_key)} differs from "
-                f"{decoder_key}={get(decoder_key)}; one value for both stacks is supported"
-            )
-    activation = config.get("activation_function", _DEFAULTS["activation_function"])
-    if activation not in _ACTIVATIONS:
-        raise MarianError(
-            f"{where}: activation_function={activation!r} is not supported "
-            f"(supported: {', '.join(sorted(_ACTIVATIONS))})"
-        )
+    activation = bart.check_config(
+        config, get, _EXPECTED, _DEFAULTS["activation_function"], where, MarianError
+    )
     shared = shared_embeddings(config, where)
     source_rows, target_rows = table_rows(config, where)
     source_size, target_size = source_rows + 1, target_rows + 1  # our second start row
@@ -146,7 +171,7 @@ def transformer_config(config: dict, where: str = "config.json") -> TransformerC
             share_embeddings=shared,
             **bart_sizes(get),
             norm_first=False,
-            activation=_ACTIVATIONS[activation],
+            activation=activation,
             positional="sinusoidal",
             sinusoid_layout="concatenated",
             output_bias=True,
@@ -263,27 +288,33 @@ def load_vocabularies(directory):
     return _vocabularies(Path(directory))[0]
 
 
-def _vocabularies(directory: Path):
-    """(Vocabularies, source order, target order): each vocabulary file read once. The target
-    side has its own `target_vocab.json` when the checkpoint has one (separate
-    vocabularies), else shares `vocab.json`."""
-    from keras_transformer.text import Vocabularies
-
+def _orders(directory: Path) -> list[tuple[dict, list[int]]]:
+    """`(vocab, order)` of the source side, then the target's: each vocabulary file read once
+    and numbered in our ids (`vocabulary_order`). The target side has its own
+    `target_vocab.json` when the checkpoint has one (separate vocabularies), else shares
+    `vocab.json`."""
     config = read_json(directory / "config.json") if (directory / "config.json").exists() else {}
     rows = table_rows(config, str(directory / "config.json")) if config else (None, None)
     target_file = directory / "target_vocab.json"
+    files = (directory / "vocab.json", target_file if target_file.exists() else None)
     sides = []
-    for spm, file, side_config, side_rows in (
-        ("source.spm", directory / "vocab.json", None, rows[0]),
-        (
-            "target.spm",
-            target_file if target_file.exists() else directory / "vocab.json",
-            config,
-            rows[1],
-        ),
-    ):
+    for file, side_config, side_rows in zip(files, (None, config), rows, strict=True):
+        file = file or directory / "vocab.json"
         vocab = read_json(file)
-        order = vocabulary_order(vocab, side_config, str(file), side_rows)
+        sides.append((vocab, vocabulary_order(vocab, side_config, str(file), side_rows)))
+    return sides
+
+
+def _vocabularies(directory: Path):
+    """(Vocabularies, source order, target order) of a checkpoint directory."""
+    from keras_transformer.text import Vocabularies
+
+    target_file = directory / "target_vocab.json"
+    files = (directory / "vocab.json", target_file if target_file.exists() else None)
+    sides = []
+    for spm, file, (vocab, order) in zip(
+        ("source.spm", "target.spm"), files, _orders(directory), strict=True
+    ):
         proto = _sentencepiece_model(directory / spm)
         try:
             tokenizer = PieceVocabularyTokenizer(
@@ -293,6 +324,7 @@ def _vocabularies(directory: Path):
                 special_tokens=SPECIAL_TOKENS,
             )
         except ValueError as error:  # a piece named as one of this library's special ones
+            file = file or directory / "vocab.json"
             raise MarianError(f"{file}: {error} (in this library's ids)") from None
         sides.append((tokenizer, order))
     (source, source_order), (target, target_order) = sides
@@ -312,46 +344,9 @@ def _sentencepiece_model(path: Path) -> bytes:
 
 
 def decoding_defaults(generation: dict, where: str = "generation_config.json") -> dict:
-    """Decoding settings that generation_config.json sets, in this library's terms:
-    `beam_size` (num_beams), `length_penalty` (its exponent, applied to this library's
-    penalty) and `max_length` (the longest output, in tokens with EOS: transformers'
-    max_length counts the decoder start too). `MarianError` names a value this library's
-    decoding cannot take."""
-
-    def setting(key, kind, minimum, rule):
-        value = number(generation, key, kind, where)
-        if value < minimum:
-            raise MarianError(f"{where}: {key}={value} {rule}")
-        return value
-
-    defaults = {}
-    if generation.get("num_beams") is not None:
-        defaults["beam_size"] = setting("num_beams", int, 1, "must be >= 1")
-    if generation.get("length_penalty") is not None:
-        defaults["length_penalty"] = setting(
-            "length_penalty",
-            float,
-            0.0,
-            "is not supported (this library's length penalty takes exponents >= 0)",
-        )
-    if generation.get("max_length") is not None:
-        defaults["max_length"] = setting("max_length", int, 2, "must be >= 2") - 1
-    return defaults
-
-
-def ignored_generation_settings(generation: dict, target_pad: int | None = None) -> list[str]:
-    """The settings of generation_config.json that this library's decoding does not apply,
-    as "key=value": those of `NEUTRAL_GENERATION` at other values, and `bad_words_ids` beyond
-    Marian's pad (which it never generates, as the import's output bias has it)."""
-    ignored = []
-    for key, neutral in NEUTRAL_GENERATION.items():
-        value = generation.get(key)
-        if value is not None and value != neutral and value not in ([], {}):
-            ignored.append(f"{key}={value!r}")
-    bad = generation.get("bad_words_ids")
-    if bad and bad != [[target_pad]]:
-        ignored.append(f"bad_words_ids={bad!r}")
-    return ignored
+    """`bart.decoding_defaults`: the decoding settings generation_config.json sets (beam_size,
+    length_penalty, max_length), refusing with `MarianError`."""
+    return bart.decoding_defaults(generation, where, MarianError)
 
 
 def import_notes(checkpoint: Checkpoint) -> list[str]:
@@ -407,142 +402,76 @@ def import_notes(checkpoint: Checkpoint) -> list[str]:
     return notes
 
 
-def load_marian(path):
-    """A Marian checkpoint directory (or the `Checkpoint` that `read_checkpoint` made of it)
-    as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its weights (in our
-    ids, see the module doc) and its tokenizers.
-
-    Examples:
-        Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand (the
-        Hugging Face model directory of `Helsinki-NLP/opus-mt-en-es`, here).
-
-        >>> from keras_transformer.pretrained import load_marian
-        >>> model, vocabularies = load_marian("opus-mt-en-es")  # doctest: +SKIP
-
-        `model.fit(...)` fine-tunes it; `kt.export.export_saved_model` serves it.
-    """
-    from keras_transformer.model import build_transformer
-
-    checkpoint = path if isinstance(path, Checkpoint) else read_checkpoint(path)
-    where = str(checkpoint.path / "config.json")
-    config = transformer_config(checkpoint.config, where)
+def convert_tokenizer(checkpoint: Checkpoint):
+    """The source and target tokenizers of a checkpoint, in our ids (`load_vocabularies`),
+    checked against the sizes config.json gives."""
     vocabularies, source_order, target_order = _vocabularies(checkpoint.path)
+    where = str(checkpoint.path / "config.json")
+    config = convert_config(checkpoint.config, where)
     sizes = (len(source_order), len(target_order))
     if sizes != (config.source_vocab, config.target_vocab):
         raise MarianError(
             f"{checkpoint.path}: the vocabularies have {sizes[0]}/{sizes[1]} ids (with our "
             f"second start row) but {where} says {config.source_vocab}/{config.target_vocab}"
         )
-    model = build_transformer(config)
-    assign_weights(model, checkpoint, source_order, target_order)
-    return model, vocabularies
+    return vocabularies
 
 
-def assign_weights(model, checkpoint: Checkpoint, source_order, target_order) -> None:
-    """Sets every weight of `model` (built from `transformer_config`) from the checkpoint;
-    `MarianError` names a missing weight or one of another shape. The checkpoint is
-    checked whole before any weight is set."""
-    weights, path = checkpoint.weights, checkpoint.weights_file
-    config = model.config
-    d = config.d_model
-    values = []  # (variable, value), all checked before the first assignment
-    used = set()
+def load_marian(path):
+    """A Marian checkpoint directory (or the `Checkpoint` that `read_checkpoint` made of it)
+    as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its weights (in our
+    ids, see the module doc) and its tokenizers (`bart.convert`).
 
-    def take(name, shape):
-        if name not in weights:
-            raise MarianError(f"{path}: no weight {name!r}")
-        used.add(name)
-        value = np.asarray(weights[name], "float32")
-        if value.shape != tuple(shape):
-            raise MarianError(
-                f"{path}: {name} has shape {list(value.shape)}, the config implies {list(shape)}"
-            )
-        return value
+    Examples:
+        Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand (the
+        Hugging Face model directory of `Helsinki-NLP/opus-mt-en-es`, here).
 
-    def linear(dense, name, d_in, d_out):
-        """transformers' `[out, in]` weight into our kernel, laid out as the layer's own
-        (`[in, out]`, `[in, heads, depth]` or `[heads, depth, out]`: heads major)."""
-        kernel = take(f"{name}.weight", (d_out, d_in)).T  # (in, out)
-        values.append((dense.kernel, kernel.reshape(tuple(dense.kernel.shape))))
-        values.append((dense.bias, take(f"{name}.bias", (d_out,)).reshape(dense.bias.shape)))
+        >>> from keras_transformer.pretrained import marian
+        >>> model, vocabularies = marian.load_marian("opus-mt-en-es")  # doctest: +SKIP
 
-    def attention(layer, name):
-        for ours, theirs in (("query", "q"), ("key", "k"), ("value", "v"), ("output", "out")):
-            linear(getattr(layer, f"{ours}_dense"), f"{name}.{theirs}_proj", d, d)
+        `model.fit(...)` fine-tunes it; `kt.export.export_saved_model` serves it.
+    """
+    import sys
 
-    def norm(residual, name):
-        values.append((residual.layer_norm.gamma, take(f"{name}.weight", (d,))))
-        values.append((residual.layer_norm.beta, take(f"{name}.bias", (d,))))
+    return bart.convert(sys.modules[__name__], path)
 
-    def feed_forward(layer, name):
-        ff = config.d_ff
-        linear(layer.feed_forward.inner_dense, f"{name}.fc1", d, ff)
-        linear(layer.feed_forward.output_dense, f"{name}.fc2", ff, d)
-        norm(layer.feed_forward_residual, f"{name}.final_layer_norm")
 
-    for i, layer in enumerate(model.encoder.encoder_layers):
-        name = f"model.encoder.layers.{i}"
-        attention(layer.self_attention, f"{name}.self_attn")
-        norm(layer.self_attention_residual, f"{name}.self_attn_layer_norm")
-        feed_forward(layer, name)
-    for i, layer in enumerate(model.decoder.decoder_layers):
-        name = f"model.decoder.layers.{i}"
-        attention(layer.self_attention, f"{name}.self_attn")
-        norm(layer.self_attention_residual, f"{name}.self_attn_layer_norm")
-        attention(layer.cross_attention, f"{name}.encoder_attn")
-        norm(layer.cross_attention_residual, f"{name}.encoder_attn_layer_norm")
-        feed_forward(layer, name)
-
-    marian_target = len(target_order) - 1  # Marian's rows: ours less the second start row
+def convert_weights(model, checkpoint: Checkpoint) -> None:
+    """Sets every weight of `model` (built from `convert_config`) from the checkpoint, in our
+    ids (`vocabulary_order` of each side); `MarianError` names a missing weight or one of
+    another shape. The checkpoint is checked whole before any weight is set."""
+    source_order, target_order = (order for _, order in _orders(checkpoint.path))
+    weights, config = checkpoint.weights, model.config
+    d, rows = config.d_model, len(target_order) - 1  # Marian's rows: ours less our <pad>
+    layers = bart.weight_map(config)
+    shapes = {entry.name: entry.shape for entry in layers}
     if config.share_embeddings:
-        table = take("model.shared.weight", (marian_target, d))
-        values.append((model.target_embedding.token_embedding.embeddings, table[target_order]))
-    else:
-        source = take("model.encoder.embed_tokens.weight", (len(source_order) - 1, d))
-        target = take("model.decoder.embed_tokens.weight", (marian_target, d))
-        values.append((model.source_embedding.token_embedding.embeddings, source[source_order]))
-        values.append((model.target_embedding.token_embedding.embeddings, target[target_order]))
-    bias = take("final_logits_bias", (1, marian_target))[0][target_order]
-    bias[PAD_ID] = EXCLUDED  # the second copy of the start row: out of the softmax
-    values.append((model.target_embedding.logits_bias, bias))
-    used.update(_check_positions(model, weights, path))
-    used.update(_check_tied_copies(weights, path, config.share_embeddings))
-    unused = sorted(set(weights) - used)
-    if unused:
-        raise MarianError(
-            f"{path}: {len(unused)} weights that config.json has no place for, such as "
-            f"{', '.join(unused[:3])} (it says {config.num_encoder_layers} encoder and "
-            f"{config.num_decoder_layers} decoder layers); importing without them would "
-            "lose part of the model"
-        )
-    for variable, value in values:
-        variable.assign(value)
-
-
-def _check_tied_copies(weights: dict, path: Path, shared: bool) -> list[str]:
-    """The names of the copies of an embedding table that transformers ties to it (some
-    checkpoints store them): each must hold the table's values, since the model has one
-    table (an untied output projection is another architecture)."""
-    if shared:
-        table = "model.shared.weight"
+        tables = [("model.shared.weight", model.target_embedding, target_order)]
         copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
-        pairs = [(copy, table) for copy in (*copies, "lm_head.weight")]
+        tied = [(copy, "model.shared.weight") for copy in (*copies, "lm_head.weight")]
     else:
-        pairs = [("lm_head.weight", "model.decoder.embed_tokens.weight")]
-    checked = []
-    for copy, table in pairs:
-        if copy not in weights:
-            continue
-        if not np.array_equal(np.asarray(weights[copy]), np.asarray(weights[table])):
-            raise MarianError(
-                f"{path}: {copy} differs from {table}, to which transformers ties it; "
-                "untied embeddings are not supported"
-            )
-        checked.append(copy)
-    return checked
+        tables = [
+            ("model.encoder.embed_tokens.weight", model.source_embedding, source_order),
+            ("model.decoder.embed_tokens.weight", model.target_embedding, target_order),
+        ]
+        tied = [("lm_head.weight", "model.decoder.embed_tokens.weight")]
+    shapes.update({name: (len(order) - 1, d) for name, _, order in tables})
+    shapes["final_logits_bias"] = (1, rows)
+    positions = _check_positions(model, weights, checkpoint.weights_file)
+    bart.check_weights(
+        weights, shapes, tied, checkpoint.weights_file, config, MarianError, positions
+    )
+    for entry in layers:
+        variable = bart.variable(model, entry.ours)
+        variable.assign(bart.converted(entry, weights[entry.name], variable.shape))
+    for name, embedding, order in tables:
+        embedding.token_embedding.embeddings.assign(np.asarray(weights[name], "float32")[order])
+    bias = np.asarray(weights["final_logits_bias"], "float32")[0][target_order]
+    bias[PAD_ID] = EXCLUDED  # the second copy of the start row: out of the softmax
+    model.target_embedding.logits_bias.assign(bias)
 
 
-def _check_positions(model, weights: dict, path: Path) -> list[str]:
+def _check_positions(model, weights, path: Path) -> list[str]:
     """Where the checkpoint stores its sinusoid tables (tf_model.h5 does), they must be the
     ones our layer computes: a checkpoint laid out otherwise is refused, not mistranslated.
     Returns the names of the tables checked."""
@@ -551,10 +480,11 @@ def _check_positions(model, weights: dict, path: Path) -> list[str]:
     checked = []
     stacks = (("encoder", model.source_embedding), ("decoder", model.target_embedding))
     for stack, embedding in stacks:
-        stored = weights.get(f"model.{stack}.embed_positions.weight")
-        if stored is None:
+        name = f"model.{stack}.embed_positions.weight"
+        if name not in weights:
             continue
-        checked.append(f"model.{stack}.embed_positions.weight")
+        stored = np.asarray(weights[name])
+        checked.append(name)
         rows = min(stored.shape[0], embedding.max_length)
         ours = keras.ops.convert_to_numpy(
             embedding.positions(keras.ops.zeros((1, rows, embedding.d_model), "float32"))
@@ -567,9 +497,15 @@ def _check_positions(model, weights: dict, path: Path) -> list[str]:
     return checked
 
 
+transformer_config = convert_config  # the names these had before the converter protocol
+
+
 __all__ = [
     "Checkpoint",
     "MarianError",
+    "convert_config",
+    "convert_tokenizer",
+    "convert_weights",
     "decoding_defaults",
     "ignored_generation_settings",
     "import_notes",

@@ -70,6 +70,10 @@ class NllbTokenizer(PieceVocabularyTokenizer):
         `ids` hold the language code's id, then the pieces'.
     """
 
+    # A segment that ends with whitespace gets one more "▁" (the `tokenizers` library's
+    # Metaspace); `M2M100Tokenizer`, SentencePiece's own rule, sets it False.
+    trailing_whitespace_piece = True
+
     def __init__(
         self,
         proto: bytes,
@@ -137,6 +141,7 @@ class NllbTokenizer(PieceVocabularyTokenizer):
         )  # (segments, (0 or 1))
         plain = tf.where(is_special, tf.constant(""), flat)
         trailing = ~is_special & tf.strings.regex_full_match(plain, f"(?s).*{WHITESPACE}")
+        trailing &= self.trailing_whitespace_piece
         marks = tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(tf.cast(trailing, tf.int32))], WORD_BOUNDARY),
             tf.cast(trailing, tf.int64),
