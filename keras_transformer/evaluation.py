@@ -16,9 +16,7 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer import decoding as decoding_lib
-from keras_transformer.data import source_batches
-from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
-from keras_transformer.text import detokenize
+from keras_transformer.decoding.settings import DecodingSettings, check_target_prefix, prefix_ids
 
 
 class Translator:
@@ -88,47 +86,66 @@ class Translator:
             max_extra_length=max_extra_length,
             target_prefix=target_prefix,
         )
+        check_target_prefix(decoding.target_prefix, vocabularies.target)
         self.model = model
         self.vocabularies = vocabularies
         self.decoding = decoding
         self.beam_size = decoding.beam_size
         self.batch_size = batch_size
-        settings = decoding.search_arguments()
+        # A task's own sampler (compile(sampler="top_k")) draws here as in its `generate`.
+        self.sampling = getattr(model, "sampling", None)
+        # Text in and out as the task's: its preprocessor, or one over these vocabularies.
+        self.preprocessor = _preprocessor(model, vocabularies)
         prefix = prefix_ids(decoding, vocabularies.target)
-        if prefix is not None:
-            settings["target_prefix"] = prefix[0]
+        prefix = None if prefix is None else prefix[0]
+        sampling = self.sampling
         self._search = tf.function(
-            lambda source_ids: decoding_lib.translate_ids(model, source_ids, **settings),
+            lambda source_ids: decoding_lib.decode(
+                model, source_ids, decoding, prefix_ids=prefix, sampling=sampling
+            ),
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
             autograph=False,  # explicit control flow: nothing to convert (kt.decoding)
         )
 
     def translate_ids(self, source_ids):
-        """`(ids, scores)` for a batch of source ids `[batch, src_len]`."""
+        """`(ids, scores)` for a batch of source ids `[batch, src_len]` (with `n_best` above
+        1: `[batch, n, out_len]` and `[batch, n]`)."""
         return self._search(tf.convert_to_tensor(source_ids, tf.int32))
 
-    def translate(self, texts, progress: bool = False) -> list[str]:
-        """Translations of `texts` (str), in the same order; `progress` shows a progress bar."""
+    def translate(self, texts, progress: bool = False) -> list:
+        """Translations of `texts` (str), in the same order, as the task's `generate` gives
+        them (with `n_best` above 1, a list of the n best for each); `progress` shows a
+        progress bar."""
         texts = list(texts)
         order = np.argsort([len(text) for text in texts], kind="stable")
-        batches = source_batches(
-            [texts[i] for i in order],
-            self.vocabularies.source,
-            max_length=self.model.config.max_length,
-            batch_size=self.batch_size,
-        )
-        translations = []
-        bar = keras.utils.Progbar(len(texts), unit_name="sentence") if progress else None
-        for source_ids in batches:
-            ids, _ = self.translate_ids(source_ids)
-            decoded = detokenize(self.vocabularies.target, ids.numpy())
-            translations.extend(_blank_without_pieces(source_ids.numpy(), decoded))
-            if bar is not None:
-                bar.add(len(ids))
         result = [""] * len(texts)
-        for position, translation in zip(order, translations, strict=True):
-            result[position] = translation
+        bar = keras.utils.Progbar(len(texts), unit_name="sentence") if progress else None
+        for start in range(0, len(texts), self.batch_size):
+            positions = order[start : start + self.batch_size]
+            inputs = self.preprocessor.generate_preprocess([texts[i] for i in positions])
+            ids, _ = self.translate_ids(inputs["source_ids"])
+            translated = self.preprocessor.generate_postprocess({**inputs, "target_ids": ids})
+            for position, translation in zip(positions, translated, strict=True):
+                result[position] = translation
+            if bar is not None:
+                bar.add(len(positions))
         return result
+
+
+def _preprocessor(model, vocabularies):
+    """The task's preprocessor when these are its vocabularies, else one over them, cut to
+    the model's `max_length`: the one place text becomes ids and ids text."""
+    from keras_transformer.models import TransformerSeq2SeqLMPreprocessor, TransformerTokenizer
+
+    preprocessor = getattr(model, "preprocessor", None)
+    if preprocessor is not None and preprocessor.tokenizer.vocabularies is vocabularies:
+        return preprocessor
+    limit = model.config.max_length
+    return TransformerSeq2SeqLMPreprocessor(
+        TransformerTokenizer(vocabularies),
+        encoder_sequence_length=limit,
+        decoder_sequence_length=limit,
+    )
 
 
 def _task_vocabularies(model):
@@ -140,14 +157,6 @@ def _task_vocabularies(model):
             "Transformer, pass its kt.text.Vocabularies"
         )
     return preprocessor.tokenizer.vocabularies
-
-
-def _blank_without_pieces(source_ids, translations: list[str]) -> list[str]:
-    """`translations`, with "" for each source row `[batch, src_len]` that holds nothing but
-    EOS: an input with no piece (empty, or only spaces) has nothing to translate, the
-    SavedModel export's rule (`export.savedmodel`), where a model would answer something."""
-    nothing = np.count_nonzero(source_ids, axis=1) <= 1  # EOS alone
-    return ["" if empty else text for empty, text in zip(nothing, translations, strict=True)]
 
 
 def score(hypotheses, references) -> dict:

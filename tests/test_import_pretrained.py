@@ -156,3 +156,20 @@ def test_a_bad_target_language_or_one_for_marian_is_refused_before_any_work(tmp_
     )
     assert marian.returncode == 2 and "is a Marian model, which takes no target" in marian.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_an_unknown_target_language_flag_is_one_line_before_any_work(imported, tmp_path):
+    model_dir, _ = imported
+    source = tmp_path / "source.txt"
+    source.write_text("eng_Latn Hello\n")
+    for program, *args in (
+        ("trainers.export", "--out", tmp_path / "sm"),
+        ("trainers.evaluate", "--source", source, "--reference", source),
+    ):
+        refused = run_main(
+            program, "--model-dir", model_dir, *args, "--target-prefix", "xxx_Zzzz", check=False
+        )
+        assert refused.returncode == 2, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--target-prefix" in lines[0] and "xxx_Zzzz" in lines[0]
+    assert not (tmp_path / "sm").exists()

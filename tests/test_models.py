@@ -125,6 +125,26 @@ def test_generate_translates_as_the_translator(task, model, vocabularies):
     assert kt.evaluation.Translator(task).translate(SENTENCES) == expected
 
 
+def test_the_translator_honors_what_generate_honors(model, vocabularies):
+    """`Translator` and `generate` go through one search (`kt.decoding.decode`) and one
+    preprocessor: n-best lists, and a task's keras-hub sampler, reach both."""
+    settings = kt.decoding.DecodingSettings(beam_size=3, n_best=2, max_extra_length=6)
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=settings)
+    n_best = task.generate(SENTENCES)
+    assert all(isinstance(row, list) and len(row) == 2 for row in n_best)
+    assert kt.evaluation.Translator(task).translate(SENTENCES) == n_best
+    assert (
+        kt.evaluation.Translator(model, vocabularies, decoding=settings).translate(SENTENCES)
+        == n_best
+    )
+    task.compile(sampler=keras_hub.samplers.TopKSampler(k=1, seed=1))  # draws the argmax
+    drawn = task.generate(SENTENCES)
+    translator = kt.evaluation.Translator(task)
+    assert translator.sampling == task.sampling and translator.translate(SENTENCES) == drawn
+    greedy = kt.evaluation.Translator(model, vocabularies, beam_size=1, max_extra_length=6)
+    assert greedy.translate(SENTENCES) == drawn  # top-1 sampling is greedy search
+
+
 def test_generate_with_greedy_and_n_best_settings(model, vocabularies):
     greedy = kt.decoding.DecodingSettings.preset("greedy")
     task = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=greedy)
@@ -203,6 +223,16 @@ def test_fit_refuses_unpaired_or_empty_text_naming_the_arguments(task):
         task.fit([], [])
     with pytest.raises(ValueError, match="x\\['encoder_text'\\] has 1 sentences and"):
         task.fit({"encoder_text": ["a"], "decoder_text": ["b", "c"]})
+    with pytest.raises(ValueError, match="^x\\[1\\]=None: expected text"):
+        task.fit(["a", None], ["x", "y"])
+    with pytest.raises(ValueError, match="^x\\[0\\]: bytes that are not UTF-8"):
+        task.fit([b"\xff\xfe"], [b"x"])
+    with pytest.raises(ValueError, match="^x=None: fit takes text pairs"):
+        task.fit(None, None)
+    with pytest.raises(ValueError, match="^x has 3 sentences and y 2"):
+        task.evaluate(["a b", "c d", "e"], ["x", "y"])
+    with pytest.raises(ValueError, match="a dict takes keras-hub's 'encoder_text'"):
+        task.generate({"a": 1})
 
 
 def test_a_target_prefix_shaped_like_an_unknown_language_code_is_refused(task, tmp_path):
@@ -290,6 +320,9 @@ def test_compile_takes_keras_hubs_samplers(model, vocabularies):
     assert task.decoding.beam_size == 2
     task.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3, return_all_beams=True))
     assert (task.decoding.beam_size, task.decoding.n_best) == (3, 3)
+    task.compile(sampler="beam")  # by name: the best translation of that beam
+    assert (task.decoding.beam_size, task.decoding.n_best) == (3, 1)
+    task.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=3, return_all_beams=True))
     task.compile(sampler="top_k")
     assert task.sampling == {"temperature": 1.0, "top_k": 5, "seed": None}
     task.compile(sampler=keras_hub.samplers.TopPSampler(p=0.9, seed=4))

@@ -159,8 +159,14 @@ def test_programs_are_told_what_is_missing(tmp_path):
         with pytest.raises(ConfigError) as error:
             load(run_dir.AVERAGED)
         assert str(error.value) == (
-            f"--model-dir {tmp_path}: no model.averaged.keras; train it first"
+            f"--model-dir {tmp_path}: no model.averaged.keras (--model names a file in it)"
         )
+
+
+def test_a_preset_given_as_a_model_directory_is_named_so(tmp_path):
+    (tmp_path / "task.json").write_text("{}")
+    with pytest.raises(ConfigError, match="a keras-hub preset \\(task.json\\), not a model"):
+        RunDirectory(tmp_path).check_trained()
 
 
 PRESET_FILES = [

@@ -16,10 +16,11 @@ configuration, vocabulary, decoding settings, metrics, version. The SavedModel's
 traced with the speed switch as the experiment's `training.fast` says
 (`keras_transformer.fast`; the same translations, faster).
 
-`--format ctranslate2 [--quantization int8|int8_float32|int16|float16]` writes the directory
---out (which must not exist) as a CTranslate2 model with its SentencePiece models and
-manifest.json; `trainers.translate --model` runs it with ctranslate2 and sentencepiece alone.
-It needs the optional extra: pip install 'keras-transformer[ctranslate2]'.
+`--format ctranslate2 [--quantization TYPE]` (int8, int8_float32, int8_float16, int16,
+float16, bfloat16) writes the directory --out (which must not exist) as a CTranslate2 model
+with its SentencePiece models and manifest.json; `trainers.translate --model` runs it with
+ctranslate2 and sentencepiece alone. It needs the optional extra:
+pip install 'keras-transformer[ctranslate2]'.
 """
 
 from __future__ import annotations

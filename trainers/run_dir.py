@@ -375,6 +375,7 @@ class RunDirectory:
         presets), decoding with experiment.yaml's settings, each of `decoding` (the
         programs' flags) that is not None over them. ConfigError when a file is missing,
         cannot be read, or the vocabulary is not the model's."""
+        from keras_transformer.decoding.settings import check_target_prefix
         from keras_transformer.models import TransformerSeq2SeqLM
 
         self.check_trained(model_file)
@@ -390,6 +391,11 @@ class RunDirectory:
         except (OSError, ValueError) as error:
             raise ConfigError(f"--model-dir {self.root}: {error}") from None
         self.check_vocabulary(task.config, task.preprocessor.tokenizer.vocabularies)
+        try:  # a flag's language code against the vocabulary's, before any work
+            check_target_prefix(settings.target_prefix, task.preprocessor.tokenizer.target)
+        except ValueError as error:
+            flag = "--target-prefix" if decoding.get("target_prefix") else "experiment.yaml"
+            raise ConfigError(f"{flag}: {error}") from None
         return experiment, task
 
     def load_trained(self, model_file: str = MODEL):
@@ -420,8 +426,17 @@ class RunDirectory:
         if not self.root.is_dir():
             problem = "is a file, not a folder" if self.root.exists() else "no such folder"
             raise ConfigError(f"--model-dir {self.root}: {problem}")
-        if not (self.root / name).exists():
+        if (self.root / name).exists():
+            return
+        if name == self.experiment_file.name and (self.root / "task.json").exists():
+            raise ConfigError(
+                f"--model-dir {self.root}: a keras-hub preset (task.json), not a model "
+                "directory of trainers.train (no experiment.yaml): load it with "
+                "TransformerSeq2SeqLM.from_preset and export it with kt.export"
+            )
+        if name == self.experiment_file.name:
             raise ConfigError(f"--model-dir {self.root}: no {name}; train it first")
+        raise ConfigError(f"--model-dir {self.root}: no {name} (--model names a file in it)")
 
 
 def _fsync(path: Path) -> None:

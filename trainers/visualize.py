@@ -55,18 +55,16 @@ def cross_attention(model, text: str, layer: int):
     import numpy as np
     import tensorflow as tf
 
-    from keras_transformer import data, decoding
+    from keras_transformer import decoding
     from keras_transformer.text import BOS_ID
 
     vocabularies = model.preprocessor.tokenizer.vocabularies
-    source_ids = next(
-        iter(data.source_batches([text], vocabularies.source, max_length=model.config.max_length))
-    )
-    settings = model.decoding.search_arguments()
+    source_ids = model.preprocessor.generate_preprocess([text])["source_ids"]
     prefix = decoding.settings.prefix_ids(model.decoding, vocabularies.target)
-    if prefix is not None:
-        settings["target_prefix"] = prefix[0]
-    ids, _ = decoding.translate_ids(model, source_ids, **settings)
+    settings = model.decoding.replace(n_best=1)  # the best translation's attention
+    ids, _ = decoding.decode(
+        model, source_ids, settings, prefix_ids=None if prefix is None else prefix[0]
+    )
     ids = ids.numpy()[0]
     target = ids[: int(np.count_nonzero(ids))]  # the translation, EOS included
     decoder_input = tf.constant([[BOS_ID, *target[:-1]]], tf.int32)

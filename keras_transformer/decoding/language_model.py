@@ -43,6 +43,7 @@ from keras_transformer import fast
 from keras_transformer.config import PAD_ID
 from keras_transformer.decoding import search
 from keras_transformer.decoding.search import EOS_ID
+from keras_transformer.decoding.settings import DEFAULT
 
 METHODS = ("greedy", "sample", "beam")
 
@@ -59,10 +60,10 @@ def generate(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int | None = None,
-    beam_size: int = 4,
-    length_penalty: float = 0.6,
-    finish_rule: str = "tensor2tensor",
-    stopping: str = "exact",
+    beam_size: int = DEFAULT.beam_size,
+    length_penalty: float = DEFAULT.length_penalty,
+    finish_rule: str = DEFAULT.finish_rule,
+    stopping: str = DEFAULT.stopping,
     num_hypotheses: int | None = None,
     use_cache: bool = True,
 ) -> tuple:
@@ -258,10 +259,10 @@ def _generate(
     top_k=0,
     top_p=1.0,
     seed=None,
-    beam_size=4,
-    length_penalty=0.6,
-    finish_rule="tensor2tensor",
-    stopping="exact",
+    beam_size=DEFAULT.beam_size,
+    length_penalty=DEFAULT.length_penalty,
+    finish_rule=DEFAULT.finish_rule,
+    stopping=DEFAULT.stopping,
     num_hypotheses=None,
 ):
     """`generate` on a prompt tensor, once its arguments are checked."""

@@ -191,7 +191,7 @@ def check_target_prefix(prefix: str | None, tokenizer, where: str = "target_pref
         hint = f"; did you mean {close[-1]!r}?" if close else ""
         raise ValueError(
             f"{where}={prefix!r}: {word!r} is not one of this model's {len(codes)} language "
-            f"codes ({', '.join(codes[:6])}, ...){hint}"
+            f"codes ({', '.join(codes[:6])}{', ...' if len(codes) > 6 else ''}){hint}"
         )
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import keras
 import keras_hub
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer._ragged import concat_rows
 from keras_transformer.config import PAD_ID
 from keras_transformer.models.tokenizer import TransformerTokenizer
-from keras_transformer.text import BOS_ID, EOS_ID
+from keras_transformer.text import BOS_ID, EOS_ID, detokenize
 
 MODEL_INPUTS = ("source_ids", "target_ids")
 
@@ -137,9 +138,22 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         return {"source_ids": self.source_ids(x)}
 
     def generate_postprocess(self, x):
-        """Generated ids (EOS-terminated, 0-padded) to text."""
+        """Generated ids to text: `{"target_ids": ..., "source_ids": ...}` (or the target ids
+        alone), ids int `[batch, len]` or `[batch, n, len]` (n-best), EOS-terminated and
+        0-padded, to a list of str (or of lists of n str, best first). A source that holds
+        nothing but EOS (an empty input, or spaces) gives "": nothing to translate, the
+        SavedModel's rule too (`kt.export`)."""
         ids = x["target_ids"] if isinstance(x, dict) else x
-        return self.tokenizer.detokenize(ids)
+        ids = np.asarray(keras.ops.convert_to_numpy(ids), "int32")
+        texts = detokenize(self.tokenizer.target, ids.reshape(-1, ids.shape[-1]))
+        if isinstance(x, dict) and x.get("source_ids") is not None:
+            source_ids = np.asarray(keras.ops.convert_to_numpy(x["source_ids"]))
+            empty = np.repeat(np.count_nonzero(source_ids, axis=1) <= 1, len(texts) // len(ids))
+            texts = ["" if nothing else text for nothing, text in zip(empty, texts, strict=True)]
+        if ids.ndim == 3:
+            n = ids.shape[1]
+            return [texts[i : i + n] for i in range(0, len(texts), n)]
+        return texts
 
     def _length(self, length):
         if length is None:

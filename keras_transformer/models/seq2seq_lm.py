@@ -19,7 +19,6 @@ from keras_transformer.models import presets
 from keras_transformer.models.backbone import TransformerBackbone
 from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
 from keras_transformer.schedule import WarmupSchedule
-from keras_transformer.text import detokenize
 
 # keras-hub's sampler names, as a keras-hub user passes them to `compile(sampler=...)`.
 SAMPLING = {"top_k", "top_p", "random"}
@@ -306,21 +305,12 @@ class TransformerSeq2SeqLM(
         results = [None] * len(texts)
         for start in range(0, len(texts), batch_size):
             positions = order[start : start + batch_size]
-            source_ids = self.preprocessor.source_ids([texts[i] for i in positions]).numpy()
-            ids, _ = search(source_ids)
-            ids = keras.ops.convert_to_numpy(ids)
-            empty = np.count_nonzero(source_ids, axis=1) <= 1
-            for position, row, nothing in zip(positions, ids, empty, strict=True):
-                results[position] = self._detokenize(row, nothing)
+            inputs = self.preprocessor.generate_preprocess([texts[i] for i in positions])
+            ids, _ = search(inputs["source_ids"].numpy())
+            translated = self.preprocessor.generate_postprocess({**inputs, "target_ids": ids})
+            for position, text in zip(positions, translated, strict=True):
+                results[position] = text
         return results[0] if scalar else results
-
-    def _detokenize(self, ids, nothing: bool):
-        """One sentence's output ids (`[out_len]`, or `[n, out_len]`) to text; "" for a
-        source without a piece, as the SavedModel answers it."""
-        rows = ids.reshape(-1, ids.shape[-1])
-        texts = detokenize(self.preprocessor.tokenizer.target, rows)
-        texts = ["" for _ in texts] if nothing else texts
-        return texts if ids.ndim == 2 else texts[0]
 
     def quantize(self, mode, **kwargs):
         """Quantizes the backbone's layers (`keras.Model.quantize`, e.g. "int8"): the task's
@@ -347,12 +337,21 @@ class TransformerSeq2SeqLM(
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
+    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
+        """`keras.Model.evaluate`, with text checked as `fit` checks it (one target a
+        source, each a str)."""
+        if x is not None and not isinstance(x, tf.data.Dataset) and self.preprocessor is not None:
+            _check_pairs(x, y)
+        return super().evaluate(x, y, batch_size=batch_size, **kwargs)
+
     def fit(self, x=None, y=None, batch_size=None, shuffle=None, **kwargs):
         """`keras.Model.fit` on text: `fit(sources, targets)`, a `tf.data.Dataset` of
         `(source, target)` text pairs (batched), keras-hub's `{"encoder_text": ...,
         "decoder_text": ...}`, or `kt.data.make_dataset`'s batches of ids. Text given as
         lists or arrays is shuffled every epoch, as Keras shuffles arrays (`shuffle`, True
         unless given); a dataset shuffles itself."""
+        if x is None and y is None and self.preprocessor is not None:
+            raise ValueError("x=None: fit takes text pairs, fit(sources, targets), or a dataset")
         given_as_arrays = (
             x is not None
             and not isinstance(x, tf.data.Dataset)
@@ -430,7 +429,7 @@ def _search_settings(sampler, settings: DecodingSettings):
             )
         if sampler == "beam":  # by name: the settings' beam search, whatever chose greedy
             beams = settings.beam_size if settings.beam_size > 1 else DecodingSettings.beam_size
-            return settings.replace(beam_size=beams), None
+            return settings.replace(beam_size=beams, n_best=1), None  # the best translation
         try:
             sampler = keras_hub.samplers.get(sampler)
         except (KeyError, ValueError) as error:
@@ -496,6 +495,9 @@ def _check_pairs(x, y) -> None:
             raise ValueError(
                 f"{name}: expected a list or array of sentences, got {type(side).__name__}"
             ) from None
+    for name, side in sides:
+        for index, sentence in enumerate(side):
+            _text(sentence.item() if hasattr(sentence, "item") else sentence, f"{name}[{index}]")
     (x_name, x_count), (y_name, y_count) = zip((n for n, _ in sides), counts, strict=True)
     if x_count != y_count:
         raise ValueError(
@@ -508,6 +510,11 @@ def _check_pairs(x, y) -> None:
 def _texts(inputs) -> tuple[list[str], bool]:
     """`generate`'s inputs as a list of str, and whether one str was given."""
     if isinstance(inputs, dict):
+        if "encoder_text" not in inputs:
+            raise ValueError(
+                "inputs: a dict takes keras-hub's 'encoder_text' (the sources); got "
+                f"{sorted(inputs)}"
+            )
         prompts = inputs.get("decoder_text", "")
         prompts = [prompts] if isinstance(prompts, (str, bytes)) else list(prompts)
         if any(_text(p) for p in prompts):
