@@ -55,19 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="hypotheses kept per sentence, 1 for greedy search (default: the directory's "
         "decoding.beam_size, else 4)",
     )
-    parser.add_argument(
-        "--length-penalty",
-        type=flags.non_negative_float,
-        help="alpha of the length penalty, ((5 + length) / 6) ** alpha or length ** alpha "
-        "(--ranking) (default: the directory's decoding.length_penalty, else 0.6)",
-    )
-    parser.add_argument(
-        "--ranking",
-        choices=("gnmt", "length"),
-        help="the length penalty's form: gnmt, ((5 + length) / 6) ** alpha, or length, "
-        "length ** alpha as CTranslate2 and transformers rank, length counting EOS (default: "
-        "the directory's decoding.ranking, else gnmt)",
-    )
+    flags.add_length_penalty(parser)
     parser.add_argument(
         "--finish-rule",
         choices=("tensor2tensor", "fairseq"),

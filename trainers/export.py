@@ -68,19 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="hypotheses kept per sentence, 1 for greedy search (default: the directory's "
         "decoding.beam_size in experiment.yaml, else 4)",
     )
-    parser.add_argument(
-        "--length-penalty",
-        type=flags.non_negative_float,
-        help="alpha of the length penalty, ((5 + length) / 6) ** alpha or length ** alpha "
-        "(--ranking) (default: the directory's decoding.length_penalty, else 0.6)",
-    )
-    parser.add_argument(
-        "--ranking",
-        choices=("gnmt", "length"),
-        help="the length penalty's form: gnmt, ((5 + length) / 6) ** alpha, or length, "
-        "length ** alpha as CTranslate2 and transformers rank, length counting EOS (default: "
-        "the directory's decoding.ranking, else gnmt; --format ctranslate2: length is its own "
-        "ranking, gnmt a re-ranking of its hypotheses)",
+    flags.add_length_penalty(
+        parser,
+        "; --format ctranslate2: length is its own ranking, gnmt a re-ranking of its hypotheses",
     )
     parser.add_argument(
         "--stopping",

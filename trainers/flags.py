@@ -49,6 +49,24 @@ def creatable(path) -> str | None:
     return None
 
 
+def add_length_penalty(parser, ranking_note: str = "") -> None:
+    """`--length-penalty` and `--ranking`, the two flags of the length penalty that evaluate
+    and export share (`ranking_note`: what the ranking means for a program's own format)."""
+    parser.add_argument(
+        "--length-penalty",
+        type=non_negative_float,
+        help="alpha of the length penalty, ((5 + length) / 6) ** alpha or length ** alpha "
+        "(--ranking) (default: the directory's decoding.length_penalty, else 0.6)",
+    )
+    parser.add_argument(
+        "--ranking",
+        choices=("gnmt", "length"),
+        help="the length penalty's form: gnmt, ((5 + length) / 6) ** alpha, or length, "
+        "length ** alpha as CTranslate2 and transformers rank, length counting EOS (default: "
+        f"the directory's decoding.ranking, else gnmt{ranking_note})",
+    )
+
+
 def prog(module: str) -> str:
     """The name a program's usage line gives it: the command the user ran, `kt-translate`
     when it runs as its console script (pyproject.toml's `[project.scripts]`), else

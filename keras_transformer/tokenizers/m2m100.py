@@ -15,7 +15,6 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.tokenizers.nllb import NllbTokenizer
-from keras_transformer.tokenizers.pieces import WORD_BOUNDARY
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -47,15 +46,9 @@ class M2M100Tokenizer(NllbTokenizer):
     # whitespace as one more "▁"; SentencePiece alone, as here, drops it.
     trailing_whitespace_piece = False
 
-    def detokenize(self, ids) -> tf.Tensor:
-        """Ids `[batch, len]` (0-padded; or `[len]`) -> strings `[batch]` (or one string)."""
-        ids = tf.convert_to_tensor(ids)
-        if ids.shape.rank == 1:
-            return self.detokenize(ids[None])[0]
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.to_tensor()
-        text = tf.strings.reduce_join(tf.gather(self._decoded_pieces, tf.cast(ids, tf.int32)), 1)
-        return tf.strings.strip(tf.strings.regex_replace(text, WORD_BOUNDARY, " "))
+    def _spaced(self, text):
+        # transformers' M2M100Tokenizer strips the decoded text at both ends.
+        return tf.strings.strip(text)
 
 
 __all__ = ["M2M100Tokenizer"]

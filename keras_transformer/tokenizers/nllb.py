@@ -157,8 +157,12 @@ class NllbTokenizer(PieceVocabularyTokenizer):
         if isinstance(ids, tf.RaggedTensor):
             ids = ids.to_tensor()
         text = tf.strings.reduce_join(tf.gather(self._decoded_pieces, tf.cast(ids, tf.int32)), 1)
-        text = tf.strings.regex_replace(text, WORD_BOUNDARY, " ")
-        return tf.strings.regex_replace(text, "^ ", "")  # the first word's boundary
+        return self._spaced(tf.strings.regex_replace(text, WORD_BOUNDARY, " "))
+
+    def _spaced(self, text):
+        """Decoded text, word boundaries already spaces, as the tokenizer's own decoding
+        leaves it: here without the first word's boundary."""
+        return tf.strings.regex_replace(text, "^ ", "")
 
     def get_config(self):
         return {
