@@ -124,8 +124,8 @@ def test_the_checkpoints_are_downloaded_before_they_are_imported():
     """Each folder that the `trainers.import_pretrained` commands of README.md and the
     pretrained guide read is downloaded by a command before it (`hf download ORG/NAME
     --local-dir FOLDER`; an `hf://ORG/NAME` id downloads itself), and that command is the
-    one the stack installs: huggingface_hub's `hf`, whose `download` takes `--local-dir` (its `huggingface-cli` is gone since
-    huggingface_hub 1.0)."""
+    one the stack installs: huggingface_hub's `hf`, whose `download` takes `--local-dir`
+    (its `huggingface-cli` is gone since huggingface_hub 1.0)."""
     for page in ("README.md", "docs/guides/pretrained.md"):
         text = (ROOT / page).read_text(encoding="utf-8")
         assert "huggingface-cli" not in text, page
