@@ -433,11 +433,15 @@ def test_missing_files_and_non_checkpoints_are_refused(tmp_path):
 def test_the_former_checkpoint_module_still_reads_a_checkpoint(monkeypatch):
     """`kt.pretrained.checkpoint`, Marian's reader before the BART family's shared one
     (`bart.py`), is `marian` under its former name: every name it offered still works."""
+    import importlib
     import sys
 
+    # Imported anew whatever ran before (an earlier import left the module in sys.modules
+    # and as an attribute of the package).
     monkeypatch.delitem(sys.modules, "keras_transformer.pretrained.checkpoint", raising=False)
+    monkeypatch.delattr(kt.pretrained, "checkpoint", raising=False)
     with pytest.warns(DeprecationWarning, match="moved to keras_transformer.pretrained.marian"):
-        from keras_transformer.pretrained import checkpoint
+        checkpoint = importlib.import_module("keras_transformer.pretrained.checkpoint")
     names = ("Checkpoint", "MarianError", "read_checkpoint", "read_json", "number", "bart_sizes")
     names += ("NEUTRAL_GENERATION", "GENERATION_KEYS", "WEIGHT_FILES", "TOKENIZER_FILES")
     assert [name for name in names if not hasattr(checkpoint, name)] == []
