@@ -16,7 +16,7 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer import decoding as decoding_lib
-from keras_transformer.decoding.settings import DecodingSettings, check_target_prefix, prefix_ids
+from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
 
 
 class Translator:
@@ -86,7 +86,6 @@ class Translator:
             max_extra_length=max_extra_length,
             target_prefix=target_prefix,
         )
-        check_target_prefix(decoding.target_prefix, vocabularies.target)
         self.model = model
         self.vocabularies = vocabularies
         self.decoding = decoding

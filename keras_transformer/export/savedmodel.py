@@ -230,7 +230,7 @@ def translation_endpoints(
         finish_rule=finish_rule,
         ranking=ranking,
     )
-    hypotheses = beam_size if n_best is None or n_best < 2 else n_best
+    hypotheses = _n_best_count(n_best, beam_size)
     if hypotheses > beam_size:
         raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
 
@@ -340,6 +340,12 @@ def translation_endpoints(
             text + [tf.TensorSpec([None], tf.string, "target_prefix")],
         )
     return endpoints
+
+
+def _n_best_count(n_best: int | None, beam_size: int) -> int:
+    """Hypotheses the `n_best` signature returns a sentence: `n_best` when above 1, else
+    every one of the beam."""
+    return beam_size if n_best is None or n_best < 2 else n_best
 
 
 def _check_language_codes(tokenizer, prefixes):
@@ -517,7 +523,7 @@ def export_saved_model(
     if final.exists():
         raise FileExistsError(f"{final} exists; versions are never overwritten")
     directory.mkdir(parents=True, exist_ok=True)
-    hypotheses = settings.n_best if settings.n_best > 1 else beam_size  # the n_best signature's
+    hypotheses = _n_best_count(settings.n_best, beam_size)  # the n_best signature's
     settings = {
         key: value for key, value in settings.to_dict().items() if key != "target_prefix"
     }  # the prefix is `prefix` below

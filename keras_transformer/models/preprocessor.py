@@ -145,13 +145,13 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         SavedModel's rule too (`kt.export`)."""
         ids = x["target_ids"] if isinstance(x, dict) else x
         ids = np.asarray(keras.ops.convert_to_numpy(ids), "int32")
+        n = ids.shape[1] if ids.ndim == 3 else 1  # hypotheses a sentence
         texts = detokenize(self.tokenizer.target, ids.reshape(-1, ids.shape[-1]))
         if isinstance(x, dict) and x.get("source_ids") is not None:
             source_ids = np.asarray(keras.ops.convert_to_numpy(x["source_ids"]))
-            empty = np.repeat(np.count_nonzero(source_ids, axis=1) <= 1, len(texts) // len(ids))
+            empty = np.repeat(np.count_nonzero(source_ids, axis=1) <= 1, n)
             texts = ["" if nothing else text for nothing, text in zip(empty, texts, strict=True)]
         if ids.ndim == 3:
-            n = ids.shape[1]
             return [texts[i : i + n] for i in range(0, len(texts), n)]
         return texts
 
