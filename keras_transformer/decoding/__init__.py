@@ -29,6 +29,7 @@ from keras_transformer.decoding.settings import (
     RANKINGS,
     STOPPING,
     DecodingSettings,
+    with_source_prefix,
 )
 from keras_transformer.layers.cache import AttentionCache, DecoderCache, DecoderLayerCache
 
@@ -50,4 +51,5 @@ __all__ = [
     "parallel_search",
     "sample",
     "translate_ids",
+    "with_source_prefix",
 ]

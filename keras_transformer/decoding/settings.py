@@ -51,6 +51,13 @@ class DecodingSettings:
             alpha, as CTranslate2 and transformers rank (their `length_penalty`). In both
             |Y| counts every output token, EOS and forced prefix tokens included, as theirs
             does. Defaults to "gnmt".
+        source_prefix: str or None. Text put at the start of every source: NLLB-200's
+            source language code ("eng_Latn", where transformers' tokenizer takes
+            `src_lang`), or a multilingual OPUS-MT model's target language token (">>spa<<",
+            which goes at the start of the source). A source that already starts with a
+            language code (`LANGUAGE_CODE`) keeps its own, and a blank one stays blank
+            (nothing to translate); see `with_source_prefix`. Defaults to None (sources as
+            given).
 
     Examples:
         >>> from keras_transformer.decoding import DecodingSettings
@@ -68,6 +75,7 @@ class DecodingSettings:
     n_best: int = 1
     target_prefix: str | None = None
     ranking: str = "gnmt"
+    source_prefix: str | None = None
 
     def __post_init__(self) -> None:
         for name, minimum in (("beam_size", 1), ("max_extra_length", 0), ("n_best", 1)):
@@ -85,9 +93,10 @@ class DecodingSettings:
             raise ValueError(f"finish_rule={self.finish_rule!r} must be one of {FINISH_RULES}")
         if self.ranking not in RANKINGS:
             raise ValueError(f"ranking={self.ranking!r} must be one of {RANKINGS}")
-        prefix = self.target_prefix
-        if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
-            raise ValueError(f"target_prefix={prefix!r} must be None or a non-blank string")
+        for name in ("target_prefix", "source_prefix"):
+            prefix = getattr(self, name)
+            if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
+                raise ValueError(f"{name}={prefix!r} must be None or a non-blank string")
         if self.n_best > self.beam_size:
             raise ValueError(
                 f"n_best={self.n_best} must be between 1 and the beam size {self.beam_size}"
@@ -130,8 +139,9 @@ class DecodingSettings:
 
     def search_arguments(self) -> dict[str, Any]:
         """The keyword arguments of `kt.decoding.translate_ids` (and of `beam_search`, less
-        `num_hypotheses`, which `n_best` above 1 sets), less `target_prefix`: that one is
-        text, which the target tokenizer turns into the searches' ids (`prefix_ids`)."""
+        `num_hypotheses`, which `n_best` above 1 sets), less the prefixes: they are text,
+        which the tokenizers turn into ids (`prefix_ids`; `with_source_prefix` before the
+        source is tokenized)."""
         return {
             "beam_size": self.beam_size,
             "length_penalty": self.length_penalty,
@@ -152,7 +162,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 # A word shaped like a language code: NLLB-200's ("spa_Latn", any case), M2M100's ("__es__")
 # and multilingual OPUS-MT's (">>spa<<"). RE2 and Python read it alike (the SavedModel's
 # per-request check runs it in the graph).
-LANGUAGE_CODE = r"(?i)[a-z]{2,3}_[a-z]{4}|__[a-z]{2,3}__|>>[a-z_]{2,12}<<"
+_CODE = r"[a-z]{2,3}_[a-z]{4}|__[a-z]{2,3}__|>>[a-z_]{2,12}<<"
+LANGUAGE_CODE = rf"(?i){_CODE}"
+
+# Whitespace as Python's `str.split` reads it, written for RE2 (which reads \s as ASCII's).
+_SPACE = r"[\s\x0b\x1c-\x1f\x85\p{Z}]"
+# In RE2, for the graph's `tf.strings.regex_full_match`: a source that `with_source_prefix`
+# leaves as it is, blank or starting with a language code (a word of its own).
+KEEPS_ITS_SOURCE = rf"(?is){_SPACE}*(?:(?:{_CODE})(?:{_SPACE}.*)?)?"
 
 
 def language_codes(tokenizer) -> list[str]:
@@ -195,6 +212,77 @@ def check_target_prefix(prefix: str | None, tokenizer, where: str = "target_pref
         )
 
 
+def with_source_prefix(text: str, prefix: str | None) -> str:
+    """`text` with the source prefix (`DecodingSettings.source_prefix`) in front, one space
+    between, as every door writes it before tokenizing: a source that already starts with a
+    language code (`LANGUAGE_CODE`, a word of its own) keeps its own, and a blank one stays
+    blank. In the graph, `KEEPS_ITS_SOURCE` says which sources are left as they are.
+
+    Examples:
+        >>> from keras_transformer.decoding.settings import with_source_prefix
+        >>> with_source_prefix("Hello", "eng_Latn")
+        'eng_Latn Hello'
+        >>> with_source_prefix("fra_Latn Salut", "eng_Latn")
+        'fra_Latn Salut'
+        >>> with_source_prefix("  ", ">>spa<<"), with_source_prefix("Hello", None)
+        ('  ', 'Hello')
+    """
+    import re
+
+    words = text.split(maxsplit=1)
+    if prefix is None or not words or re.fullmatch(LANGUAGE_CODE, words[0]):
+        return text
+    return f"{prefix} {text}"
+
+
+def check_source_prefix(prefix: str | None, tokenizer, where: str = "source_prefix") -> None:
+    """Refuses a source prefix that the source vocabulary would cut into pieces as text: a
+    word shaped like a language code (`LANGUAGE_CODE`) that is neither one of its language
+    codes (NLLB-200's) nor one of its pieces (a multilingual OPUS-MT model's ">>spa<<").
+    ValueError naming `where`, the word, and the codes it could have meant."""
+    import difflib
+    import re
+
+    if prefix is None:
+        return
+    codes = language_codes(tokenizer)
+    for word in prefix.split():
+        if word in codes or not re.fullmatch(LANGUAGE_CODE, word):
+            continue
+        if word.startswith(">>") and _is_piece(tokenizer, word):
+            continue
+        known = codes or [
+            piece for piece in _pieces(tokenizer) if re.fullmatch(LANGUAGE_CODE, piece)
+        ]
+        if not known:
+            raise ValueError(
+                f"{where}={prefix!r}: {word!r} looks like a language code, and this model's "
+                "source vocabulary has none (it reads one language): leave the source "
+                "prefix unset"
+            )
+        close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+        close += [code for code in known if code.lower() == word.lower()]
+        hint = f"; did you mean {close[-1]!r}?" if close else ""
+        raise ValueError(
+            f"{where}={prefix!r}: {word!r} is not one of this model's {len(known)} source "
+            f"language codes ({', '.join(known[:6])}{', ...' if len(known) > 6 else ''}){hint}"
+        )
+
+
+def _pieces(tokenizer) -> list[str]:
+    try:
+        return list(tokenizer.get_vocabulary())
+    except (AttributeError, NotImplementedError):
+        return []
+
+
+def _is_piece(tokenizer, word: str) -> bool:
+    try:
+        return tokenizer.token_to_id(word) not in (None, 1)  # 1: <unk>
+    except (AttributeError, KeyError, ValueError):
+        return False
+
+
 def prefix_ids(settings: DecodingSettings, tokenizer):
     """The target prefix's ids `[1, prefix_len]` (int32 numpy) through `tokenizer`, as the
     searches' `target_prefix` takes them, or None when the settings force none. ValueError
@@ -224,8 +312,11 @@ __all__ = [
     "LANGUAGE_CODE",
     "PRESETS",
     "RANKINGS",
+    "KEEPS_ITS_SOURCE",
     "STOPPING",
+    "check_source_prefix",
     "check_target_prefix",
     "language_codes",
     "prefix_ids",
+    "with_source_prefix",
 ]
