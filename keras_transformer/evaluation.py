@@ -33,14 +33,17 @@ class Translator:
         decoding: `kt.decoding.DecodingSettings` or None. How to decode; None takes the
             task's settings, or the defaults (the paper's) for a plain model.
         beam_size: int or None. When given, overrides that setting of `decoding` (see
-            `kt.decoding.DecodingSettings`), as do the six below.
+            `kt.decoding.DecodingSettings`), as do the eight below.
         length_penalty: float or None.
         ranking: str or None.
         finish_rule: str or None.
         stopping: str or None.
         max_extra_length: int or None.
+        n_best: int or None. Translations a sentence, best first.
         target_prefix: str or None. Text every translation starts with (NLLB-200's target
             language code).
+        source_prefix: str or None. Text every source starts with (NLLB-200's source
+            language code; `kt.decoding.with_source_prefix`).
         batch_size: int. Sentences per batch. Defaults to 64.
 
     Examples:
@@ -70,7 +73,9 @@ class Translator:
         finish_rule: str | None = None,
         stopping: str | None = None,
         max_extra_length: int | None = None,
+        n_best: int | None = None,
         target_prefix: str | None = None,
+        source_prefix: str | None = None,
         batch_size: int = 64,
     ):
         if vocabularies is None:
@@ -84,7 +89,9 @@ class Translator:
             finish_rule=finish_rule,
             stopping=stopping,
             max_extra_length=max_extra_length,
+            n_best=n_best,
             target_prefix=target_prefix,
+            source_prefix=source_prefix,
         )
         self.model = model
         self.vocabularies = vocabularies
@@ -94,7 +101,9 @@ class Translator:
         # A task's own sampler (compile(sampler="top_k")) draws here as in its `generate`.
         self.sampling = getattr(model, "sampling", None)
         # Text in and out as the task's: its preprocessor, or one over these vocabularies.
-        self.preprocessor = _preprocessor(model, vocabularies)
+        from keras_transformer.models import TransformerSeq2SeqLMPreprocessor
+
+        self.preprocessor = TransformerSeq2SeqLMPreprocessor.for_model(model, vocabularies)
         prefix = prefix_ids(decoding, vocabularies.target)
         prefix = None if prefix is None else prefix[0]
         sampling = self.sampling
@@ -121,7 +130,9 @@ class Translator:
         bar = keras.utils.Progbar(len(texts), unit_name="sentence") if progress else None
         for start in range(0, len(texts), self.batch_size):
             positions = order[start : start + self.batch_size]
-            inputs = self.preprocessor.generate_preprocess([texts[i] for i in positions])
+            inputs = self.preprocessor.generate_preprocess(
+                [texts[i] for i in positions], source_prefix=self.decoding.source_prefix
+            )
             ids, _ = self.translate_ids(inputs["source_ids"])
             translated = self.preprocessor.generate_postprocess({**inputs, "target_ids": ids})
             for position, translation in zip(positions, translated, strict=True):
@@ -129,22 +140,6 @@ class Translator:
             if bar is not None:
                 bar.add(len(positions))
         return result
-
-
-def _preprocessor(model, vocabularies):
-    """The task's preprocessor when these are its vocabularies, else one over them, cut to
-    the model's `max_length`: the one place text becomes ids and ids text."""
-    from keras_transformer.models import TransformerSeq2SeqLMPreprocessor, TransformerTokenizer
-
-    preprocessor = getattr(model, "preprocessor", None)
-    if preprocessor is not None and preprocessor.tokenizer.vocabularies is vocabularies:
-        return preprocessor
-    limit = model.config.max_length
-    return TransformerSeq2SeqLMPreprocessor(
-        TransformerTokenizer(vocabularies),
-        encoder_sequence_length=limit,
-        decoder_sequence_length=limit,
-    )
 
 
 def _task_vocabularies(model):

@@ -71,6 +71,7 @@ def test_layout_and_manifest(exported, model, loaded):
         "target_prefix": None,
         "ranking": "gnmt",
         "n_best": 1,
+        "source_prefix": None,
     }
     assert set(manifest["signatures"]) == {
         "serving_default",

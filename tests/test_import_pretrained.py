@@ -154,7 +154,7 @@ def test_a_bad_target_language_or_one_for_marian_is_refused_before_any_work(tmp_
         "spa",
         check=False,
     )
-    assert marian.returncode == 2 and "is a Marian model, which takes no target" in marian.stderr
+    assert marian.returncode == 2 and "is a Marian model, which takes no language" in marian.stderr
     assert not (tmp_path / "new").exists()
 
 
@@ -173,3 +173,67 @@ def test_an_unknown_target_language_flag_is_one_line_before_any_work(imported, t
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1 and "--target-prefix" in lines[0] and "xxx_Zzzz" in lines[0]
     assert not (tmp_path / "sm").exists()
+
+
+def test_the_source_language_reaches_evaluate_and_the_export(imported, tmp_path):
+    """`--source-language` (the settings' `source_prefix`) puts the code before every line
+    that lacks one: `evaluate` and the exported SavedModel translate lines without the code
+    as the first import translates them with it; `--source-prefix` sets it per run; a code
+    the vocabulary lacks is one line before any work, at import and in the flags."""
+    model_dir, _ = imported
+    coded = sentences()
+    plain = [line.removeprefix("eng_Latn ") for line in coded]
+    expected = TransformerSeq2SeqLM.from_preset(model_dir).generate(coded)
+    source, reference = tmp_path / "plain.txt", tmp_path / "reference.txt"
+    source.write_text("\n".join(plain) + "\n")
+    reference.write_text("\n".join(coded) + "\n")
+    both = tmp_path / "both"
+    result = run_main(
+        "trainers.import_pretrained",
+        CHECKPOINT,
+        "--model-dir",
+        both,
+        "--source-language",
+        "eng_Latn",
+        "--target-language",
+        "spa_Latn",
+    )
+    assert "note: every source starts with eng_Latn" in result.stderr
+    experiment = yaml.safe_load((both / "experiment.yaml").read_text())
+    assert experiment["decoding"]["source_prefix"] == "eng_Latn"
+    assert experiment["data"]["source_language"] == "eng_Latn"
+    out = tmp_path / "hyp.txt"
+    arguments = ["--source", source, "--reference", reference, "--output", out]
+    run_main("trainers.evaluate", "--model-dir", both, *arguments)
+    assert out.read_text().splitlines() == expected
+    assert json.loads(out.with_suffix(".json").read_text())["source_prefix"] == "eng_Latn"
+    run_main(
+        "trainers.evaluate", "--model-dir", model_dir, *arguments, "--source-prefix", "eng_Latn"
+    )
+    assert out.read_text().splitlines() == expected  # the flag on the first import
+    run_main("trainers.export", "--model-dir", both, "--out", tmp_path / "sm")
+    served = run_main("trainers.translate", "--model", tmp_path / "sm", "--input", source)
+    assert served.stdout.splitlines() == expected
+    refused = run_main(
+        "trainers.import_pretrained",
+        CHECKPOINT,
+        "--model-dir",
+        tmp_path / "new",
+        "--source-language",
+        "eng_latn",
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "--source-language=eng_latn is not one of the checkpoint's" in refused.stderr
+    assert not (tmp_path / "new").exists()
+    for program, *args in (
+        ("trainers.export", "--out", tmp_path / "sm2"),
+        ("trainers.evaluate", "--source", source, "--reference", source),
+    ):
+        refused = run_main(
+            program, "--model-dir", model_dir, *args, "--source-prefix", "xxx_Zzzz", check=False
+        )
+        assert refused.returncode == 2, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--source-prefix" in lines[0] and "xxx_Zzzz" in lines[0]
+    assert not (tmp_path / "sm2").exists()

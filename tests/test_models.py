@@ -145,6 +145,43 @@ def test_the_translator_honors_what_generate_honors(model, vocabularies):
     assert greedy.translate(SENTENCES) == drawn  # top-1 sampling is greedy search
 
 
+def test_generate_returns_the_n_best_with_their_scores(model, vocabularies):
+    """`generate(..., n_best=2, return_scores=True)` answers as the SavedModel's n_best
+    signature does: the search's hypotheses and scores, best first; a blank input gives ""
+    with score 0; the per-call `n_best` is checked against the beam and a sampler."""
+    settings = kt.decoding.DecodingSettings(beam_size=3, max_extra_length=6)
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=settings)
+    answer = task.generate(SENTENCES + ["  "], n_best=2, return_scores=True)
+    assert sorted(answer) == ["scores", "translations"]
+    source_ids = task.preprocessor.source_ids(SENTENCES)
+    ids, scores = kt.decoding.decode(task, source_ids, settings.replace(n_best=2))
+    texts = task.preprocessor.generate_postprocess({"target_ids": ids, "source_ids": source_ids})
+    assert answer["translations"] == texts + [["", ""]]
+    blank = np.count_nonzero(source_ids.numpy(), axis=1) <= 1  # SENTENCES has blank ones
+    assert blank.any() and not blank.all()
+    expected = np.where(blank[:, None], 0.0, scores.numpy())
+    np.testing.assert_allclose(answer["scores"][:-1], expected, rtol=1e-6)
+    assert answer["scores"][-1] == [0.0, 0.0]
+    assert all(first >= second for first, second in answer["scores"])
+    assert task.generate(SENTENCES, n_best=2) == texts  # the same lists without scores
+    one = task.generate(SENTENCES[0], return_scores=True)
+    assert one == {"translation": task.generate(SENTENCES[0]), "score": one["score"]}
+    assert isinstance(one["score"], float) and one["score"] == pytest.approx(
+        answer["scores"][0][0], abs=1e-5
+    )
+    ids_only, id_scores = TransformerSeq2SeqLM(task.backbone, decoding=settings).generate(
+        source_ids.numpy(), return_scores=True
+    )
+    assert ids_only.shape[0] == len(SENTENCES) and id_scores.shape == (len(SENTENCES),)
+    with pytest.raises(ValueError, match="n_best=4 must be between 1 and the beam size 3"):
+        task.generate(SENTENCES, n_best=4)
+    with pytest.raises(ValueError, match="return_scores='yes' must be True or False"):
+        task.generate(SENTENCES, return_scores="yes")
+    task.compile(sampler="top_k")
+    with pytest.raises(ValueError, match="n_best=2: this task samples"):
+        task.generate(SENTENCES, n_best=2)
+
+
 def test_generate_with_greedy_and_n_best_settings(model, vocabularies):
     greedy = kt.decoding.DecodingSettings.preset("greedy")
     task = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=greedy)

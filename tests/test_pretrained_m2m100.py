@@ -193,11 +193,13 @@ def test_beam_search_and_sampling_start_with_the_forced_language():
     assert np.isfinite(scores.numpy()).all()
 
 
-@pytest.mark.slow  # five signatures traced and saved: the slowest test here
+@pytest.mark.slow  # six signatures traced and saved: the slowest test here
 def test_the_saved_model_takes_the_target_language_per_request(tmp_path):
     """`serving_prefix` (written for a vocabulary with language codes) gives transformers'
-    greedy translations with each request's language; `serving_default` those of the
-    language baked in (`target_prefix="spa_Latn"`)."""
+    greedy translations with each request's language, and `serving_languages` with each
+    request's two languages; `serving_default` those of the languages baked in
+    (`source_prefix="eng_Latn"`, `target_prefix="spa_Latn"`), the source's code written in
+    the text or not."""
     model, vocabularies = imported()
     items = reference()["greedy"]["items"]
     limit = reference()["greedy"]["settings"]["max_new_tokens"]
@@ -208,23 +210,45 @@ def test_the_saved_model_takes_the_target_language_per_request(tmp_path):
         beam_size=1,
         max_extra_length=limit,
         target_prefix="spa_Latn",
+        source_prefix="eng_Latn",
     )
     manifest = json.loads((path / "assets.extra" / "manifest.json").read_text())
     assert manifest["decoding"]["target_prefix"] == "spa_Latn"
-    assert "serving_prefix" in manifest["signatures"]
+    assert manifest["decoding"]["source_prefix"] == "eng_Latn"
+    assert {"serving_prefix", "serving_languages"} <= set(manifest["signatures"])
     loaded = tf.saved_model.load(str(path))
     texts = [f"eng_Latn {item['text']}" for item in items]
-    prefixed = loaded.signatures["serving_prefix"](
-        text=tf.constant(texts), target_prefix=tf.constant([item["tgt_lang"] for item in items])
-    )
-    got = [t.decode("utf-8") for t in prefixed["translation"].numpy()]
-    assert got == [item["translation"] for item in items]
+    languages = tf.constant([item["tgt_lang"] for item in items])
+    expected = [item["translation"] for item in items]
+    prefixed = loaded.signatures["serving_prefix"](text=tf.constant(texts), target_prefix=languages)
+    assert [t.decode("utf-8") for t in prefixed["translation"].numpy()] == expected
+    # Both languages a request: the source's given, or "" where the text starts with it.
+    plain = [item["text"] for item in items]
+    for text, source in ((plain, "eng_Latn"), (texts, ""), (texts, "fra_Latn")):
+        both = loaded.signatures["serving_languages"](
+            text=tf.constant(text),
+            source_prefix=tf.constant([source] * len(items)),
+            target_prefix=languages,
+        )
+        assert [t.decode("utf-8") for t in both["translation"].numpy()] == expected, source
     spanish = [item for item in items if item["tgt_lang"] == "spa_Latn"]
-    default = loaded.signatures["serving_default"](
-        text=tf.constant([f"eng_Latn {item['text']}" for item in spanish])
-    )
-    got = [t.decode("utf-8") for t in default["translation"].numpy()]
-    assert got == [item["translation"] for item in spanish]
+    expected = [item["translation"] for item in spanish]
+    for text in ([item["text"] for item in spanish], [f"eng_Latn {i['text']}" for i in spanish]):
+        default = loaded.signatures["serving_default"](text=tf.constant(text + ["", " "]))
+        got = [t.decode("utf-8") for t in default["translation"].numpy()]
+        assert got == expected + ["", ""]  # blank sources stay blank: nothing to translate
+    with pytest.raises(tf.errors.InvalidArgumentError, match="source_prefix.*xxx_Zzzz"):
+        loaded.signatures["serving_languages"](
+            text=tf.constant(plain[:2]),
+            source_prefix=tf.constant(["eng_Latn", "xxx_Zzzz"]),
+            target_prefix=languages[:2],
+        )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one entry per sentence"):
+        loaded.signatures["serving_languages"](
+            text=tf.constant(plain[:2]),
+            source_prefix=tf.constant(["eng_Latn"]),
+            target_prefix=languages[:2],
+        )
     with pytest.raises(tf.errors.InvalidArgumentError, match="one entry per sentence"):
         loaded.signatures["serving_prefix"](
             text=tf.constant(texts[:2]), target_prefix=tf.constant(["spa_Latn"])
@@ -256,6 +280,37 @@ def test_an_unknown_language_code_is_refused_at_every_door(tmp_path):
         with pytest.raises(ValueError, match="'xxx_Zzzz' is not one"):
             export(model, vocabularies, tmp_path / export.__name__, decoding=bad)
         assert not (tmp_path / export.__name__).exists()
+
+
+def test_the_source_language_is_a_setting_that_generate_and_translator_apply():
+    """`source_prefix` puts NLLB's source language code first, as the text written with it
+    by hand: the same translations through `generate` (per call, or the task's settings)
+    and `Translator`; a code the vocabulary lacks is refused by name."""
+    from keras_transformer.models import TransformerSeq2SeqLM
+
+    model, vocabularies = imported()
+    items = reference()["greedy"]["items"][:6]
+    limit = reference()["greedy"]["settings"]["max_new_tokens"]
+    settings = kt.decoding.DecodingSettings(
+        beam_size=1, max_extra_length=limit, target_prefix="spa_Latn"
+    )
+    task = TransformerSeq2SeqLM.from_transformer(model, vocabularies, decoding=settings)
+    plain = [item["text"] for item in items]
+    coded = [f"eng_Latn {text}" for text in plain]
+    expected = task.generate(coded)
+    assert len(set(expected)) > 1
+    assert task.generate(plain, source_prefix="eng_Latn") == expected
+    assert task.generate(coded, source_prefix="fra_Latn") == expected  # its own code kept
+    assert task.generate(plain) != expected  # no code: another input
+    task.decoding = settings.replace(source_prefix="eng_Latn")
+    assert task.generate(plain) == expected
+    assert kt.evaluation.Translator(task).translate(plain) == expected
+    translator = kt.evaluation.Translator(
+        model, vocabularies, decoding=settings, source_prefix="eng_Latn"
+    )
+    assert translator.translate(plain) == expected
+    with pytest.raises(ValueError, match="'eng_latn'.*did you mean 'eng_Latn'"):
+        task.generate(plain, source_prefix="eng_latn")
 
 
 def test_the_ctranslate2_export_gives_transformers_greedy_ids(tmp_path):

@@ -22,12 +22,24 @@ class BleuCallback(keras.callbacks.Callback):
             batches, and the dev set is decoded once, at the batch that made the update.
         beam_size: int. 1 = greedy.
         log_dir: str or None. TensorBoard directory for the scalars.
+        decoding: `kt.decoding.DecodingSettings` or None. The other settings (the languages:
+            `target_prefix`, `source_prefix`; the length penalty), the best translation
+            scored; None takes the defaults.
     """
 
     def __init__(
-        self, vocabularies, sources, references, *, every_steps=0, beam_size=1, log_dir=None
+        self,
+        vocabularies,
+        sources,
+        references,
+        *,
+        every_steps=0,
+        beam_size=1,
+        log_dir=None,
+        decoding=None,
     ):
         super().__init__()
+        self.decoding = decoding
         self.vocabularies = vocabularies
         self.sources, self.references = list(sources), list(references)
         self.every_steps = every_steps
@@ -42,7 +54,11 @@ class BleuCallback(keras.callbacks.Callback):
     def evaluate(self) -> dict:
         if self._translator is None:
             self._translator = evaluation.Translator(
-                self.model, self.vocabularies, beam_size=self.beam_size
+                self.model,
+                self.vocabularies,
+                decoding=self.decoding,
+                beam_size=self.beam_size,
+                n_best=1,
             )
         started = time.perf_counter()
         hypotheses = self._translator.translate(self.sources)

@@ -70,11 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "ending at the next step; exact: tensor2tensor's rule, the paper's code; k_finished: "
         "once beam-size hypotheses have finished, fairseq's and CTranslate2's rule)",
     )
-    parser.add_argument(
-        "--target-prefix",
-        help="text every translation starts with: an NLLB-200 model's target language code, "
-        "e.g. spa_Latn (default: the directory's decoding.target_prefix, else none)",
-    )
+    flags.add_prefixes(parser)
     parser.add_argument(
         "--quantize",
         choices=("int8",),
@@ -118,6 +114,7 @@ def main(argv=None) -> int:
             finish_rule=args.finish_rule,
             stopping=args.stopping,
             target_prefix=args.target_prefix,
+            source_prefix=args.source_prefix,
         )
         if args.split:
             pairs = read_split(experiment.data, args.split)
@@ -157,6 +154,8 @@ def main(argv=None) -> int:
         "ranking": settings.ranking,
         "finish_rule": settings.finish_rule,
         "stopping": settings.stopping,
+        "target_prefix": settings.target_prefix,
+        "source_prefix": settings.source_prefix,
         "quantize": args.quantize,
         **evaluation.score(hypotheses, pairs.targets),
         "code": provenance(),

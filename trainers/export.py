@@ -83,11 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "translations: BENCHMARKS.md; k_finished: once beam-size hypotheses have finished, "
         "CTranslate2's rule)",
     )
-    parser.add_argument(
-        "--target-prefix",
-        help="text every translation starts with: an NLLB-200 model's target language code, "
-        "e.g. spa_Latn (default: the directory's decoding.target_prefix, else none)",
-    )
+    flags.add_prefixes(parser)
     return parser.parse_args(argv)
 
 
@@ -117,6 +113,7 @@ def main(argv=None) -> int:
             ranking=args.ranking,
             stopping=args.stopping,
             target_prefix=args.target_prefix,
+            source_prefix=args.source_prefix,
         )
     except errors.USER_ERRORS as error:
         return errors.fail(error)

@@ -67,6 +67,23 @@ def add_length_penalty(parser, ranking_note: str = "") -> None:
     )
 
 
+def add_prefixes(parser) -> None:
+    """`--target-prefix` and `--source-prefix`, the two languages' flags (an NLLB-200
+    model's codes) that evaluate, export and translate share."""
+    parser.add_argument(
+        "--target-prefix",
+        help="text every translation starts with: an NLLB-200 model's target language code, "
+        "e.g. spa_Latn (default: the directory's decoding.target_prefix, else none)",
+    )
+    parser.add_argument(
+        "--source-prefix",
+        help="text put at the start of every source line that does not start with a "
+        "language code already: an NLLB-200 model's source language code, e.g. eng_Latn, or "
+        "a multilingual OPUS-MT model's >>spa<< (default: the directory's "
+        "decoding.source_prefix, else none)",
+    )
+
+
 def prog(module: str) -> str:
     """The name a program's usage line gives it: the command the user ran, `kt-translate`
     when it runs as its console script (pyproject.toml's `[project.scripts]`), else

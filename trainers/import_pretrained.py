@@ -8,7 +8,7 @@
 
     huggingface-cli download facebook/nllb-200-distilled-600M --local-dir nllb-600M
     python -m trainers.import_pretrained nllb-600M --model-dir runs/nllb-en-es \\
-        --target-language spa_Latn
+        --source-language eng_Latn --target-language spa_Latn
 
 PATH is a checkpoint directory in Hugging Face transformers' format, read without torch, of
 either architecture this library reads, chosen by config.json's `model_type`, or its id on
@@ -21,11 +21,14 @@ HF_HUB_OFFLINE=1: they must be there), and recorded as pretrained.json's source 
   model.safetensors or tf_model.h5);
 - `m2m_100`: an NLLB-200 model (config.json, sentencepiece.bpe.model, tokenizer.json,
   tokenizer_config.json, and model.safetensors or its shards). Its source text starts with
-  the source language's code (`eng_Latn Hello`), as transformers' `src_lang` puts it; its
-  translations start with the target language's code, `--target-language` (or
-  generation_config.json's `forced_bos_token_id`), stored as the decoding settings'
-  `target_prefix`: `trainers.evaluate --target-prefix` and `trainers.export --target-prefix`
-  change it, and the SavedModel's `serving_prefix` signature takes one per request.
+  the source language's code (`eng_Latn Hello`), as transformers' `src_lang` puts it:
+  `--source-language` puts it there (the decoding settings' `source_prefix`; a line that
+  starts with a code keeps its own), or the text carries it. Its translations start with
+  the target language's code, `--target-language` (or generation_config.json's
+  `forced_bos_token_id`), stored as the decoding settings' `target_prefix`.
+  `trainers.evaluate` and `trainers.export` change either (`--source-prefix`,
+  `--target-prefix`), and the SavedModel's `serving_languages` signature takes both per
+  request.
 
 `python -m trainers.import_marian` is the same command under its first name.
 
@@ -102,6 +105,11 @@ def parse_args(argv=None, prog: str | None = None):
         "(default: generation_config.json's forced_bos_token_id, if set)",
     )
     parser.add_argument(
+        "--source-language",
+        help="NLLB-200: the language code put at the start of every source line that does "
+        "not start with one, e.g. eng_Latn (default: none; the text carries it)",
+    )
+    parser.add_argument(
         "--peak-learning-rate",
         type=float,
         default=5e-5,
@@ -130,6 +138,7 @@ def main(argv=None, prog: str | None = None) -> int:
             args.path,
             args.model_dir,
             target_language=args.target_language,
+            source_language=args.source_language,
             peak_learning_rate=args.peak_learning_rate,
             warmup_steps=args.warmup_steps,
         )
@@ -155,6 +164,7 @@ def import_pretrained(
     model_dir,
     *,
     target_language: str | None = None,
+    source_language: str | None = None,
     peak_learning_rate: float = 5e-5,
     warmup_steps: int = 500,
 ) -> Path:
@@ -184,12 +194,12 @@ def import_pretrained(
     except ValueError as error:
         raise ConfigError(str(error)) from None
     read = _marian if kind == "marian" else _m2m100
-    imported = read(Path(path), target_language)
+    imported = read(Path(path), target_language, source_language)
     for note in imported.notes:
         print(f"note: {note}", file=sys.stderr)
     config = imported.model.config
     experiment = _experiment(
-        Path(path), config, imported.decoding, peak_learning_rate, warmup_steps, target_language
+        Path(path), config, imported.decoding, peak_learning_rate, warmup_steps
     )
     record = {
         **imported.record,
@@ -237,17 +247,19 @@ def import_marian(path, model_dir, **kwargs) -> Path:
     return import_pretrained(path, model_dir, **kwargs)
 
 
-def _marian(path: Path, target_language: str | None) -> Imported:
+def _marian(path: Path, target_language: str | None, source_language: str | None) -> Imported:
     """An OPUS-MT checkpoint read and converted, with what its generation_config.json sets."""
     from keras_transformer.decoding import DecodingSettings
     from keras_transformer.pretrained import marian
 
-    if target_language is not None:
-        raise ConfigError(
-            f"--target-language={target_language}: {path} is a Marian model, which takes no "
-            "target language (a multilingual one reads a >>xxx<< token at the start of the "
-            "source text)"
-        )
+    for flag, language in (("target", target_language), ("source", source_language)):
+        if language is not None:
+            raise ConfigError(
+                f"--{flag}-language={language}: {path} is a Marian model, which takes no "
+                "language code (a multilingual one reads a >>xxx<< token at the start of the "
+                "source text: trainers.evaluate and trainers.export put it there with "
+                "--source-prefix '>>spa<<')"
+            )
     try:
         checkpoint = marian.read_checkpoint(path)
         decoding = marian.decoding_defaults(checkpoint.generation, checkpoint.generation_source)
@@ -281,29 +293,35 @@ def _marian(path: Path, target_language: str | None) -> Imported:
     return Imported(model, vocabularies, settings, checkpoint.files, record, notes)
 
 
-def _m2m100(path: Path, target_language: str | None) -> Imported:
-    """An NLLB-200 (M2M100) checkpoint read and converted, with its target language."""
+def _m2m100(path: Path, target_language: str | None, source_language: str | None) -> Imported:
+    """An NLLB-200 (M2M100) checkpoint read and converted, with its languages."""
     from keras_transformer.pretrained import m2m100
 
     try:
         checkpoint = m2m100.read_checkpoint(path)
         settings = m2m100.decoding_settings(checkpoint)
-        if target_language is not None:
-            if target_language not in checkpoint.vocabulary.language_codes:
-                codes = checkpoint.vocabulary.language_codes
+        codes = checkpoint.vocabulary.language_codes
+        for flag, language in (("target", target_language), ("source", source_language)):
+            if language is not None and language not in codes:
                 raise m2m100.M2M100Error(
-                    f"--target-language={target_language} is not one of the checkpoint's "
+                    f"--{flag}-language={language} is not one of the checkpoint's "
                     f"{len(codes)} language codes ({', '.join(codes[:6])}, ...)"
                 )
-            settings = settings.replace(target_prefix=target_language)
+        settings = settings.replace(target_prefix=target_language, source_prefix=source_language)
         with startup_logs.native_logs():
             model, vocabularies = m2m100.load_m2m100(checkpoint)
     except m2m100.M2M100Error as error:
         raise ConfigError(str(error)) from None
-    notes = [
-        "source text starts with its language code, as transformers' src_lang puts it "
-        '("eng_Latn Hello")'
-    ]
+    if settings.source_prefix is None:
+        notes = [
+            "source text starts with its language code, as transformers' src_lang puts it "
+            '("eng_Latn Hello"), or --source-language puts it there'
+        ]
+    else:
+        notes = [
+            f"every source starts with {settings.source_prefix}, unless it starts with a "
+            "language code of its own"
+        ]
     if settings.target_prefix is None:
         notes.append(
             "no target language: neither --target-language nor generation_config.json's "
@@ -328,17 +346,18 @@ def _experiment(
     decoding,
     peak_learning_rate: float,
     warmup_steps: int,
-    target_language: str | None,
 ):
     """The experiment of an imported model: its config, no training data yet (fine-tuning
-    sets data.train), the languages of tokenizer_config.json (Marian's source_lang and
-    target_lang, NLLB's src_lang and tgt_lang, or --target-language), the fine-tuning
+    sets data.train), its languages (the decoding settings' codes, or tokenizer_config.json's:
+    Marian's source_lang and target_lang, NLLB's src_lang and tgt_lang), the fine-tuning
     schedule and the decoding settings `decoding`."""
     from trainers.experiment import DataConfig, Experiment, TrainingConfig
 
     languages = _read_optional_json(path / "tokenizer_config.json")
-    source = languages.get("source_lang") or languages.get("src_lang") or "src"
-    target = target_language or languages.get("target_lang") or languages.get("tgt_lang")
+    source = (
+        decoding.source_prefix or languages.get("source_lang") or languages.get("src_lang") or "src"
+    )
+    target = decoding.target_prefix or languages.get("target_lang") or languages.get("tgt_lang")
     data = DataConfig(
         train="",
         source_language=str(source),

@@ -375,7 +375,7 @@ class RunDirectory:
         presets), decoding with experiment.yaml's settings, each of `decoding` (the
         programs' flags) that is not None over them. ConfigError when a file is missing,
         cannot be read, or the vocabulary is not the model's."""
-        from keras_transformer.decoding.settings import check_target_prefix
+        from keras_transformer.decoding.settings import check_source_prefix, check_target_prefix
         from keras_transformer.models import TransformerSeq2SeqLM
 
         self.check_trained(model_file)
@@ -391,11 +391,14 @@ class RunDirectory:
         except (OSError, ValueError) as error:
             raise ConfigError(f"--model-dir {self.root}: {error}") from None
         self.check_vocabulary(task.config, task.preprocessor.tokenizer.vocabularies)
-        try:  # a flag's language code against the vocabulary's, before any work
-            check_target_prefix(settings.target_prefix, task.preprocessor.tokenizer.target)
-        except ValueError as error:
-            flag = "--target-prefix" if decoding.get("target_prefix") else "experiment.yaml"
-            raise ConfigError(f"{flag}: {error}") from None
+        tokenizer = task.preprocessor.tokenizer
+        for side, check in (("target", check_target_prefix), ("source", check_source_prefix)):
+            try:  # a flag's language code against the vocabulary's, before any work
+                check(getattr(settings, f"{side}_prefix"), getattr(tokenizer, side))
+            except ValueError as error:
+                given = decoding.get(f"{side}_prefix")
+                flag = f"--{side}-prefix" if given else "experiment.yaml"
+                raise ConfigError(f"{flag}: {error}") from None
         return experiment, task
 
     def load_trained(self, model_file: str = MODEL):

@@ -162,7 +162,7 @@ def train(experiment, model_dir: Path, strategy_kind: str = "default", verbose: 
     model, progress = _model(run, experiment, placement)
     lengths = _length_report(experiment, train_corpus, vocabularies)
     datasets = _datasets(experiment, vocabularies, train_corpus, dev_pairs, placement, progress)
-    monitors = _monitors(run, experiment.training, vocabularies, dev_pairs, placement.is_chief)
+    monitors = _monitors(run, experiment, vocabularies, dev_pairs, placement.is_chief)
     callbacks = _callbacks(run, experiment.training, placement.is_chief, monitors, progress)
     history, seconds = _fit(model, experiment.training, datasets, progress, callbacks, verbose)
     summary = _summary(
@@ -429,10 +429,12 @@ class Monitors(typing.NamedTuple):
     bleu: cb.BleuCallback | None  # the chief's dev BLEU; None elsewhere or without a dev split
 
 
-def _monitors(run: RunDirectory, training, vocabularies, dev_pairs, is_chief: bool) -> Monitors:
-    """Throughput on every worker; the dev BLEU on the chief, when there is a dev split."""
+def _monitors(run: RunDirectory, experiment, vocabularies, dev_pairs, is_chief: bool) -> Monitors:
+    """Throughput on every worker; the dev BLEU on the chief, when there is a dev split,
+    decoded with the experiment's settings (its languages) at `bleu_beam_size`."""
     from trainers import callbacks as cb
 
+    training = experiment.training
     if not is_chief or dev_pairs is None:
         return Monitors(cb.Throughput(), None)
     limit = training.bleu_max_sentences or len(dev_pairs)
@@ -443,6 +445,7 @@ def _monitors(run: RunDirectory, training, vocabularies, dev_pairs, is_chief: bo
         every_steps=training.bleu_every_steps,
         beam_size=training.bleu_beam_size,
         log_dir=run.bleu_logs,
+        decoding=experiment.decoding,
     )
     return Monitors(cb.Throughput(), bleu)
 

@@ -59,7 +59,9 @@ def cross_attention(model, text: str, layer: int):
     from keras_transformer.text import BOS_ID
 
     vocabularies = model.preprocessor.tokenizer.vocabularies
-    source_ids = model.preprocessor.generate_preprocess([text])["source_ids"]
+    source_ids = model.preprocessor.generate_preprocess(
+        [text], source_prefix=model.decoding.source_prefix
+    )["source_ids"]
     prefix = decoding.settings.prefix_ids(model.decoding, vocabularies.target)
     settings = model.decoding.replace(n_best=1)  # the best translation's attention
     ids, _ = decoding.decode(

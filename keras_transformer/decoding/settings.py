@@ -170,6 +170,8 @@ _SPACE = r"[\s\x0b\x1c-\x1f\x85\p{Z}]"
 # In RE2, for the graph's `tf.strings.regex_full_match`: a source that `with_source_prefix`
 # leaves as it is, blank or starting with a language code (a word of its own).
 KEEPS_ITS_SOURCE = rf"(?is){_SPACE}*(?:(?:{_CODE})(?:{_SPACE}.*)?)?"
+# In RE2: a blank source (nothing to translate: every door answers "" for it).
+BLANK = rf"{_SPACE}*"
 
 
 def language_codes(tokenizer) -> list[str]:
@@ -312,6 +314,7 @@ __all__ = [
     "LANGUAGE_CODE",
     "PRESETS",
     "RANKINGS",
+    "BLANK",
     "KEEPS_ITS_SOURCE",
     "STOPPING",
     "check_source_prefix",

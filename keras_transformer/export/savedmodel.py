@@ -1,7 +1,7 @@
 """A SavedModel for TF Serving: raw strings in, translations out.
 
 `export_saved_model` writes `DIRECTORY/VERSION/` (TF Serving's layout) with four signatures
-(five with `serving_prefix`):
+(six with `serving_prefix` and `serving_languages`):
 
 - `serving_default`: input `text` (string `[batch]`) -> outputs `translation` (string
   `[batch]`) and `score` (float32 `[batch]`, the beam's length-normalised log-probability).
@@ -22,6 +22,10 @@
   by the target vocabulary; NLLB's target language code, "spa_Latn") -> outputs
   `translation` and `score`, as `serving_default`. The translation holds the prefix's text
   (a language code, a special token, is left out of it).
+- `serving_languages` (written with `serving_prefix`): inputs `text`, `source_prefix` and
+  `target_prefix` (string `[batch]`): both languages per sentence, NLLB's "eng_Latn" and
+  "spa_Latn" ("" for no prefix; a source that starts with a language code keeps its own,
+  `kt.decoding.with_source_prefix`) -> outputs `translation` and `score`.
 - `translate_ids`: input `source_ids` (int32 `[batch, src_len]`, 0-padded, ending with EOS)
   -> outputs `ids` (int32 `[batch, out_len]`, EOS-terminated, 0-padded) and `score`, for
   users with their own tokenizer (the SentencePiece models are in `assets.extra/`). A row
@@ -29,6 +33,9 @@
   id outside `[0, source vocabulary size)` fails the request with an InvalidArgument error
   that names the vocabulary size (TF Serving answers it with HTTP 400).
 
+Text goes in and comes out through the task's preprocessor (its `generate_preprocess` and
+`generate_postprocess`, traced), as in `generate`: the settings' source prefix first, then
+tokenization, the cut and EOS; detokenization and the empty-input rule after the search.
 Tokenization, beam search and detokenization are all in the graph (tensorflow-text's
 SentencePiece ops, which TF Serving ships), so the export loads with nothing but `tensorflow`
 and `tensorflow_text`. Input rules, so that no request can crash the server:
@@ -47,6 +54,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -60,6 +68,7 @@ from keras_transformer.decoding.settings import (
     DEFAULT,
     LANGUAGE_CODE,
     DecodingSettings,
+    check_source_prefix,
     check_target_prefix,
     language_codes,
 )
@@ -71,16 +80,6 @@ BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 # Decoder rows (sentences x beam) one compiled call decodes at most: the XLA signature sorts
 # a request by length and decodes it in chunks of this many rows (BENCHMARKS.md).
 CHUNK_ROWS = 32
-
-
-def _source_ids(tokenizer, text, max_length: int):
-    """Strings `[batch]` -> source ids `[batch, len]`: sanitized, tokenized, cut, EOS."""
-    text = tf.strings.unicode_transcode(
-        text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-    )
-    tokens = tokenizer.tokenize(text)[:, : max_length - 1]  # (batch, (len))
-    eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], EOS_ID))
-    return concat_rows(tokens, eos).to_tensor()  # (batch, len)
 
 
 def _checked_ids(source_ids, max_length: int, vocab_size: int):
@@ -186,6 +185,7 @@ def translation_endpoints(
     prefix_signature: bool = False,
     ranking: str = DEFAULT.ranking,
     n_best: int | None = None,
+    source_prefix: str | None = None,
 ) -> dict:
     """The four endpoints of a translation model (see the module doc), as
     `export_saved_model` writes them. To serve endpoints of your own beside them, add yours
@@ -203,16 +203,24 @@ def translation_endpoints(
         finish_rule: str.
         target_prefix: str or None. Text every translation of the four starts with (its
             tokens forced first: NLLB's target language code). Defaults to None (none).
-        prefix_signature: bool. Add the `serving_prefix` endpoint, whose requests give
-            their own prefixes. Defaults to False.
+        prefix_signature: bool. Add the `serving_prefix` and `serving_languages` endpoints,
+            whose requests give their own prefixes. Defaults to False.
         ranking: str. The length penalty's form ("gnmt" or "length"). Defaults to "gnmt".
         n_best: int or None. Hypotheses the `n_best` signature returns a sentence, from 2 to
             the beam size (the settings' `n_best`); None returns every beam. Defaults to None.
+        source_prefix: str or None. Text every source of the text signatures starts with
+            (NLLB's source language code; `kt.decoding.with_source_prefix`). Defaults to
+            None (none).
 
     Returns:
         A dict name -> (function, input signature: a list of `tf.TensorSpec`).
     """
+    from keras_transformer.models import TransformerSeq2SeqLMPreprocessor
+
     max_length = model.config.max_length
+    # Text in and out as every door's: the task's preprocessor, traced into each signature.
+    preprocessor = TransformerSeq2SeqLMPreprocessor.for_model(model, vocabularies)
+    check_source_prefix(source_prefix, vocabularies.source)
     fixed_prefix = None  # the target prefix's ids, [prefix_len], baked into the graph
     if target_prefix is not None:
         check_target_prefix(target_prefix, vocabularies.target)
@@ -266,17 +274,25 @@ def translation_endpoints(
             bucketed_search, source_ids, chunk, output_length(source_ids)
         )
 
-    def translate_text(text, search):
-        source_ids = _source_ids(vocabularies.source, text, max_length)
-        ids, score = search(source_ids)
-        translation = vocabularies.target.detokenize(ids)
-        # Nothing but EOS: no piece to translate, so nothing is answered. (Counted rather
-        # than indexed: an empty batch has no column to index.)
-        empty = tf.math.count_nonzero(source_ids, axis=1) <= 1
+    def source_ids(text, prefix=source_prefix):
+        return preprocessor.generate_preprocess(text, source_prefix=prefix)["source_ids"]
+
+    def answer(source_ids, ids, score, plural=""):
+        """The outputs: translations ("" where the source held nothing but EOS: nothing to
+        translate) and scores (0 there)."""
+        translation = preprocessor.generate_postprocess(
+            {"target_ids": ids, "source_ids": source_ids}
+        )
+        empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (an empty batch too)
+        empty = empty[:, None] if plural else empty
         return {
-            "translation": tf.where(empty, tf.constant(""), translation),
-            "score": tf.where(empty, tf.zeros_like(score), score),
+            f"translation{plural}": translation,
+            f"score{plural}": tf.where(empty, tf.zeros_like(score), score),
         }
+
+    def translate_text(text, search, prefix=source_prefix):
+        ids = source_ids(text, prefix)
+        return answer(ids, *search(ids))
 
     def serve(text):
         return translate_text(text, search)
@@ -289,20 +305,13 @@ def translation_endpoints(
         return {"ids": ids, "score": score}
 
     def serve_n_best(text):
-        source_ids = _source_ids(vocabularies.source, text, max_length)
-        ids, scores = decoding.decode(
-            model, source_ids, settings, prefix_ids=fixed_prefix, n_best=hypotheses
+        ids = source_ids(text)
+        outputs, scores = decoding.decode(
+            model, ids, settings, prefix_ids=fixed_prefix, n_best=hypotheses
         )  # (batch, n, out_len), (batch, n)
         if hypotheses == 1:  # greedy search, as serving_default's: (batch, out_len), (batch,)
-            ids, scores = ids[:, None, :], scores[:, None]
-        batch, out_len = tf.shape(ids)[0], tf.shape(ids)[2]  # (an empty batch has no -1)
-        flat = vocabularies.target.detokenize(tf.reshape(ids, [batch * hypotheses, out_len]))
-        translations = tf.reshape(flat, [batch, hypotheses])
-        empty = (tf.math.count_nonzero(source_ids, axis=1) <= 1)[:, None]
-        return {
-            "translations": tf.where(empty, tf.constant(""), translations),
-            "scores": tf.where(empty, tf.zeros_like(scores), scores),
-        }
+            outputs, scores = outputs[:, None, :], scores[:, None]
+        return answer(ids, outputs, scores, plural="s")
 
     text = [tf.TensorSpec([None], tf.string, "text")]
     endpoints = {
@@ -324,20 +333,43 @@ def translation_endpoints(
         def prefixed_search(source_ids, prefix_ids):
             return decoding.decode(model, source_ids, settings, prefix_ids=prefix_ids)
 
-        def serve_prefix(text, target_prefix):
+        def per_request(text, target_prefix, prefix=source_prefix, checks=()):
             check = tf.debugging.assert_equal(
                 tf.size(text),
                 tf.size(target_prefix),
                 message="text and target_prefix must have one entry per sentence",
             )
             known = _check_language_codes(vocabularies.target, target_prefix)
-            with tf.control_dependencies([check, known]):
+            with tf.control_dependencies([check, known, *checks]):
                 prefix_ids = _prefix_ids(vocabularies.target, target_prefix)
-            return translate_text(text, lambda ids: prefixed_search(ids, prefix_ids))
+            search = lambda ids: prefixed_search(ids, prefix_ids)  # noqa: E731
+            return translate_text(text, search, prefix)
+
+        def serve_prefix(text, target_prefix):
+            return per_request(text, target_prefix)
+
+        def serve_languages(text, source_prefix, target_prefix):
+            check = tf.debugging.assert_equal(
+                tf.size(text),
+                tf.size(source_prefix),
+                message="text and source_prefix must have one entry per sentence",
+            )
+            known = _check_language_codes(
+                vocabularies.source, source_prefix, "source_prefix", _source_codes(vocabularies)
+            )
+            return per_request(text, target_prefix, source_prefix, checks=(check, known))
 
         endpoints["serving_prefix"] = (
             serve_prefix,
             text + [tf.TensorSpec([None], tf.string, "target_prefix")],
+        )
+        endpoints["serving_languages"] = (
+            serve_languages,
+            text
+            + [
+                tf.TensorSpec([None], tf.string, "source_prefix"),
+                tf.TensorSpec([None], tf.string, "target_prefix"),
+            ],
         )
     return endpoints
 
@@ -348,26 +380,38 @@ def _n_best_count(n_best: int | None, beam_size: int) -> int:
     return beam_size if n_best is None or n_best < 2 else n_best
 
 
-def _check_language_codes(tokenizer, prefixes):
-    """The graph's `kt.decoding.check_target_prefix`: an op that fails the request (TF
-    Serving answers INVALID_ARGUMENT, HTTP 400, with this message) when a word of a prefix
-    (strings `[batch]`) is shaped like a language code and is not one of the vocabulary's,
-    rather than forcing its pieces as text."""
+def _source_codes(vocabularies) -> list[str]:
+    """The language codes a source may start with: the source vocabulary's (NLLB-200's), or
+    its pieces shaped like one (a multilingual OPUS-MT model's ">>spa<<")."""
+    codes = language_codes(vocabularies.source)
+    if codes:
+        return codes
+    pieces = vocabularies.source.get_vocabulary()
+    return [piece for piece in pieces if re.fullmatch(LANGUAGE_CODE, piece)]
+
+
+def _check_language_codes(tokenizer, prefixes, where="target_prefix", codes=None):
+    """The graph's `kt.decoding.check_target_prefix` (`check_source_prefix`): an op that
+    fails the request (TF Serving answers INVALID_ARGUMENT, HTTP 400, with this message)
+    when a word of a prefix (strings `[batch]`) is shaped like a language code and is not
+    one of `codes` (default: the vocabulary's), rather than cutting it into pieces as
+    text."""
     words = tf.strings.split(prefixes).flat_values  # every prefix's words, [words]
     shaped = tf.strings.regex_full_match(words, LANGUAGE_CODE)
-    codes = language_codes(tokenizer)
+    codes = language_codes(tokenizer) if codes is None else codes
     if codes:
         known = tf.reduce_any(tf.equal(words[:, None], tf.constant(codes)[None, :]), axis=1)
         unknown = tf.boolean_mask(words, shaped & ~known)
         message = (
-            f"target_prefix: not one of this model's {len(codes)} language codes "
+            f"{where}: not one of this model's {len(codes)} language codes "
             f"({', '.join(codes[:6])}, ...):"
         )
     else:
         unknown = tf.boolean_mask(words, shaped)
+        reads = "into" if where == "target_prefix" else "from"
         message = (
-            "target_prefix: shaped like a language code, and this model's vocabulary has "
-            "none (it translates into one language):"
+            f"{where}: shaped like a language code, and this model's vocabulary has "
+            f"none (it translates {reads} one language):"
         )
     return tf.debugging.Assert(tf.size(unknown) == 0, [message, unknown[:3]], summarize=3)
 
@@ -465,6 +509,7 @@ def export_saved_model(
     target_prefix: str | None = None,
     prefix_signature: bool | None = None,
     ranking: str | None = None,
+    source_prefix: str | None = None,
 ) -> Path:
     """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
 
@@ -494,9 +539,14 @@ def export_saved_model(
             code, "spa_Latn"). None takes the settings' (`decoding.target_prefix`).
             Defaults to None.
         prefix_signature: bool or None. Write the `serving_prefix` signature, which takes a
-            prefix per sentence. None writes it for a target vocabulary with language codes
-            (an imported NLLB-200 model's). Defaults to None.
+            target prefix per sentence, and `serving_languages`, which takes both prefixes
+            (both languages) per sentence. None writes them for a target vocabulary with
+            language codes (an imported NLLB-200 model's). Defaults to None.
         ranking: str or None. The length penalty's form ("gnmt" or "length").
+        source_prefix: str or None. Text that every source of the text signatures starts
+            with (NLLB's source language code, "eng_Latn"; a source that starts with a code
+            keeps its own). None takes the settings' (`decoding.source_prefix`). Defaults to
+            None.
 
     Returns:
         The path of the written version.
@@ -513,9 +563,11 @@ def export_saved_model(
         finish_rule=finish_rule,
         target_prefix=target_prefix,
         ranking=ranking,
+        source_prefix=source_prefix,
     )
     beam_size, target_prefix = settings.beam_size, settings.target_prefix
     check_target_prefix(target_prefix, vocabularies.target)
+    check_source_prefix(settings.source_prefix, vocabularies.source)
     if target_prefix is not None and not _prefix_ids(vocabularies.target, [target_prefix]).shape[1]:
         raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
     version = next_version(directory) if version is None else version
@@ -580,6 +632,23 @@ def export_saved_model(
                         "serving_prefix": {
                             "inputs": {
                                 "text": "string [batch]",
+                                "target_prefix": "string [batch]",
+                            },
+                            "outputs": {
+                                "translation": "string [batch]",
+                                "score": "float32 [batch]",
+                            },
+                        }
+                    }
+                    if prefix_signature
+                    else {}
+                ),
+                **(
+                    {
+                        "serving_languages": {
+                            "inputs": {
+                                "text": "string [batch]",
+                                "source_prefix": "string [batch]",
                                 "target_prefix": "string [batch]",
                             },
                             "outputs": {

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_transformer._ragged import concat_rows
 from keras_transformer.config import PAD_ID
+from keras_transformer.decoding.settings import BLANK, KEEPS_ITS_SOURCE, check_source_prefix
 from keras_transformer.models.tokenizer import TransformerTokenizer
 from keras_transformer.text import BOS_ID, EOS_ID, detokenize
 
@@ -115,45 +116,98 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         labels = concat_rows(target, eos).to_tensor(PAD_ID)
         return keras.utils.pack_x_y_sample_weight(inputs, labels, sample_weight)
 
-    def source_ids(self, sources):
-        """Source text to int32 ids `[batch, len]`: tokens cut to
-        `encoder_sequence_length - 1`, then EOS, 0-padded to the longest."""
-        tokens = _ragged(self.tokenizer.tokenize(_strings(sources)))
+    def source_ids(self, sources, source_prefix=None):
+        """Source text to int32 ids `[batch, len]`: invalid UTF-8 replaced (U+FFFD), the
+        source prefix put first (`kt.decoding.with_source_prefix`'s rule), tokens cut to
+        `encoder_sequence_length - 1`, then EOS, 0-padded to the longest. A blank source
+        (whitespace only) is EOS alone, whatever its tokenizer makes of whitespace: nothing
+        to translate, which `generate_postprocess` answers with "".
+
+        Args:
+            sources: str, list of str or string tensor `[batch]`.
+            source_prefix: None, a str (every source's), or a string tensor `[batch]` (each
+                source's; "" for none). Defaults to None.
+        """
+        texts = tf.strings.unicode_transcode(
+            _strings(sources), "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        texts = tf.where(tf.strings.regex_full_match(texts, BLANK), "", texts)
+        if source_prefix is not None:
+            texts = _with_source_prefix(texts, source_prefix)
+        tokens = _ragged(self.tokenizer.tokenize(texts))
         tokens = tokens[:, : self._length(self.encoder_sequence_length) - 1]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], EOS_ID))
         return concat_rows(tokens, eos).to_tensor(PAD_ID)
 
-    def generate_preprocess(self, x, sequence_length=None, **kwargs):
+    def generate_preprocess(self, x, sequence_length=None, source_prefix=None, **kwargs):
         """Source text (str, list, string tensor or `{"encoder_text": ...}`) to
-        `{"source_ids": int32 [batch, len]}`, what `TransformerSeq2SeqLM.generate` decodes."""
+        `{"source_ids": int32 [batch, len]}`, what `TransformerSeq2SeqLM.generate` decodes:
+        every door's way in (`generate`, `kt.evaluation.Translator`, the SavedModel's
+        signatures, which trace it). `source_prefix` is `source_ids`'; a str is checked
+        against the source vocabulary's language codes (`kt.decoding.DecodingSettings`)."""
         if isinstance(x, dict):
             prompts = x.get("decoder_text", "")
             prompts = [prompts] if isinstance(prompts, (str, bytes)) else list(prompts)
             if any(prompts):
                 raise ValueError(
                     "generate continues no target prompt: give 'encoder_text' alone, or "
-                    "empty 'decoder_text' (a forced target prefix is not supported yet)"
+                    "empty 'decoder_text' (a forced start is the target_prefix setting)"
                 )
             x = x["encoder_text"]
-        return {"source_ids": self.source_ids(x)}
+        if isinstance(source_prefix, str):
+            check_source_prefix(source_prefix, self.tokenizer.source)
+        return {"source_ids": self.source_ids(x, source_prefix)}
 
     def generate_postprocess(self, x):
         """Generated ids to text: `{"target_ids": ..., "source_ids": ...}` (or the target ids
         alone), ids int `[batch, len]` or `[batch, n, len]` (n-best), EOS-terminated and
-        0-padded, to a list of str (or of lists of n str, best first). A source that holds
-        nothing but EOS (an empty input, or spaces) gives "": nothing to translate, the
-        SavedModel's rule too (`kt.export`)."""
+        0-padded. Eagerly: a list of str (or of lists of n str, best first); inside a
+        `tf.function` (the SavedModel's signatures): a string tensor `[batch]` (`[batch,
+        n]`). A source that holds nothing but EOS (an empty input, or spaces) gives "":
+        nothing to translate."""
         ids = x["target_ids"] if isinstance(x, dict) else x
+        source_ids = x.get("source_ids") if isinstance(x, dict) else None
+        if not tf.executing_eagerly():
+            return self._translations(ids, source_ids)
         ids = np.asarray(keras.ops.convert_to_numpy(ids), "int32")
         n = ids.shape[1] if ids.ndim == 3 else 1  # hypotheses a sentence
         texts = detokenize(self.tokenizer.target, ids.reshape(-1, ids.shape[-1]))
-        if isinstance(x, dict) and x.get("source_ids") is not None:
-            source_ids = np.asarray(keras.ops.convert_to_numpy(x["source_ids"]))
+        if source_ids is not None:
+            source_ids = np.asarray(keras.ops.convert_to_numpy(source_ids))
             empty = np.repeat(np.count_nonzero(source_ids, axis=1) <= 1, n)
             texts = ["" if nothing else text for nothing, text in zip(empty, texts, strict=True)]
         if ids.ndim == 3:
             return [texts[i : i + n] for i in range(0, len(texts), n)]
         return texts
+
+    def _translations(self, ids, source_ids):
+        """`generate_postprocess` in the graph: string tensor `[batch]` (`[batch, n]`)."""
+        ids = tf.cast(ids, tf.int32)
+        shape = tf.shape(ids)
+        flat = tf.reshape(ids, [-1, shape[-1]])  # (batch * n, len); an empty batch too
+        texts = self.tokenizer.target.detokenize(flat)
+        texts = tf.reshape(texts, shape[:-1])
+        if source_ids is not None:
+            empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (batch,)
+            if ids.shape.rank == 3:
+                empty = empty[:, None]
+            texts = tf.where(empty, tf.constant(""), texts)
+        return texts
+
+    @classmethod
+    def for_model(cls, model, vocabularies) -> TransformerSeq2SeqLMPreprocessor:
+        """The preprocessor of `model` (a task) when `vocabularies` are its own, else one
+        over them, cut to the model's `max_length`: the one place where text becomes ids and
+        ids text, for `kt.evaluation.Translator` and the SavedModel's signatures."""
+        preprocessor = getattr(model, "preprocessor", None)
+        if preprocessor is not None and preprocessor.tokenizer.vocabularies is vocabularies:
+            return preprocessor
+        limit = model.config.max_length
+        return cls(
+            TransformerTokenizer(vocabularies),
+            encoder_sequence_length=limit,
+            decoder_sequence_length=limit,
+        )
 
     def _length(self, length):
         if length is None:
@@ -171,6 +225,15 @@ def _ragged(tokens) -> tf.RaggedTensor:
     if isinstance(tokens, tf.RaggedTensor):
         return tokens
     return tf.ragged.constant(tokens, dtype=tf.int32, ragged_rank=1, inner_shape=())
+
+
+def _with_source_prefix(texts, prefix):
+    """`kt.decoding.with_source_prefix` in the graph: strings `[batch]` with `prefix` (a str,
+    or strings `[batch]`, "" for none) and a space first, unless blank or starting with a
+    language code (`KEEPS_ITS_SOURCE`)."""
+    prefix = tf.convert_to_tensor(prefix, tf.string)
+    keeps = tf.strings.regex_full_match(texts, KEEPS_ITS_SOURCE) | tf.equal(prefix, "")
+    return tf.where(keeps, texts, tf.strings.join([prefix, texts], " "))
 
 
 def _strings(texts):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import keras
@@ -78,6 +79,10 @@ class TransformerSeq2SeqLM(
         >>> task.compile(sampler="greedy")  # the default: the paper's beam search
         >>> isinstance(task.generate("God is love."), str)  # a translation, untrained here
         True
+        >>> task.compile(sampler="beam")  # two of the beam's, best first, with their scores
+        >>> answer = task.generate("God is love.", n_best=2, return_scores=True)
+        >>> sorted(answer), len(answer["translations"]), answer["scores"][0] >= answer["scores"][1]
+        (['scores', 'translations'], 2, True)
         >>> preset = tempfile.mkdtemp()
         >>> task.save_to_preset(preset)
         >>> TransformerSeq2SeqLM.from_preset(preset).count_params() == task.count_params()
@@ -224,6 +229,7 @@ class TransformerSeq2SeqLM(
         most `max_length` tokens, made once for each."""
         functions = self.make_generate_function()
         sampling = self.sampling
+        settings = dataclasses.replace(settings, source_prefix=None)  # text: not the search's
         key = (max_length, settings, None if sampling is None else tuple(sorted(sampling.items())))
         if key not in functions:
             prefix = None
@@ -256,11 +262,14 @@ class TransformerSeq2SeqLM(
         strip_prompt: bool = False,
         batch_size: int = 64,
         target_prefix: str | None = None,
+        source_prefix: str | None = None,
+        n_best: int | None = None,
+        return_scores: bool = False,
     ):
         """Translates `inputs`.
 
         Sentences are decoded in batches of similar length, then put back in input order.
-        An input with nothing to translate (empty, or spaces) gives "".
+        An input with nothing to translate (empty, or spaces) gives "" (score 0).
 
         Args:
             inputs: a str, a list (or array, or string tensor) of str, a `tf.data.Dataset`
@@ -276,12 +285,25 @@ class TransformerSeq2SeqLM(
             target_prefix: str or None. Text every translation starts with, for this call
                 (NLLB-200's target language code, "spa_Latn"); None takes the settings'
                 (`decoding.target_prefix`). Defaults to None.
+            source_prefix: str or None. Text every source starts with, for this call
+                (NLLB-200's source language code, "eng_Latn"; a source that starts with a
+                code keeps its own); None takes the settings' (`decoding.source_prefix`).
+                Defaults to None.
+            n_best: int or None. Translations returned a sentence, best first, for this call
+                (at most the beam size); None takes the settings' (`decoding.n_best`).
+                Defaults to None.
+            return_scores: bool. Also return each translation's score (the search's,
+                length-normalised log-probability), as the SavedModel's signatures answer.
+                Defaults to False.
 
         Returns:
             The translation (str) of a str; a list of them for a list or dataset; with
-            `n_best` above 1, each translation is a list of the n best, best first. Without
-            a preprocessor, the output ids (numpy int32, `[batch, out_len]` or `[batch, n,
-            out_len]`).
+            `n_best` above 1, each translation is a list of the n best, best first. With
+            `return_scores`, a dict as the SavedModel's signatures answer:
+            `{"translation": ..., "score": ...}` (floats where the translations are str),
+            or `{"translations": ..., "scores": ...}` with `n_best` above 1. Without a
+            preprocessor, the output ids (numpy int32, `[batch, out_len]` or `[batch, n,
+            out_len]`), or `(ids, scores)` with `return_scores`.
         """
         del strip_prompt
         if stop_token_ids not in ("auto", [decoding.EOS_ID], (decoding.EOS_ID,)):
@@ -295,22 +317,47 @@ class TransformerSeq2SeqLM(
             raise ValueError(f"max_length={max_length!r} must be None or an integer >= 1")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
-        settings = self.decoding.replace(target_prefix=target_prefix)
+        if not isinstance(return_scores, bool):
+            raise ValueError(f"return_scores={return_scores!r} must be True or False")
+        settings = self.decoding.replace(
+            target_prefix=target_prefix, source_prefix=source_prefix, n_best=n_best
+        )
+        if n_best is not None and n_best > 1 and self.sampling is not None:
+            raise ValueError(
+                f"n_best={n_best}: this task samples (compile(sampler=...)), "
+                "which draws one translation a sentence"
+            )
         search = self._search(max_length, settings)
         if self.preprocessor is None:
-            ids, _ = search(np.asarray(inputs, "int32"))
-            return keras.ops.convert_to_numpy(ids)
+            if settings.source_prefix is not None:
+                raise ValueError(
+                    f"source_prefix={settings.source_prefix!r} is text, and this task has "
+                    "no preprocessor to tokenize it"
+                )
+            ids, scores = search(np.asarray(inputs, "int32"))
+            ids = keras.ops.convert_to_numpy(ids)
+            return (ids, keras.ops.convert_to_numpy(scores)) if return_scores else ids
         texts, scalar = _texts(inputs)
         order = np.argsort([len(text) for text in texts], kind="stable")
-        results = [None] * len(texts)
+        results, scores = [None] * len(texts), [None] * len(texts)
+        plural = settings.n_best > 1 and self.sampling is None  # n-best lists
         for start in range(0, len(texts), batch_size):
             positions = order[start : start + batch_size]
-            inputs = self.preprocessor.generate_preprocess([texts[i] for i in positions])
-            ids, _ = search(inputs["source_ids"].numpy())
+            inputs = self.preprocessor.generate_preprocess(
+                [texts[i] for i in positions], source_prefix=settings.source_prefix
+            )
+            ids, score = search(inputs["source_ids"].numpy())
             translated = self.preprocessor.generate_postprocess({**inputs, "target_ids": ids})
-            for position, text in zip(positions, translated, strict=True):
-                results[position] = text
-        return results[0] if scalar else results
+            score = _scores(score, inputs["source_ids"].numpy())
+            for i, position in enumerate(positions):
+                results[position], scores[position] = translated[i], score[i]
+        if scalar:
+            results, scores = results[0], scores[0]
+        if not return_scores:
+            return results
+        if plural:
+            return {"translations": results, "scores": scores}
+        return {"translation": results, "score": scores}
 
     def quantize(self, mode, **kwargs):
         """Quantizes the backbone's layers (`keras.Model.quantize`, e.g. "int8"): the task's
@@ -505,6 +552,15 @@ def _check_pairs(x, y) -> None:
         )
     if not x_count:
         raise ValueError(f"{x_name} and {y_name} are empty: nothing to train on")
+
+
+def _scores(scores, source_ids) -> list:
+    """A batch's scores `[batch]` (`[batch, n]`) as Python floats (lists of n), 0 where the
+    source held nothing to translate, as its translation is "" (the SavedModel's rule)."""
+    scores = np.asarray(keras.ops.convert_to_numpy(scores), "float32")
+    empty = np.count_nonzero(source_ids, axis=1) <= 1
+    scores = np.where(empty.reshape(-1, *[1] * (scores.ndim - 1)), 0.0, scores)
+    return scores.tolist()
 
 
 def _texts(inputs) -> tuple[list[str], bool]:
