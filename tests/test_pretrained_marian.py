@@ -452,6 +452,30 @@ def test_the_former_checkpoint_module_still_reads_a_checkpoint(monkeypatch):
         checkpoint.number({"num_beams": "x"}, "num_beams")
 
 
+def test_the_names_of_the_split_modules_are_still_offered_where_they_were():
+    """bart.py's readers moved to bart_checkpoint, marian.py's reading and vocabularies to
+    marian_checkpoint and marian_vocab: each name is still its former module's, the same
+    object, and Marian's error still names the file."""
+    from keras_transformer.pretrained import (
+        bart,
+        bart_checkpoint,
+        m2m100,
+        marian_checkpoint,
+        marian_vocab,
+    )
+
+    moved = [
+        (bart, bart_checkpoint, bart_checkpoint.__all__),
+        (marian, marian_checkpoint, marian_checkpoint.__all__),
+        (marian, marian_vocab, [*marian_vocab.__all__, "_orders", "_vocabularies"]),
+        (m2m100, bart_checkpoint, ["SafetensorsWeights"]),
+    ]
+    for module, home, names in moved:
+        assert [n for n in names if getattr(module, n, None) is not getattr(home, n)] == []
+    with pytest.raises(marian.MarianError, match=r"vocab\.json: no <unk> piece"):
+        marian.vocabulary_order({"<pad>": 0, "</s>": 1})
+
+
 # -- Fine-tuning and export ----------------------------------------------------------------
 
 

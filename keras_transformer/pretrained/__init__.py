@@ -1,10 +1,13 @@
 """Readers of published checkpoints, into this library's `Transformer` and tokenizers.
 
-bart            what the BART family shares: config.json, generation_config.json and the
-                weights read and checked (without torch), the weight-name map, the decoding
-                defaults; `convert` runs a family's converter (keras-hub's protocol:
-                `convert_config`, `convert_weights`, `convert_tokenizer`)
-marian          OPUS-MT (Marian) models in Hugging Face transformers' format: `load_marian`
+bart            what the BART family shares in converting: the config's sizes and checks,
+                the weight-name map, the decoding defaults; `convert` runs a family's
+                converter (keras-hub's protocol: `convert_config`, `convert_weights`,
+                `convert_tokenizer`)
+bart_checkpoint what the BART family shares in reading: config.json, generation_config.json
+                and the weights read and checked (without torch)
+marian          OPUS-MT (Marian) models in Hugging Face transformers' format: `load_marian`;
+                the directory read by `marian_checkpoint`, the vocabularies by `marian_vocab`
 m2m100          NLLB-200 and M2M100 (m2m100_418M, 1.2B) models in Hugging Face transformers'
                 format: `load_m2m100`; their tokenizer files read by `nllb_vocab` (NLLB-200's)
                 and `m2m100_vocab` (M2M100's own)

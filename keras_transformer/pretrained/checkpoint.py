@@ -1,7 +1,7 @@
 """Deprecated alias of `keras_transformer.pretrained.marian`, which reads a Marian checkpoint
-directory (`read_checkpoint`, `Checkpoint`, `MarianError`) over the BART family's shared
-reader, `keras_transformer.pretrained.bart`. Importing this name warns; the alias goes in the
-next release."""
+directory (`read_checkpoint`, `Checkpoint`, `MarianError`, from `marian_checkpoint`) over the
+BART family's shared reader, `keras_transformer.pretrained.bart_checkpoint`. Importing this
+name warns; the alias goes in the next release."""
 
 from keras_transformer._deprecation import alias_module
 

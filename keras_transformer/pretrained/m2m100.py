@@ -46,8 +46,9 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.pretrained import bart, m2m100_vocab, nllb_vocab
-from keras_transformer.pretrained.bart import EXCLUDED, SafetensorsWeights  # noqa: F401
+from keras_transformer.pretrained import bart, bart_checkpoint, m2m100_vocab, nllb_vocab
+from keras_transformer.pretrained.bart import EXCLUDED
+from keras_transformer.pretrained.bart_checkpoint import SafetensorsWeights  # noqa: F401
 from keras_transformer.pretrained.nllb_vocab import (  # noqa: F401 (this module's before)
     FAIRSEQ_OFFSET,
     FAIRSEQ_SPECIALS,
@@ -58,8 +59,8 @@ from keras_transformer.text import BOS_ID
 from keras_transformer.tokenizers.pieces import SPECIAL_PIECES
 
 MODEL_TYPE = "m2m_100"
-WEIGHTS = bart.SAFETENSORS
-WEIGHTS_INDEX = bart.SAFETENSORS_INDEX
+WEIGHTS = bart_checkpoint.SAFETENSORS
+WEIGHTS_INDEX = bart_checkpoint.SAFETENSORS_INDEX
 # Each tokenizer class of transformers -> the module that reads its files into a `Vocabulary`.
 TOKENIZERS = {
     **dict.fromkeys(nllb_vocab.TOKENIZER_CLASSES, nllb_vocab),
@@ -102,18 +103,19 @@ class M2M100Error(ValueError):
     """A directory that is not an importable NLLB/M2M100 checkpoint; the message says why."""
 
 
-number = functools.partial(bart.number, error=M2M100Error)  # the checks of config.json's values
+# The checks of config.json's values.
+number = functools.partial(bart_checkpoint.number, error=M2M100Error)
 
 
 def read_json(path: Path) -> dict:
-    """`bart.read_json`, refusing with `M2M100Error`."""
-    return bart.read_json(path, M2M100Error, unique_keys=False)
+    """`bart_checkpoint.read_json`, refusing with `M2M100Error`."""
+    return bart_checkpoint.read_json(path, M2M100Error, unique_keys=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class Checkpoint(bart.Checkpoint):
+class Checkpoint(bart_checkpoint.Checkpoint):
     """An M2M100 checkpoint directory, read and checked before anything is built
-    (`bart.Checkpoint`, and `vocabulary`: its tokens, a `Vocabulary`)."""
+    (`bart_checkpoint.Checkpoint`, and `vocabulary`: its tokens, a `Vocabulary`)."""
 
     vocabulary: Vocabulary
 
@@ -161,13 +163,13 @@ def read_checkpoint(path) -> Checkpoint:
     path = Path(path)
     what = "an NLLB/M2M100 checkpoint"
     refusal = f"this reader imports {MODEL_TYPE!r} checkpoints (NLLB-200, M2M100)"
-    config = bart.read_config(path, MODEL_TYPE, M2M100Error, what=what, refusal=refusal)
+    config = bart_checkpoint.read_config(path, MODEL_TYPE, M2M100Error, what=what, refusal=refusal)
     config_path = str(path / "config.json")
     model_config = convert_config(config, config_path)  # every key checked first
     vocabulary = read_vocabulary(path, config)
     hint = "download or convert to model.safetensors"
-    weights, weights_file = bart.read_weights(path, M2M100Error, hint=hint)
-    generation = bart.read_generation(path, config, M2M100Error, from_config=False)
+    weights, weights_file = bart_checkpoint.read_weights(path, M2M100Error, hint=hint)
+    generation = bart_checkpoint.read_generation(path, config, M2M100Error, from_config=False)
     vocabulary_order(config, len(vocabulary.names), config_path)
     shapes = {entry.name: entry.shape for entry in bart.weight_map(model_config)}
     shapes["model.shared.weight"] = (len(vocabulary.names), model_config.d_model)
@@ -329,30 +331,11 @@ def convert_weights(model, checkpoint: Checkpoint) -> None:
         variable = bart.variable(model, entry.ours)
         variable.assign(bart.converted(entry, weights[entry.name], variable.shape))
     embedding = model.target_embedding
-    _assign_rows(embedding.token_embedding.embeddings, weights, "model.shared.weight", order)
+    table = embedding.token_embedding.embeddings
+    bart.assign_rows(table, weights, "model.shared.weight", order, ROWS_AT_ONCE)
     bias = np.zeros(len(order), "float32")
     bias[BOS_ID] = EXCLUDED  # the decoder start's second row: out of the softmax
     embedding.logits_bias.assign(bias)
-
-
-def _assign_rows(variable, weights: SafetensorsWeights, name: str, order: list[int]) -> None:
-    """`variable[i] = weights[name][order[i]]`, a block of `ROWS_AT_ONCE` rows at a time
-    (`order` is nearly ascending: a block reads about as many rows as it writes)."""
-    import tensorflow as tf
-
-    # TensorFlow's variable (kt.pretrained needs TensorFlow), updated by scatter: a sliced
-    # assign copied the whole 1 GB table first (copy-on-write), a scatter writes in place.
-    table = variable.value
-    for start in range(0, len(order), ROWS_AT_ONCE):
-        ids = np.asarray(order[start : start + ROWS_AT_ONCE])
-        low, high = int(ids.min()), int(ids.max()) + 1  # within the table
-        block = weights.rows(name, low, high)[ids - low].astype("float32", copy=False)
-        rows = tf.range(start, start + len(ids))
-        table.scatter_update(tf.IndexedSlices(tf.constant(block), rows))
-    # A scatter leaves the variable in TensorFlow's copy-on-read mode, where every dense
-    # read (the logits' projection, each decoding step) copies the whole table; no other
-    # op writes to it here, so the mode goes.
-    tf.raw_ops.DisableCopyOnRead(resource=table.handle)
 
 
 # The names these had before the converter protocol.

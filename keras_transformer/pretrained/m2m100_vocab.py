@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from keras_transformer.pretrained import bart
+from keras_transformer.pretrained import bart_checkpoint
 from keras_transformer.pretrained.nllb_vocab import (
     FAIRSEQ_SPECIALS,
     SENTENCEPIECE,
@@ -49,7 +49,7 @@ def read_vocabulary(path: Path, tokenizer_config: dict, rows: int, error) -> Voc
     proto, _ = sentencepiece_model(path / SENTENCEPIECE, error)
     if not (path / VOCAB).exists():
         raise error(f"{path}: missing {VOCAB} (M2M100Tokenizer's numbering of the pieces)")
-    vocab = bart.read_json(path / VOCAB, error)
+    vocab = bart_checkpoint.read_json(path / VOCAB, error)
     names = _names(vocab, path / VOCAB, error)
     kind = tokenizer_config.get("language_codes", "m2m100")
     if kind not in LANGUAGE_CODES:

@@ -1,5 +1,8 @@
 """OPUS-MT (Marian) checkpoints in Hugging Face transformers' format, read into this
-library's `Transformer` (STYLE 20: the foreign names and layouts live here alone).
+library's `Transformer` (STYLE 20: the foreign names and layouts live here, in
+`marian_checkpoint`, which reads and checks the directory, and in `marian_vocab`, which reads
+its vocabularies; their names are offered here too). keras-hub's converter protocol:
+`convert_config`, `convert_weights`, `convert_tokenizer`, run by `load_marian` (`bart.convert`).
 
 A checkpoint is a directory as `huggingface-cli download Helsinki-NLP/opus-mt-en-es
 --local-dir PATH` leaves it: `config.json`, `source.spm` and `target.spm` (SentencePiece
@@ -33,7 +36,6 @@ decoder_vocab_size (every table has vocab_size rows), and neither does the impor
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -47,24 +49,30 @@ from keras_transformer.pretrained.bart import (  # noqa: F401 (the former checkp
     bart_sizes,
     ignored_generation_settings,
 )
-from keras_transformer.text import BOS_ID, EOS_ID, UNK_ID
-from keras_transformer.tokenizers.pieces import SPECIAL_PIECES, PieceVocabularyTokenizer
+from keras_transformer.pretrained.marian_checkpoint import (  # noqa: F401 (this module's before)
+    DEFAULTS,
+    MODEL_TYPE,
+    TOKENIZER_FILES,
+    WEIGHT_FILES,
+    Checkpoint,
+    MarianError,
+    number,
+    read_checkpoint,
+    read_json,
+    shared_embeddings,
+    table_rows,
+)
+from keras_transformer.pretrained.marian_vocab import (  # noqa: F401 (this module's before)
+    EXTRA_PIECE,
+    LANGUAGE_TOKEN,
+    SPECIAL_TOKENS,
+    _orders,
+    _vocabularies,
+    load_vocabularies,
+    pieces,
+    vocabulary_order,
+)
 
-MODEL_TYPE = "marian"
-WEIGHT_FILES = (bart.SAFETENSORS, bart.H5)  # in order of preference
-TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
-
-# transformers' MarianTokenizer keeps a leading ">>xx<<" (a multilingual model's target
-# language) as one token; the rest goes to SentencePiece.
-LANGUAGE_TOKEN = ">>.*?<<"
-# Strings that transformers' MarianTokenizer reads as one special token wherever they are in
-# the text, and our ids for them: its pad is a real token in an input (its start row, our
-# <s>), never our padding id.
-SPECIAL_TOKENS = {"</s>": EOS_ID, "<unk>": UNK_ID, "<pad>": BOS_ID}
-# The piece of an embedding row beyond the vocabulary file's ids: SentencePiece never yields the
-# empty string, and joined into a text it adds nothing (transformers 4 decodes the row as <unk>,
-# which skip_special_tokens drops).
-EXTRA_PIECE = ""
 # Config values our model computes as transformers' Marian does; any other value is refused,
 # and so is a config.json that leaves out `scale_embedding` (transformers' default, false,
 # is not Marian's layout).
@@ -78,69 +86,6 @@ _EXPECTED = {
     "add_bias_logits": False,
     "tie_word_embeddings": True,
 }
-# transformers' `MarianConfig` defaults: what a key config.json leaves out means there.
-_DEFAULTS = {
-    "vocab_size": 58101,
-    "decoder_vocab_size": None,
-    "max_position_embeddings": 1024,
-    "encoder_layers": 12,
-    "encoder_ffn_dim": 4096,
-    "encoder_attention_heads": 16,
-    "decoder_layers": 12,
-    "decoder_ffn_dim": 4096,
-    "decoder_attention_heads": 16,
-    "activation_function": "gelu",
-    "d_model": 1024,
-    "dropout": 0.1,
-    "attention_dropout": 0.0,
-    "activation_dropout": 0.0,
-    "share_encoder_decoder_embeddings": True,
-}
-
-
-class MarianError(ValueError):
-    """A directory that is not an importable Marian checkpoint; the message says why."""
-
-
-number = functools.partial(bart.number, error=MarianError)  # the checks of config.json's values
-
-
-def read_json(path: Path) -> dict:
-    """`bart.read_json`, refusing with `MarianError` (a key named twice too)."""
-    return bart.read_json(path, MarianError)
-
-
-class Checkpoint(bart.Checkpoint):
-    """A Marian checkpoint directory, read and checked (`bart.Checkpoint`)."""
-
-    @property
-    def files(self) -> list[Path]:
-        """Every file the import reads."""
-        names = [*TOKENIZER_FILES, "config.json", self.weights_file.name]
-        for optional in ("target_vocab.json", "generation_config.json"):
-            if (self.path / optional).exists():
-                names.append(optional)
-        return sorted(self.path / name for name in names)
-
-
-def read_checkpoint(path) -> Checkpoint:
-    """Reads and checks a checkpoint directory; `MarianError` names what is missing or wrong.
-    The weights are read when the import sets them (`bart.SafetensorsWeights`)."""
-    path = Path(path)
-    what, refusal = (
-        "a Marian checkpoint directory",
-        "only Marian (OPUS-MT) checkpoints are imported",
-    )
-    config = bart.read_config(path, MODEL_TYPE, MarianError, what=what, refusal=refusal)
-    missing = [name for name in TOKENIZER_FILES if not (path / name).exists()]
-    if not config.get("share_encoder_decoder_embeddings", True):
-        missing += [] if (path / "target_vocab.json").exists() else ["target_vocab.json"]
-    if missing:
-        raise MarianError(f"{path}: missing {', '.join(missing)}")
-    hint = f"download {bart.SAFETENSORS} or {bart.H5} too"
-    weights, weights_file = bart.read_weights(path, MarianError, h5=True, hint=hint)
-    generation = bart.read_generation(path, config, MarianError)
-    return Checkpoint(path, config, generation, weights, weights_file)
 
 
 def convert_config(config: dict, where: str = "config.json") -> TransformerConfig:
@@ -155,10 +100,10 @@ def convert_config(config: dict, where: str = "config.json") -> TransformerConfi
     _check_position_offset(config, where)
 
     def get(key, kind=int):
-        return number(config, key, kind, where, _DEFAULTS[key])
+        return number(config, key, kind, where, DEFAULTS[key])
 
     activation = bart.check_config(
-        config, get, _EXPECTED, _DEFAULTS["activation_function"], where, MarianError
+        config, get, _EXPECTED, DEFAULTS["activation_function"], where, MarianError
     )
     shared = shared_embeddings(config, where)
     source_rows, target_rows = table_rows(config, where)
@@ -196,151 +141,6 @@ def _check_position_offset(config: dict, where: str) -> None:
             f"= {pad + 1}, or 2, the values Marian's configs carry): it offsets learned "
             "positions, which Marian does not have"
         )
-
-
-def shared_embeddings(config: dict, where: str = "config.json") -> bool:
-    """config.json's share_encoder_decoder_embeddings (transformers' default: true)."""
-    shared = config.get(
-        "share_encoder_decoder_embeddings", _DEFAULTS["share_encoder_decoder_embeddings"]
-    )
-    if not isinstance(shared, bool):
-        raise MarianError(f"{where}: share_encoder_decoder_embeddings={shared!r} is not a boolean")
-    return shared
-
-
-def table_rows(config: dict, where: str = "config.json") -> tuple[int, int]:
-    """The rows of the source and target embedding tables, as transformers builds them:
-    vocab_size both when the embeddings are shared (decoder_vocab_size then goes unused),
-    else vocab_size and decoder_vocab_size (which defaults to vocab_size)."""
-    source = number(config, "vocab_size", int, where, _DEFAULTS["vocab_size"])
-    decoder = number(config, "decoder_vocab_size", int, where, source)
-    return source, source if shared_embeddings(config, where) else decoder
-
-
-def vocabulary_order(
-    vocab: dict, config: dict | None = None, where: str = "vocab.json", rows: int | None = None
-) -> list[int]:
-    """`order[i]` is the Marian id of our id i: pad, unk, bos (the decoder start), eos, then
-    the other pieces in Marian's order. Marian's start row appears twice (pad and bos).
-    `rows`, the rows of the side's embedding table (`table_rows`), may be one more than the
-    vocabulary's ids: that row, which no piece names, comes last.
-
-    The special pieces are the vocabulary's own `<pad>`, `<unk>` and `</s>`, as transformers'
-    `MarianTokenizer` reads them (a source vocabulary of its own may place them elsewhere than
-    the target's). `config`, given for the target side, must agree where it sets them: the
-    decoder starts with `<pad>` (pad_token_id, decoder_start_token_id) and ends with `</s>`
-    (eos_token_id)."""
-    owners: dict = {}
-    for piece, i in vocab.items():
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise MarianError(f"{where}: {piece!r} has the id {i!r}, not an integer")
-        owners.setdefault(i, []).append(piece)
-    for i, names in owners.items():
-        if len(names) > 1:
-            raise MarianError(f"{where}: {names[0]!r} and {names[1]!r} have the same id {i}")
-    size = len(vocab)
-    outside = sorted(i for i in owners if not 0 <= i < size)
-    if outside:
-        raise MarianError(
-            f"{where}: the ids of its {size} pieces must be 0..{size - 1}; "
-            f"{owners[outside[0]][0]!r} has {outside[0]}"
-        )
-    for piece in ("<pad>", "<unk>", "</s>"):
-        if piece not in vocab:
-            raise MarianError(f"{where}: no {piece} piece")
-    pad, unk, eos = vocab["<pad>"], vocab["<unk>"], vocab["</s>"]
-    if len({pad, unk, eos}) < 3:
-        raise MarianError(f"{where}: <pad>, <unk> and </s> must have three different ids")
-    checks = (
-        ("pad_token_id", "<pad>"),
-        ("decoder_start_token_id", "<pad>"),
-        ("eos_token_id", "</s>"),
-    )
-    for key, piece in checks if config is not None else ():
-        if config.get(key) is not None and number(config, key) != vocab[piece]:
-            raise MarianError(
-                f"config.json: {key}={config[key]}, but {where} gives {piece} the id "
-                f"{vocab[piece]}; only Marian's own convention (the decoder starts with <pad> "
-                "and ends with </s>) is supported"
-            )
-    extra = []
-    if rows is not None and rows != size:
-        if rows != size + 1:
-            raise MarianError(
-                f"{where}: its {size} ids do not fit the {rows} rows config.json gives its "
-                "embedding table (the import takes as many rows as ids, or one more)"
-            )
-        extra = [size]  # the row beyond the vocabulary: no piece, still in the softmax
-    return [pad, unk, pad, eos] + [i for i in range(size) if i not in {pad, unk, eos}] + extra
-
-
-def pieces(vocab: dict, order: list[int]) -> list[str]:
-    """The pieces of our ids, in our order: the special ones under this library's names, and
-    `EXTRA_PIECE` for a table row beyond the vocabulary."""
-    by_id = {int(i): piece for piece, i in vocab.items()}
-    return [*SPECIAL_PIECES, *(by_id.get(i, EXTRA_PIECE) for i in order[len(SPECIAL_PIECES) :])]
-
-
-def load_vocabularies(directory):
-    """The source and target tokenizers of a checkpoint directory, in our ids:
-    `keras_transformer.text.Vocabularies` (which an imported model's vocab/ saves as
-    source.spm, target.spm and pieces.json)."""
-    return _vocabularies(Path(directory))[0]
-
-
-def _orders(directory: Path) -> list[tuple[dict, list[int]]]:
-    """`(vocab, order)` of the source side, then the target's: each vocabulary file read once
-    and numbered in our ids (`vocabulary_order`). The target side has its own
-    `target_vocab.json` when the checkpoint has one (separate vocabularies), else shares
-    `vocab.json`."""
-    config = read_json(directory / "config.json") if (directory / "config.json").exists() else {}
-    rows = table_rows(config, str(directory / "config.json")) if config else (None, None)
-    target_file = directory / "target_vocab.json"
-    files = (directory / "vocab.json", target_file if target_file.exists() else None)
-    sides = []
-    for file, side_config, side_rows in zip(files, (None, config), rows, strict=True):
-        file = file or directory / "vocab.json"
-        vocab = read_json(file)
-        sides.append((vocab, vocabulary_order(vocab, side_config, str(file), side_rows)))
-    return sides
-
-
-def _vocabularies(directory: Path):
-    """(Vocabularies, source order, target order) of a checkpoint directory."""
-    from keras_transformer.text import Vocabularies
-
-    target_file = directory / "target_vocab.json"
-    files = (directory / "vocab.json", target_file if target_file.exists() else None)
-    sides = []
-    for spm, file, (vocab, order) in zip(
-        ("source.spm", "target.spm"), files, _orders(directory), strict=True
-    ):
-        proto = _sentencepiece_model(directory / spm)
-        try:
-            tokenizer = PieceVocabularyTokenizer(
-                proto,
-                pieces(vocab, order),
-                prefix_pattern=LANGUAGE_TOKEN,
-                special_tokens=SPECIAL_TOKENS,
-            )
-        except ValueError as error:  # a piece named as one of this library's special ones
-            file = file or directory / "vocab.json"
-            raise MarianError(f"{file}: {error} (in this library's ids)") from None
-        sides.append((tokenizer, order))
-    (source, source_order), (target, target_order) = sides
-    return Vocabularies(source, target), source_order, target_order
-
-
-def _sentencepiece_model(path: Path) -> bytes:
-    """The bytes of a SentencePiece model file; `MarianError` when they are not one."""
-    import sentencepiece
-
-    proto = path.read_bytes()
-    try:
-        sentencepiece.SentencePieceProcessor(model_proto=proto)
-    except (RuntimeError, OSError) as error:
-        raise MarianError(f"{path}: not a SentencePiece model ({error})") from None
-    return proto
 
 
 def decoding_defaults(generation: dict, where: str = "generation_config.json") -> dict:
@@ -511,7 +311,11 @@ __all__ = [
     "import_notes",
     "load_marian",
     "load_vocabularies",
+    "pieces",
     "read_checkpoint",
+    "read_json",
+    "shared_embeddings",
+    "table_rows",
     "transformer_config",
     "vocabulary_order",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from keras_transformer.pretrained import bart
+from keras_transformer.pretrained import bart_checkpoint
 from keras_transformer.tokenizers.nllb import NllbTokenizer
 
 SENTENCEPIECE = "sentencepiece.bpe.model"
@@ -132,7 +132,7 @@ def _added_tokens(path: Path, tokenizer_config: dict, error) -> dict:
     """The added tokens of tokenizer.json, else of tokenizer_config.json (`added_tokens`)."""
     entries = []
     if (path / "tokenizer.json").exists():
-        tokenizer = bart.read_json(path / "tokenizer.json", error, unique_keys=False)
+        tokenizer = bart_checkpoint.read_json(path / "tokenizer.json", error, unique_keys=False)
         entries = tokenizer.get("added_tokens") or []
         where = path / "tokenizer.json"
     if not entries:
@@ -152,7 +152,7 @@ def _check_tokenizer_vocab(path: Path, names: list, error) -> None:
     offset over the SentencePiece model: another numbering would garble every id."""
     if not (path / "tokenizer.json").exists():
         return
-    tokenizer = bart.read_json(path / "tokenizer.json", error, unique_keys=False)
+    tokenizer = bart_checkpoint.read_json(path / "tokenizer.json", error, unique_keys=False)
     vocab = (tokenizer.get("model") or {}).get("vocab")
     if not isinstance(vocab, dict):
         return
