@@ -598,3 +598,27 @@ def test_the_sentences_tell_the_settings_apart(spine, setting):
     if case.settings.n_best > 1:
         best = spine.answer(setting, "generate").texts
         assert all(len(set(h)) == case.settings.n_best for h in best), best
+
+
+def test_evaluate_scores_the_best_translation_where_the_settings_keep_an_n_best(spine, tmp_path):
+    """A model directory whose settings keep an n-best (the count the SavedModel's `n_best`
+    signature returns) is scored on its best translations, those of the same settings
+    without it (`serving_default`'s); it failed with sacrebleu's TypeError on the lists."""
+    import shutil
+
+    from trainers.run_dir import RunDirectory
+
+    directory = tmp_path / "n-best"
+    shutil.copytree(spine.model_directory("bible"), directory)
+    run = RunDirectory(directory)
+    experiment = run.load_experiment()
+    run.save_experiment(dataclasses.replace(experiment, decoding=DecodingSettings(n_best=2)))
+    setting = "beam 4, alpha 0.6, early stopping"
+    assert SETTINGS[setting].settings == DecodingSettings(n_best=2).replace(n_best=1)
+    case = SETTINGS[setting]
+    source = tmp_path / "source.txt"
+    source.write_text("".join(f"{s}\n" for s in spine.sentences(case)))
+    arguments = ["--source", source, "--reference", source, "--output", tmp_path / "out.hyp"]
+    run_main("trainers.evaluate", "--model-dir", directory, *arguments)
+    best = [hypotheses[0] for hypotheses in spine.answer(setting, "generate").texts]
+    assert (tmp_path / "out.hyp").read_text().splitlines() == best
