@@ -26,44 +26,17 @@ ctranslate2 = pytest.importorskip("ctranslate2")  # installed by `make test` (re
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-MAX_LENGTH = 96
-STEPS = 300
+MAX_LENGTH = 96  # the briefly trained model's
 VERSES = 100  # test verses translated by each artifact
 
 
 @pytest.fixture(scope="module")
-def trained():
+def trained(briefly_trained):
     """The tiny preset with one encoder and one decoder layer, trained briefly on the bundled
-    corpus: enough for a few BLEU points (as many as two layers each reach in twice the
-    time). The weight mapping of deeper models is test_token_log_probabilities_equal_ours'."""
-    keras.utils.set_random_seed(7)
-    vocabularies = bible.vocabularies()
-    config = kt.TransformerConfig.preset(
-        "tiny",
-        vocab_size=vocabularies.target.vocabulary_size(),
-        max_length=MAX_LENGTH,
-        dropout=0.0,
-        norm_first=True,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-    )
-    model = kt.build_transformer(config)
-    model.compile(
-        optimizer=keras.optimizers.Adam(
-            kt.WarmupSchedule(config.d_model, warmup_steps=200), beta_2=0.98, epsilon=1e-9
-        ),
-        loss=kt.losses.LabelSmoothedCrossEntropy(),
-        jit_compile=False,  # XLA would compile once per length bucket of this short run
-    )
-    pairs = bible.pairs("train")
-    dataset = kt.data.make_dataset(
-        pairs.to_dataset(),
-        vocabularies,
-        max_length=MAX_LENGTH,
-        tokens_per_batch=2048,
-        seed=0,
-    )
-    model.fit(dataset, steps_per_epoch=STEPS, epochs=1, verbose=0, shuffle=False)
+    corpus (tests/conftest.py, shared with tests/test_every_door.py): enough for a few BLEU
+    points. The weight mapping of deeper models is test_token_log_probabilities_equal_ours'."""
+    model, vocabularies = briefly_trained
+    assert model.config.max_length == MAX_LENGTH
     return model, vocabularies
 
 

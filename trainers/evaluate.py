@@ -139,7 +139,9 @@ def main(argv=None) -> int:
         with warnings.catch_warnings():  # one warning a layer without weights (norms...)
             warnings.filterwarnings("ignore", message=".*does not have a `quantize` method")
             task.backbone.quantize(args.quantize)  # every weight is the backbone's
-    translator = evaluation.Translator(task)  # its vocabularies and decoding settings
+    # Its vocabularies and decoding settings; the best translation of each sentence is
+    # scored, as serving_default serves it, whatever n-best the settings keep for export.
+    translator = evaluation.Translator(task, decoding=task.decoding.replace(n_best=1))
     settings = translator.decoding
     # The search as the trainer's dev BLEU runs it; its progress bar on stderr, so that
     # stdout holds the scores' JSON alone.
