@@ -96,8 +96,8 @@ def english(count: int = 12) -> list[str]:
 
 SENTENCES: dict[str, Callable[[], list[str]]] = {
     "verses": verses,
-    # NLLB reads a source language's code first: written into the text, until the doors
-    # apply `DecodingSettings.source_prefix`.
+    # NLLB reads a source language's code first: written into the text, or put there by
+    # `DecodingSettings.source_prefix` (the "source language" row).
     "english with its code": lambda: [f"eng_Latn {text}" for text in english()],
     "english": english,
 }
@@ -120,6 +120,12 @@ SETTINGS: dict[str, Case] = {
     ),
     "target prefix": Case(
         "nllb", "english with its code", DecodingSettings(target_prefix="spa_Latn")
+    ),
+    # Greedy, so that CTranslate2 joins: both languages as settings, the text without a code.
+    "source language": Case(
+        "nllb",
+        "english",
+        DecodingSettings(beam_size=1, source_prefix="eng_Latn", target_prefix="spa_Latn"),
     ),
 }
 
@@ -254,13 +260,6 @@ def score_rows(scores) -> np.ndarray:
     return scores if scores.ndim == 2 else scores[:, None]
 
 
-def generate_scores(task, sentences, settings) -> np.ndarray | None:
-    """The scores `generate` gives with its translations, `[sentences, hypotheses]`: None
-    while it gives none (its n-best with scores is coming: plug it in here)."""
-    del task, sentences, settings
-    return None
-
-
 def generate(spine: Spine, case: Case) -> Answer:
     """`generate` on text, its target prefix given to the call; its ids from the same
     backbone as a task without a preprocessor, on the preprocessor's source ids (a target
@@ -268,14 +267,15 @@ def generate(spine: Spine, case: Case) -> Answer:
     task, settings = spine.task(case.model), case.settings
     task.compile(sampler=dataclasses.replace(settings, target_prefix=None))
     sentences = spine.sentences(case)
-    texts = task.generate(sentences, target_prefix=settings.target_prefix)
+    answer = task.generate(sentences, target_prefix=settings.target_prefix, return_scores=True)
+    texts = answer.get("translation", answer.get("translations"))
+    scores = score_rows(answer.get("score", answer.get("scores")))
     ids = None
     if settings.target_prefix is None:
         # The source ids carry the source prefix already (`Spine.source_ids`).
         on_ids = dataclasses.replace(settings, source_prefix=None)
         on_ids = TransformerSeq2SeqLM(task.backbone, decoding=on_ids, compile=False)
         ids = id_rows(on_ids.generate(spine.source_ids(case)))
-    scores = generate_scores(task, sentences, settings)
     return Answer(hypotheses(texts, settings.n_best), ids, scores)
 
 
@@ -325,6 +325,7 @@ EVALUATE_FLAGS = {
     "finish_rule": "--finish-rule",
     "stopping": "--stopping",
     "target_prefix": "--target-prefix",
+    "source_prefix": "--source-prefix",
 }
 
 
@@ -417,6 +418,10 @@ def prefixed(settings: DecodingSettings) -> bool:
     return settings.target_prefix is not None and settings.n_best == 1
 
 
+def both_languages(settings: DecodingSettings) -> bool:
+    return None not in (settings.source_prefix, settings.target_prefix) and settings.n_best == 1
+
+
 def ctranslate2_search(settings: DecodingSettings) -> bool:
     """Greedy search, or CTranslate2's own beam search (`kt.export.ctranslate2`)."""
     native = (settings.ranking, settings.finish_rule, settings.stopping) == (
@@ -435,6 +440,7 @@ DOORS: dict[str, Door] = {
     "translate_ids": Door(translate_ids, one_best),
     "n_best signature": Door(text_signature("n_best"), n_best),
     "serving_prefix": Door(text_signature("serving_prefix"), prefixed),
+    "serving_languages": Door(text_signature("serving_languages"), both_languages),
     "trainers.evaluate": Door(evaluate, one_best),
     "CTranslate2, trainers.translate": Door(ctranslate2_command_line, ctranslate2_search, True),
     "CTranslate2, its client": Door(ctranslate2_client, ctranslate2_search, True),
