@@ -323,9 +323,9 @@ def test_export_cli_writes_an_int8_saved_model(model_dir, tmp_path):
     assert "quantize" not in keras_manifest  # the Keras model stays float32, for fine-tuning
 
 
-def test_export_cli_refuses_a_model_already_quantized_before_writing(model_dir, tmp_path):
-    """A directory whose preset was saved quantized: `--quantize` is refused in one line,
-    and nothing is written."""
+def test_the_programs_refuse_to_quantize_a_quantized_model_before_writing(model_dir, tmp_path):
+    """A directory whose preset was saved quantized: `--quantize` is refused in one line by
+    trainers.export and trainers.evaluate, and nothing is written."""
     quantized = tmp_path / "model"
     shutil.copytree(model_dir, quantized)
     task = kt.models.TransformerSeq2SeqLM.from_preset(model_dir)
@@ -339,6 +339,15 @@ def test_export_cli_refuses_a_model_already_quantized_before_writing(model_dir, 
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "is already quantized or has LoRA adapters" in lines[0], lines
+    assert not out.exists()
+    (tmp_path / "src.txt").write_text("God said.\n")
+    own = ("--source", tmp_path / "src.txt", "--reference", tmp_path / "src.txt")
+    result = run_main(
+        "trainers.evaluate", "--model-dir", quantized, *own, "--quantize", "int8",
+        "--output", out, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "is already quantized" in result.stderr
     assert not out.exists()
 
 

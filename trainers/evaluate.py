@@ -138,7 +138,10 @@ def main(argv=None) -> int:
         pairs = pairs.take(args.limit)
     # The copy that trainers.export --quantize writes (the task itself when not quantized).
     with warnings.catch_warnings(record=True) as caught:  # bfloat16's fallback to float32
-        precision = export.precision.reduced_precision(task, args.quantize)
+        try:
+            precision = export.precision.reduced_precision(task, args.quantize)
+        except ValueError as error:  # a model already quantized...
+            return errors.fail(error)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     task = precision.model

@@ -77,9 +77,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--quantize",
         choices=QUANTIZE_TYPES,
-        help="the weights' type (default float32): int8 or bfloat16 for either format "
-        "(bfloat16 only where this CPU computes it natively, else float32); CTranslate2's "
-        "own types for --format ctranslate2",
+        help="the weights' type (default float32): int8 or bfloat16 for either format (a "
+        "SavedModel's bfloat16 where this CPU computes it natively, else float32); "
+        "CTranslate2's own types for --format ctranslate2",
     )
     parser.add_argument(
         "--quantization",
