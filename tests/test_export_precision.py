@@ -159,7 +159,7 @@ def agreement(got, expected) -> float:
 
 
 def test_a_process_with_only_tensorflow_serves_the_reduced_exports_as_float32(
-    exports, held_out, reversal_model, tmp_path
+    exports, held_out, reversal_model, vocabularies, tmp_path
 ):
     """Every signature of each export, in a new process that cannot import this package:
     the float32 model's translations on at least `AGREEMENT` of the sentences, none empty;
@@ -203,7 +203,6 @@ def test_a_process_with_only_tensorflow_serves_the_reduced_exports_as_float32(
     keras.utils.set_random_seed(0)
     untrained = kt.build_transformer(reversal_model.config)
     ids, _ = kt.decoding.decode(untrained, source_ids, kt.decoding.DecodingSettings())
-    vocabularies = reversal_vocabularies()
     assert agreement([detokenize(vocabularies, row) for row in ids.numpy()], expected) < 0.1
 
 
