@@ -61,6 +61,7 @@ def test_layout_and_manifest(exported, model, loaded):
     manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())
     assert manifest["note"] == "test" and manifest["package_version"] == kt.__version__
     assert manifest["model_config"] == model.config.to_dict()
+    assert manifest["quantize"] == "float32" and "quantize_fallback" not in manifest
     assert manifest["decoding"] == {
         "beam_size": 4,
         "length_penalty": 0.6,
@@ -577,7 +578,7 @@ def test_translate_cli_reports_a_missing_export(tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--quantization", "int8"], "--quantization applies to --format ctranslate2 only"),
+        (["--quantize", "int16"], "--quantize int16 applies to --format ctranslate2 only"),
         (
             ["--format", "ctranslate2", "--stopping", "early"],
             "--stopping applies to --format savedmodel only",

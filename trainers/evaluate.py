@@ -73,8 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     flags.add_prefixes(parser)
     parser.add_argument(
         "--quantize",
-        choices=("int8",),
-        help="quantize the model's weights with Keras (model.quantize) before translating",
+        choices=("int8", "bfloat16"),
+        help="translate with the weights trainers.export --quantize writes: int8 (Keras's "
+        "model.quantize) or bfloat16 (where this CPU computes it natively, else float32)",
     )
     parser.add_argument("--limit", type=flags.positive_int, help="score only the first N sentences")
     args = parser.parse_args(argv)
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
         return errors.fail(error)
     if problem := flags.first_missing(("--source", args.source), ("--reference", args.reference)):
         return errors.fail(problem)
-    from keras_transformer import evaluation, fast
+    from keras_transformer import evaluation, export, fast
     from keras_transformer._files import atomic_write
     from keras_transformer.corpus import read_text_pair
     from trainers.experiment import read_split
@@ -135,10 +136,15 @@ def main(argv=None) -> int:
         return errors.fail(f"--output {output}: {error}")
     if args.limit is not None:
         pairs = pairs.take(args.limit)
-    if args.quantize:
-        with warnings.catch_warnings():  # one warning a layer without weights (norms...)
-            warnings.filterwarnings("ignore", message=".*does not have a `quantize` method")
-            task.backbone.quantize(args.quantize)  # every weight is the backbone's
+    # The copy that trainers.export --quantize writes (the task itself when not quantized).
+    with warnings.catch_warnings(record=True) as caught:  # bfloat16's fallback to float32
+        try:
+            precision = export.precision.reduced_precision(task, args.quantize)
+        except ValueError as error:  # a model already quantized...
+            return errors.fail(error)
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
+    task = precision.model
     # Its vocabularies and decoding settings; the best translation of each sentence is
     # scored, as serving_default serves it, whatever n-best the settings keep for export.
     translator = evaluation.Translator(task, decoding=task.decoding.replace(n_best=1))
@@ -158,7 +164,8 @@ def main(argv=None) -> int:
         "stopping": settings.stopping,
         "target_prefix": settings.target_prefix,
         "source_prefix": settings.source_prefix,
-        "quantize": args.quantize,
+        "quantize": args.quantize and precision.weights,  # what was run: None, "int8"...
+        **({"quantize_fallback": precision.fallback} if precision.fallback else {}),
         **evaluation.score(hypotheses, pairs.targets),
         "code": provenance(),
     }

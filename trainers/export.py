@@ -16,23 +16,40 @@ configuration, vocabulary, decoding settings, metrics, version. The SavedModel's
 traced with the speed switch as the experiment's `training.fast` says
 (`keras_transformer.fast`; the same translations, faster).
 
-`--format ctranslate2 [--quantization TYPE]` (int8, int8_float32, int8_float16, int16,
-float16, bfloat16) writes the directory --out (which must not exist) as a CTranslate2 model
-with its SentencePiece models and manifest.json; `trainers.translate --model` runs it with
-ctranslate2 and sentencepiece alone. It needs the optional extra:
-pip install 'keras-transformer[ctranslate2]'.
+`--quantize int8` writes the SavedModel with int8 weights (Keras's `quantize("int8")` of
+every projection and of the embedding table, on a copy of the model) and `--quantize
+bfloat16` with bfloat16 weights and matrix products, where the exporting CPU computes
+bfloat16 natively (AVX512_BF16 or AMX-BF16; elsewhere it falls back to float32 weights,
+with a warning); either loads, as the float32 export does, with tensorflow and
+tensorflow-text alone. Its manifest.json records the weights ("quantize": "int8",
+"bfloat16" or "float32"); the keras/ copy stays the float32 model. A model that is already
+quantized, or has LoRA adapters, is refused.
+
+`--format ctranslate2 [--quantize TYPE]` (int8, bfloat16, or CTranslate2's own int8_float32,
+int8_float16, int16, float16) writes the directory --out (which must not exist) as a
+CTranslate2 model with its SentencePiece models and manifest.json; `trainers.translate
+--model` runs it with ctranslate2 and sentencepiece alone. It needs the optional extra:
+pip install 'keras-transformer[ctranslate2]'. `--quantization` is the former name of
+`--quantize` (deprecated).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 from trainers import errors, flags
 from trainers.errors import ConfigError
 from trainers.run_dir import MODEL, RunDirectory, write_json
+
+# The weights' types: both formats take the first two (the SavedModel's `quantize`), the
+# others are CTranslate2's own (its `quantization`).
+SAVED_MODEL_TYPES = ("int8", "bfloat16")
+QUANTIZE_TYPES = (*SAVED_MODEL_TYPES, "int8_float32", "int8_float16", "int16", "float16")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,9 +75,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="default: savedmodel",
     )
     parser.add_argument(
+        "--quantize",
+        choices=QUANTIZE_TYPES,
+        help="the weights' type (default float32): int8 or bfloat16 for either format (a "
+        "SavedModel's bfloat16 where this CPU computes it natively, else float32); "
+        "CTranslate2's own types for --format ctranslate2",
+    )
+    parser.add_argument(
         "--quantization",
-        choices=["int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16"],
-        help="--format ctranslate2: the weights' type (default float32)",
+        choices=QUANTIZE_TYPES,
+        help="deprecated: the former name of --quantize",
     )
     parser.add_argument(
         "--beam-size",
@@ -89,8 +113,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.quantization and args.format != "ctranslate2":
-        return errors.fail(ValueError("--quantization applies to --format ctranslate2 only"))
+    if args.quantization:
+        print("warning: --quantization is deprecated; use --quantize", file=sys.stderr)
+        if args.quantize not in (None, args.quantization):
+            return errors.fail(
+                f"--quantization {args.quantization} and --quantize {args.quantize} disagree"
+            )
+        args.quantize = args.quantization
+    if args.quantize not in (None, *SAVED_MODEL_TYPES) and args.format != "ctranslate2":
+        return errors.fail(
+            f"--quantize {args.quantize} applies to --format ctranslate2 only (a SavedModel "
+            f"takes {' or '.join(SAVED_MODEL_TYPES)})"
+        )
     if args.stopping and args.format != "savedmodel":
         return errors.fail(
             ValueError("--stopping applies to --format savedmodel only (CTranslate2 has its own)")
@@ -125,19 +159,27 @@ def main(argv=None) -> int:
     if args.format == "ctranslate2":
         try:
             written = export.ctranslate2.export_ctranslate2(
-                task, args.out, quantization=args.quantization, manifest=manifest
+                task, args.out, quantization=args.quantize, manifest=manifest
             )
         except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
             return errors.fail(error)
-        print(f"wrote {written} (CTranslate2 model, {args.quantization or 'float32'} weights)")
+        print(f"wrote {written} (CTranslate2 model, {args.quantize or 'float32'} weights)")
         return errors.EXIT_OK
     try:
-        with fast.switched(experiment.training.fast):  # its beam search's top-k, as in training
+        # Warnings (bfloat16's fallback to float32) as the programs print them: one line each.
+        with (
+            warnings.catch_warnings(record=True) as caught,
+            fast.switched(experiment.training.fast),  # its beam search's top-k, as in training
+        ):
             version = export.export_saved_model(
-                task, args.out, version=args.version, manifest=manifest
+                task, args.out, version=args.version, manifest=manifest, quantize=args.quantize
             )
-    except (FileExistsError, NotADirectoryError) as error:  # an existing --version...
-        return errors.fail(error)
+    except (FileExistsError, NotADirectoryError, ValueError) as error:  # an existing
+        return errors.fail(error)  # --version, a model already quantized...
+    finally:
+        for warning in caught:
+            print(f"warning: {warning.message}", file=sys.stderr)
+    weights = json.loads((version / "assets.extra" / export.MANIFEST).read_text())["quantize"]
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)
     # The model file itself (a kt.Transformer, as model.fit fine-tunes it), and its vocabulary.
@@ -145,7 +187,10 @@ def main(argv=None) -> int:
     atomic_write(keras_dir / MODEL, lambda temporary: shutil.copyfile(source, temporary))
     task.preprocessor.tokenizer.vocabularies.save(keras_dir / "vocab")
     write_json(keras_dir / export.MANIFEST, manifest | {"for": "model.fit fine-tuning"})
-    print(f"wrote {version} (SavedModel for TF Serving) and {keras_dir} (Keras model)")
+    print(
+        f"wrote {version} (SavedModel for TF Serving, {weights} weights) and {keras_dir} "
+        "(Keras model)"
+    )
     return errors.EXIT_OK
 
 

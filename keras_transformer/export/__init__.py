@@ -2,6 +2,8 @@
 
 savedmodel.py    `export_saved_model`: a TF Serving SavedModel, text in, translations out
                  (tokenization and beam search in the graph)
+precision.py     `reduced_precision`: the int8 or bfloat16 copy of a model that an export
+                 writes with `quantize=`
 ctranslate2.py   `export_ctranslate2`: a CTranslate2 model directory (the optional
                  `ctranslate2` package; imported on first use)
 """
@@ -12,6 +14,7 @@ require_tensorflow("kt.export")
 
 import importlib
 
+from keras_transformer.export import precision
 from keras_transformer.export.savedmodel import (
     MANIFEST,
     export_saved_model,
@@ -33,6 +36,7 @@ __all__ = [
     "ctranslate2",
     "export_saved_model",
     "next_version",
+    "precision",
     "translation_endpoints",
     "write_saved_model",
 ]

@@ -45,6 +45,11 @@ and `tensorflow_text`. Input rules, so that no request can crash the server:
 - An input with nothing to translate (empty, or only spaces) gives an empty translation
   with score 0; an empty batch gives an empty batch.
 
+With `quantize="int8"` (or "bfloat16") the signatures run a copy of the model with
+reduced-precision weights (`kt.export.precision`), made of the same Keras layers: the export
+still loads with `tensorflow` and `tensorflow_text` alone, and the manifest's "quantize"
+records the weights written ("float32" without it).
+
 Writing is atomic: the version is written under a temporary name and renamed, so a failed
 export leaves earlier versions intact and TF Serving never sees a half-written one.
 """
@@ -72,6 +77,7 @@ from keras_transformer.decoding.settings import (
     check_target_prefix,
     language_codes,
 )
+from keras_transformer.export.precision import reduced_precision
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"
@@ -510,6 +516,7 @@ def export_saved_model(
     prefix_signature: bool | None = None,
     ranking: str | None = None,
     source_prefix: str | None = None,
+    quantize: str | None = None,
 ) -> Path:
     """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
 
@@ -547,9 +554,18 @@ def export_saved_model(
             with (NLLB's source language code, "eng_Latn"; a source that starts with a code
             keeps its own). None takes the settings' (`decoding.source_prefix`). Defaults to
             None.
+        quantize: str or None. "int8" or "bfloat16": the SavedModel holds a copy of the
+            model with weights of that type (`kt.export.precision.reduced_precision`;
+            `model` itself is left as it is; bfloat16 falls back to float32 weights, with
+            a warning, on a CPU without bfloat16 arithmetic). None exports the model as it
+            is. Defaults to None.
 
     Returns:
         The path of the written version.
+
+    Raises:
+        ValueError: a bad setting, or `quantize` with a model that is already quantized or
+            has LoRA adapters (before anything is written).
     """
     model, vocabularies, directory, settings = resolve_model(
         model,
@@ -574,6 +590,8 @@ def export_saved_model(
     final = directory / str(version)
     if final.exists():
         raise FileExistsError(f"{final} exists; versions are never overwritten")
+    precision = reduced_precision(model, quantize)  # a copy: `model` stays as it is
+    model = precision.model
     directory.mkdir(parents=True, exist_ok=True)
     hypotheses = _n_best_count(settings.n_best, beam_size)  # the n_best signature's
     settings = {
@@ -595,6 +613,8 @@ def export_saved_model(
             "package_version": _package_version(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "model_config": model.config.to_dict(),
+            "quantize": precision.weights,  # the weights' type: "float32", "int8"...
+            **({"quantize_fallback": precision.fallback} if precision.fallback else {}),
             "vocabulary": {
                 "files": sorted(vocabularies.file_names),
                 "source_size": vocabularies.source.vocabulary_size(),
