@@ -145,8 +145,8 @@ def saved_model_engines(
 
 
 def ctranslate2_engines(translator) -> dict[str, Engine]:
-    """name -> Engine for a `trainers.translate.CTranslate2Translator`: its best hypothesis,
-    and its n-best (the beam's size), inputs decoded as `trainers.translate` decodes them."""
+    """name -> Engine for a `kt.serving.CTranslate2Translator`: its best hypothesis, and its
+    n-best (the beam's size), inputs decoded as `trainers.translate` decodes them."""
 
     def engine(n_best):
         def answer(inputs: list[bytes]) -> Answer:
@@ -367,7 +367,7 @@ def run(args) -> dict:
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 
-        from trainers.translate import resolve_version
+        from keras_transformer.serving import resolve_version
 
         version = resolve_version(args.saved_model)
         manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())
@@ -376,7 +376,7 @@ def run(args) -> dict:
         engines = saved_model_engines(loaded)
         pools.append(_pool(engines, verses, config["max_length"], args, "SavedModel"))
     if args.ctranslate2:
-        from trainers.translate import CTranslate2Translator
+        from keras_transformer.serving import CTranslate2Translator
 
         translator = CTranslate2Translator(
             args.ctranslate2, threads=args.ct2_threads, inter_threads=args.ct2_inter_threads

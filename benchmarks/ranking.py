@@ -14,7 +14,7 @@ SavedModel and as a CTranslate2 directory with the run's beam size and each of:
   CTranslate2 does not follow (to show what the rules change).
 
 Both translate the first `--sentences` test verses of the run's corpus (the SavedModel's
-`serving_default`, `trainers.translate`'s `CTranslate2Translator`); one JSON line a setting
+`serving_default`, `kt.serving.CTranslate2Translator`); one JSON line a setting
 counts the equal translations.
 """
 
@@ -50,9 +50,9 @@ def main(argv=None) -> int:
     import tensorflow as tf
 
     from keras_transformer import export
+    from keras_transformer.serving import CTranslate2Translator
     from trainers.experiment import read_split
     from trainers.run_dir import RunDirectory
-    from trainers.translate import CTranslate2Translator
 
     experiment, vocabularies, model = RunDirectory(args.model_dir).load_trained(args.model)
     sentences = list(read_split(experiment.data, "test").sources[: args.sentences])

@@ -46,8 +46,8 @@ import tensorflow as tf  # noqa: E402
 
 from keras_transformer import corpus, evaluation, export, fast  # noqa: E402
 from keras_transformer.decoding import STOPPING  # noqa: E402
+from keras_transformer.serving import CTranslate2Translator  # noqa: E402
 from trainers.run_dir import MODEL, RunDirectory  # noqa: E402
-from trainers.translate import CTranslate2Translator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST = ROOT / "data" / "bible-en-es" / "test.tsv.xz"

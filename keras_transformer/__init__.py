@@ -15,6 +15,8 @@ Public API (`__all__`, and `dir()`; each module's `__all__` lists its own):
     corpus, text, data                  corpus readers, SentencePiece vocabularies, tf.data
     evaluation                          Translator (text in, text out) and sacrebleu scores
     export                              the TF Serving SavedModel and the CTranslate2 writer
+    serving                             the translators of the exported directories, in
+                                        Python (CTranslate2's without TensorFlow)
     models                              the keras-hub task family: TransformerSeq2SeqLM
                                         (from_preset, generate, fit, save_to_preset), its
                                         backbone, tokenizer and preprocessor
@@ -73,7 +75,8 @@ if _backends.text_stack_installed():
     from keras_transformer import models, tokenizers  # noqa: E402
 
 # Imported on first use (PEP 562): they register nothing and bring what a user of the layers
-# or of the task alone does not need (sacrebleu, the converters, the exports).
+# or of the task alone does not need (sacrebleu, the converters, the exports, their
+# translators).
 _LAZY_MODULES = (
     "corpus",
     "data",
@@ -82,6 +85,7 @@ _LAZY_MODULES = (
     "lora",
     "models",
     "pretrained",
+    "serving",
     "text",
     "tokenizers",
 )
@@ -95,6 +99,7 @@ if TYPE_CHECKING:
         lora,
         models,
         pretrained,
+        serving,
         text,
         tokenizers,
     )
@@ -141,6 +146,7 @@ __all__ = [
     "ops",
     "pretrained",
     "schedule",
+    "serving",
     "special_ids",
     "text",
     "tokenizers",

@@ -2,8 +2,9 @@
 same greedy ids as the SavedModel (but where two tokens tie), beam search ranked by our length
 penalty ("gnmt", re-ranked) or by CTranslate2's own ("length": the same beam ids as the
 SavedModel's), a manifest written before the rankings read as "gnmt", hypotheses cut at their
-limits as the SavedModel cuts them, int8 within half a BLEU point, refusals, and
-`trainers.translate` running the directory without TensorFlow."""
+limits as the SavedModel cuts them, int8 within half a BLEU point, refusals, the source prefix
+put in front of each source as written by hand, and `trainers.translate` running the
+directory with the library's runtime (`kt.serving`) without TensorFlow."""
 
 import json
 import os
@@ -19,8 +20,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import evaluation, export
+from keras_transformer.serving import CTranslate2Translator
 from tests import bible
-from trainers.translate import CTranslate2Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2")  # installed by `make test` (requirements.txt)
 
@@ -83,6 +84,7 @@ def test_layout_and_manifest(converted, trained):
         "max_extra_length": 50,
         "max_length": MAX_LENGTH,
         "target_prefix": None,
+        "source_prefix": None,
         "ranking": "gnmt",
         "finish_rule": "fairseq",
         "stopping": None,  # CTranslate2's own, without a length penalty
@@ -337,12 +339,12 @@ def test_a_manifest_without_a_ranking_reads_as_gnmt(converted, tmp_path, verses)
     old = tmp_path / "old"
     shutil.copytree(converted["float32"], old)
     manifest = json.loads((old / "manifest.json").read_text())
-    for key in ("ranking", "finish_rule", "stopping", "ctranslate2_options"):
+    for key in ("ranking", "finish_rule", "stopping", "ctranslate2_options", "source_prefix"):
         del manifest["decoding"][key]
     (old / "manifest.json").write_text(json.dumps(manifest))
     sources = verses[0][:20]
     translator = CTranslate2Translator(old)
-    assert translator.ranking == "gnmt"
+    assert translator.ranking == "gnmt" and translator.source_prefix is None
     expected = CTranslate2Translator(converted["float32"]).translate(sources, n_best=4)
     assert translator.translate(sources, n_best=4) == expected
     result = subprocess.run(
@@ -405,7 +407,7 @@ def test_n_best_ranks_and_empty_input(converted):
     )
     assert best[0] == translator.translate(["And God said, Let there be light."])[0][0]
     assert [(h.text, h.score) for h in empty] == [("", 0.0)] * 4
-    with pytest.raises(ValueError, match="n_best=5 must be between 1 and the beam size 4"):
+    with pytest.raises(ValueError, match="n_best=5: must be between 1 and the beam size 4"):
         translator.translate(["Amen."], n_best=5)
 
 
@@ -515,20 +517,54 @@ def test_refuses_what_ctranslate2_cannot_run_and_existing_directories(converted,
         export.ctranslate2.export_ctranslate2(model, vocabularies, converted["float32"])
 
 
-def test_translate_cli_runs_the_directory_without_tensorflow(converted):
+def test_the_source_prefix_goes_in_front_as_written_by_hand(converted, trained, tmp_path, verses):
+    """The source prefix, a call's, the constructor's or the manifest's, goes in front of each
+    source as `with_source_prefix` puts it: the translations of the sources written with it
+    by hand (a blank one, or one that starts with a language code, as it is). The export
+    records it, checked against the vocabulary before anything is written."""
+    model, vocabularies = trained
+    sources = [*verses[0][:6], " ", "xxx_Zzzz keeps its own code"]
+    by_hand = [*(f"And {s}" for s in verses[0][:6]), " ", "xxx_Zzzz keeps its own code"]
+    plain = CTranslate2Translator(converted["float32"])
+    expected = plain.translate(by_hand, n_best=2)
+    assert plain.translate(sources, n_best=2) != expected  # the prefix changes translations
+    assert plain.translate(sources, n_best=2, source_prefix="And") == expected
+    prefixed = CTranslate2Translator(converted["float32"], source_prefix="And")
+    assert prefixed.translate(sources, n_best=2) == expected
+    directory = export.ctranslate2.export_ctranslate2(
+        model, vocabularies, tmp_path / "prefixed", source_prefix="And"
+    )
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["decoding"]["source_prefix"] == "And"
+    assert CTranslate2Translator(directory).translate(sources, n_best=2) == expected
+    # A language code the vocabulary lacks (a model trained here has none): refused.
+    with pytest.raises(ValueError, match=r"source_prefix='xxx_Zzzz': .* source vocabulary"):
+        export.ctranslate2.export_ctranslate2(
+            model, vocabularies, tmp_path / "refused", source_prefix="xxx_Zzzz"
+        )
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(ValueError, match=r"source_prefix='eng_Latn': .* source vocabulary"):
+        plain.translate(sources, source_prefix="eng_Latn")
+    with pytest.raises(ValueError, match=r"target_prefix='spa_Latn': .* vocabulary has none"):
+        CTranslate2Translator(converted["float32"], target_prefix="spa_Latn")
+
+
+def _translate_alone(directory, *flags, stdin: str) -> tuple[subprocess.CompletedProcess, list]:
+    """`python -m trainers.translate --model DIRECTORY FLAGS` in a process of its own, and
+    which of TensorFlow, Keras and the library's package `__init__` it had imported."""
     code = (
         "import sys, runpy\n"
-        "sys.argv = ['trainers.translate', '--model', sys.argv[1], '--n-best', '2']\n"
+        "sys.argv = ['trainers.translate', '--model', *sys.argv[1:]]\n"
         "try:\n"
         "    runpy.run_module('trainers.translate', run_name='__main__')\n"
         "except SystemExit as exit:\n"
-        "    assert not exit.code, exit.code\n"
+        "    print('status:', exit.code or 0)\n"
         "loaded = [m for m in ('tensorflow', 'keras', 'keras_transformer') if m in sys.modules]\n"
         "print('loaded:', loaded)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code, str(converted["float32"])],
-        input="And God said, Let there be light.\n\n",
+        [sys.executable, "-c", code, str(directory), *flags],
+        input=stdin,
         cwd=ROOT,
         env=ENV,
         capture_output=True,
@@ -536,7 +572,24 @@ def test_translate_cli_runs_the_directory_without_tensorflow(converted):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert lines[-1] == "loaded: []"
+    *lines, loaded = result.stdout.splitlines()
+    assert loaded == "loaded: []", (loaded, result.stderr[-3000:])
+    return result, lines
+
+
+def test_translate_cli_runs_the_directory_without_tensorflow(converted):
+    directory = converted["float32"]
+    _, lines = _translate_alone(
+        directory, "--n-best", "2", stdin="And God said, Let there be light.\n\n"
+    )
     assert [line.split(" ||| ")[0] for line in lines[:-1]] == ["0", "0", "1", "1"]
     assert lines[2] == "1 |||  ||| 0.0000"  # nothing to translate
+    # --source-prefix: the lines as written with it by hand, still without TensorFlow.
+    _, prefixed = _translate_alone(directory, "--source-prefix", "And", stdin="God said.\n")
+    expected = CTranslate2Translator(directory).translate(["And God said."])
+    assert prefixed == [expected[0][0].text, "status: 0"]
+    # A language code the vocabulary lacks: one line naming the flag, before the model loads.
+    refused, lines = _translate_alone(directory, "--source-prefix", "xxx_Zzzz", stdin="Amen.\n")
+    assert lines == ["status: 2"]
+    assert refused.stderr.startswith("error: --source-prefix='xxx_Zzzz': 'xxx_Zzzz' looks like")
+    assert len(refused.stderr.splitlines()) == 1

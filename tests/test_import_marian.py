@@ -156,7 +156,7 @@ def natural_ends(items):
 
 
 def test_both_exports_translate_as_transformers_generate(imported, tmp_path):
-    from trainers.translate import CTranslate2Translator, SavedModelTranslator
+    from keras_transformer.serving import CTranslate2Translator, SavedModelTranslator
 
     model_dir, _ = imported
     # Those without a near tie, where either engine may take either token.
@@ -195,7 +195,7 @@ def test_evaluate_scores_what_the_exported_saved_model_serves(imported, tmp_path
     1.0), every translation that evaluate scores is the one the SavedModel that export wrote
     serves, and so is the BLEU (the imported model's translations are sentences)."""
     from keras_transformer import evaluation
-    from trainers.translate import SavedModelTranslator
+    from keras_transformer.serving import SavedModelTranslator
 
     model_dir, _ = imported
     items = [item for item in reference()["greedy"]["items"] if item["source"].strip()]

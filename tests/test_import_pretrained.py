@@ -60,7 +60,8 @@ def test_the_import_records_the_target_language_as_the_decoding_prefix(imported)
 def test_evaluate_scores_what_generate_and_both_exports_translate(imported, tmp_path):
     """One target language everywhere: the hypotheses `evaluate` scores are `generate`'s
     with the settings' prefix, and `trainers.translate` answers the same through the
-    SavedModel and the CTranslate2 export; another language is a flag away."""
+    SavedModel and the CTranslate2 export; another language is a flag away, and so is the
+    source language's code (`--source-prefix`), each checked against the vocabulary's."""
     model_dir, _ = imported
     lines = sentences()
     source = tmp_path / "source.txt"
@@ -77,26 +78,47 @@ def test_evaluate_scores_what_generate_and_both_exports_translate(imported, tmp_
     run_main("trainers.evaluate", *arguments, "--output", out, "--target-prefix", "fra_Latn")
     assert out.read_text().splitlines() == french
 
+    # The source language's code put by --source-prefix in front of each line without one.
+    bare = tmp_path / "bare.txt"
+    bare.write_text("".join(line.removeprefix("eng_Latn ") + "\n" for line in lines))
     run_main("trainers.export", "--model-dir", model_dir, "--out", tmp_path / "sm")
-    served = run_main("trainers.translate", "--model", tmp_path / "sm", "--input", source)
-    assert served.stdout.splitlines() == scored
+    served_as(tmp_path / "sm", source, bare, scored, french)
     pytest.importorskip("ctranslate2")
     ct2 = tmp_path / "ct2"
     run_main("trainers.export", "--model-dir", model_dir, "--out", ct2, "--format", "ctranslate2")
     assert json.loads((ct2 / "manifest.json").read_text())["decoding"]["target_prefix"] == (
         "spa_Latn"
     )
-    served = run_main("trainers.translate", "--model", ct2, "--input", source)
+    served_as(ct2, source, bare, scored, french)
+
+
+def served_as(exported, source, bare, scored, french) -> None:
+    """`trainers.translate` on an export: the lines of `source` (each with its code) as
+    `scored`; those of `bare` (none) with `--source-prefix eng_Latn` too; with
+    `--target-prefix fra_Latn`, `french`; a code the vocabulary lacks refused in one line
+    that names the flag and the code it could have meant."""
+    translate = ("trainers.translate", "--model", exported)
+    assert run_main(*translate, "--input", source).stdout.splitlines() == scored
+    served = run_main(*translate, "--input", bare, "--source-prefix", "eng_Latn")
     assert served.stdout.splitlines() == scored
+    served = run_main(*translate, "--input", source, "--target-prefix", "fra_Latn")
+    assert served.stdout.splitlines() == french
+    for flag, code in (("--source-prefix", "eng_latn"), ("--target-prefix", "fra_latn")):
+        refused = run_main(*translate, "--input", source, flag, code, check=False)
+        assert refused.returncode == 2 and not refused.stdout
+        assert refused.stderr.startswith(f"error: {flag}='{code}': '{code}' is not one of")
+        assert f"did you mean '{code[:4]}{code[4].upper()}{code[5:]}'?" in refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
 
 
 def test_the_ctranslate2_client_cuts_text_as_nllbs_tokenizer(imported, tmp_path):
-    """`trainers.translate`'s plain-Python pieces for a CTranslate2 directory are the
+    """The CTranslate2 runtime's plain-Python pieces (`kt.serving.PieceRules`) are the
     in-graph tokenizer's on NLLB's hard cases: whitespace before and after special tokens,
     trailing whitespace (one more "▁"), several language codes, unknown characters; and
-    pieces back to text as its decoding."""
+    pieces back to text as its decoding. Its source prefix gives the ids and translations
+    of the lines written with the code by hand."""
     pytest.importorskip("ctranslate2")
-    from trainers.translate import CTranslate2Translator
+    from keras_transformer.serving import CTranslate2Translator
 
     model_dir, _ = imported
     task = TransformerSeq2SeqLM.from_preset(model_dir)
@@ -122,6 +144,14 @@ def test_the_ctranslate2_client_cuts_text_as_nllbs_tokenizer(imported, tmp_path)
         assert client.join([pieces[i] for i in row]) == (
             tokenizer.detokenize([row]).numpy()[0].decode("utf-8")
         ), text
+    bare = ["Hello world", "  two  spaces ", "fra_Latn keeps its own code", " "]
+    by_hand = ["eng_Latn Hello world", "eng_Latn   two  spaces ", bare[2], " "]
+    translator = CTranslate2Translator(directory)
+    expected = translator.translate(by_hand)
+    assert all(h[0].ids for h in expected[:3])  # ids compared below, not only text
+    assert translator.translate(bare, source_prefix="eng_Latn") == expected
+    assert CTranslate2Translator(directory, source_prefix="eng_Latn").translate(bare) == expected
+    assert translator.translate(bare) != expected  # without the code, another translation
 
 
 def test_target_prefix_is_a_decoding_setting():

@@ -1,7 +1,7 @@
 """`import keras_transformer` registers every class a saved file names (the layers, the task
 family, the imported models' tokenizers: tests/test_new_process.py), and leaves out what only
-some uses need: sacrebleu, the checkpoint converters and the exports load on first use of
-`kt.evaluation`, `kt.pretrained` and `kt.export`."""
+some uses need: sacrebleu, the checkpoint converters, the exports and their translators load
+on first use of `kt.evaluation`, `kt.pretrained`, `kt.export` and `kt.serving`."""
 
 import json
 import os
@@ -24,6 +24,7 @@ ON_FIRST_USE = (
     "keras_transformer.evaluation",
     "keras_transformer.export",
     "keras_transformer.pretrained",
+    "keras_transformer.serving",
 )
 
 
@@ -53,7 +54,7 @@ print(json.dumps([name for name in {ON_FIRST_USE!r} if name in sys.modules]))
 
 
 def test_the_text_modules_are_attributes_loaded_on_first_use():
-    for name in ("corpus", "data", "evaluation", "export", "pretrained", "text"):
+    for name in ("corpus", "data", "evaluation", "export", "pretrained", "serving", "text"):
         assert getattr(kt, name).__name__ == f"keras_transformer.{name}"
         assert name in dir(kt)
     assert set(kt.__all__) <= set(dir(kt))

@@ -283,7 +283,7 @@ def test_the_ctranslate2_export_and_client_cut_and_translate_as_transformers(tmp
     text stripped): `trainers.translate`'s client cuts text as the in-graph tokenizer does,
     and CTranslate2 gives transformers' greedy ids with `__es__` as its target prefix."""
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from trainers.translate import PieceRules
+    from keras_transformer.serving import PieceRules
 
     model, vocabularies = imported()
     path = kt.export.ctranslate2.export_ctranslate2(model, vocabularies, tmp_path / "ct2")

@@ -136,7 +136,7 @@ def test_the_ctranslate2_client_cuts_and_joins_pieces_as_marian_tokenizer(name):
     import sentencepiece
 
     from keras_transformer.export.ctranslate2 import _piece_rules
-    from trainers.translate import PieceRules
+    from keras_transformer.serving import PieceRules
 
     _, vocabularies, source_order, target_order = imported(name)
     rules = _piece_rules(vocabularies)["pieces"]

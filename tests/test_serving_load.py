@@ -150,7 +150,7 @@ def ctranslate2_directory(model, tmp_path_factory):
 def test_a_ctranslate2_translator_answers_threads_as_it_answers_alone(
     ctranslate2_directory, verses
 ):
-    from trainers.translate import CTranslate2Translator
+    from keras_transformer.serving import CTranslate2Translator
 
     translator = CTranslate2Translator(ctranslate2_directory, threads=1)
     serve_concurrently(load.ctranslate2_engines(translator), _mix(load.CTRANSLATE2_ENGINES, verses))

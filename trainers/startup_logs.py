@@ -3,31 +3,17 @@ library's `keras_transformer._logs` (its docstring says how), which `import kera
 installs for library use too.
 
 The programs load that one file without running the package's `__init__`, which imports
-Keras and so TensorFlow: they check their arguments and paths before TensorFlow starts, and
-install the filter before its first import. The module is the package's own afterwards
-(`sys.modules["keras_transformer._logs"]`), so the two never differ.
+Keras and so TensorFlow (`trainers.library.light_module`): they check their arguments and
+paths before TensorFlow starts, and install the filter before its first import. The module
+is the package's own afterwards (`sys.modules["keras_transformer._logs"]`), so the two never
+differ.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from trainers.library import light_module
 
-
-def _library_logs():
-    name = "keras_transformer._logs"
-    if name not in sys.modules:
-        package = importlib.util.find_spec("keras_transformer")
-        path = Path(next(iter(package.submodule_search_locations))) / "_logs.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-_logs = _library_logs()
+_logs = light_module("keras_transformer._logs")
 filter_lines = _logs.filter_lines
 filtered_stderr = _logs.filtered_stderr
 hidden = _logs.hidden

@@ -18,9 +18,10 @@ Face models, but not Keras ones. This module maps a `keras_transformer.Transform
 A model CTranslate2 cannot run (an activation it lacks) is refused with a `ValueError` that
 says why. The directory holds CTranslate2's `model.bin`, `config.json` and vocabularies, our
 SentencePiece models (`shared.model`, or `source.model` and `target.model`) and
-`manifest.json` (model config, decoding settings, special ids, and the arguments of
-CTranslate2's `translate_batch` that carry them: `ctranslate2_options`); running it needs only
-`ctranslate2` and `sentencepiece` (`trainers.translate --model DIR` does, without
+`manifest.json` (model config, decoding settings with the source and target prefixes, special
+ids, and the arguments of CTranslate2's `translate_batch` that carry them:
+`ctranslate2_options`). Running it needs only `ctranslate2` and `sentencepiece`: its runtime is
+`kt.serving.CTranslate2Translator` (`trainers.translate --model DIR` runs it, without
 TensorFlow). Writing it needs the optional `ctranslate2` package
 (`pip install keras-transformer[ctranslate2]`).
 """
@@ -35,12 +36,15 @@ import keras
 import numpy as np
 
 from keras_transformer._files import atomic_directory
-from keras_transformer.decoding.settings import DecodingSettings, check_target_prefix
+from keras_transformer.decoding.settings import (
+    DecodingSettings,
+    check_source_prefix,
+    check_target_prefix,
+)
 from keras_transformer.export.savedmodel import resolve_model
+from keras_transformer.serving.ctranslate2 import FORMAT, MANIFEST
 from keras_transformer.text import EOS_ID
 
-MANIFEST = "manifest.json"
-FORMAT = "keras-transformer/ctranslate2"
 # Keras activation names -> CTranslate2's `Activation` members. Keras's "gelu" is the exact
 # (erf) form: CTranslate2's GELU, not its tanh approximation.
 ACTIVATIONS = {
@@ -133,6 +137,7 @@ def export_ctranslate2(
     manifest: dict | None = None,
     target_prefix: str | None = None,
     ranking: str | None = None,
+    source_prefix: str | None = None,
 ) -> Path:
     """Writes `directory`, a CTranslate2 model of `model` (see the module doc).
 
@@ -166,6 +171,11 @@ def export_ctranslate2(
             CTranslate2 lacks, they ask it for `beam_size` hypotheses scored by
             log-probability alone and rank them by ours (its stopping rule is then its own:
             the manifest records none).
+        source_prefix: str or None. Text put in front of every source (NLLB's source
+            language code, "eng_Latn"; a multilingual OPUS-MT model's ">>spa<<"), recorded
+            in the manifest for translators of the directory, which put it there as
+            `with_source_prefix` does (a source that starts with a language code keeps its
+            own). None takes the settings' (`decoding.source_prefix`). Defaults to None.
 
     Returns:
         The directory written.
@@ -180,10 +190,12 @@ def export_ctranslate2(
         max_extra_length=max_extra_length,
         target_prefix=target_prefix,
         ranking=ranking,
+        source_prefix=source_prefix,
     )
     beam_size, length_penalty = settings.beam_size, settings.length_penalty
-    target_prefix = settings.target_prefix
+    target_prefix, source_prefix = settings.target_prefix, settings.source_prefix
     check_target_prefix(target_prefix, vocabularies.target)
+    check_source_prefix(source_prefix, vocabularies.source)
     max_extra_length = settings.max_extra_length
     if directory.exists():
         raise FileExistsError(f"{directory} exists; choose a new directory")
@@ -213,6 +225,7 @@ def export_ctranslate2(
                 "max_extra_length": max_extra_length,
                 "max_length": model.config.max_length,
                 "target_prefix": target_prefix,
+                "source_prefix": source_prefix,
                 **ctranslate2_decoding(settings),
             },
             **(manifest or {}),
@@ -225,8 +238,9 @@ def ctranslate2_decoding(settings: DecodingSettings) -> dict:
     """How translators of the directory decode with `settings`, in `manifest.json`'s
     `decoding`: the ranking, the rules CTranslate2's beam search then follows in this
     library's terms (`finish_rule`, `stopping`: None where it has none of ours), and
-    `ctranslate2_options`, the arguments of `translate_batch` that `trainers.translate`
-    applies beside the beam size, the length limit and the target prefix.
+    `ctranslate2_options`, the arguments of `translate_batch` that its runtime
+    (`kt.serving.CTranslate2Translator`) applies beside the beam size, the length limit and
+    the target prefix.
 
     CTranslate2 finishes the hypotheses ending in EOS among the k best extensions (fairseq's
     rule) and, with a length penalty, stops once k have finished, ranking them by logP /
@@ -257,9 +271,9 @@ def _numpy(variable) -> np.ndarray:
 def _piece_rules(vocabularies) -> dict:
     """How a translator of the directory cuts text into the pieces CTranslate2 numbers: for
     piece vocabularies (an imported OPUS-MT model's `PieceVocabularyTokenizer`s), their
-    prefix token and special tokens, which `trainers.translate` applies around SentencePiece
-    as the SavedModel does, and NLLB's rules (`NllbTokenizer`'s class doc); nothing for a
-    plain SentencePiece vocabulary."""
+    prefix token and special tokens, which its runtime (`kt.serving.PieceRules`) applies
+    around SentencePiece as the SavedModel does, and NLLB's rules (`NllbTokenizer`'s class
+    doc); nothing for a plain SentencePiece vocabulary."""
     if not vocabularies.pieces:
         return {}
     source = vocabularies.source

@@ -1,0 +1,48 @@
+"""Translators of the exported directories, in Python: text in, translations out, without
+Keras or this library's models (the export's manifest and files say how to translate).
+
+ctranslate2.py   `CTranslate2Translator`: a CTranslate2 directory (`kt.export.ctranslate2`)
+                 run with `ctranslate2` and `sentencepiece` alone, no TensorFlow; its
+                 `PieceRules` cut text as the export's tokenizer does
+savedmodel.py    `SavedModelTranslator`: a TF Serving SavedModel (`kt.export`) through its
+                 signatures, with `tensorflow` and `tensorflow_text` alone
+common.py        `Hypothesis` (what both return), `ExportedVocabulary` and `check_prefixes`
+                 (the prefixes checked against an export's vocabulary), the source prefix
+                 rule (`kt.decoding.settings.with_source_prefix`)
+
+Both take the decoding settings' source and target prefixes over the export's (NLLB-200's
+language codes: `source_prefix="eng_Latn"`, `target_prefix="spa_Latn"`). `trainers.translate`
+is the command line over them.
+
+Nothing here imports TensorFlow or Keras at import time, and the package runs without
+`keras_transformer/__init__` (which imports both): `trainers.translate` loads it alone for a
+CTranslate2 directory (`common.library_module` says how).
+
+Example:
+    >>> from keras_transformer import serving
+    >>> serving.is_ctranslate2("saved_models/missing")
+    False
+"""
+
+from keras_transformer.serving.common import (
+    ExportedVocabulary,
+    Hypothesis,
+    check_prefixes,
+)
+from keras_transformer.serving.ctranslate2 import (
+    CTranslate2Translator,
+    PieceRules,
+    is_ctranslate2,
+)
+from keras_transformer.serving.savedmodel import SavedModelTranslator, resolve_version
+
+__all__ = [
+    "CTranslate2Translator",
+    "ExportedVocabulary",
+    "Hypothesis",
+    "PieceRules",
+    "SavedModelTranslator",
+    "check_prefixes",
+    "is_ctranslate2",
+    "resolve_version",
+]

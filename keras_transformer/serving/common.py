@@ -1,0 +1,145 @@
+"""What the translators of the exported directories share: `Hypothesis`, the prefixes'
+rules, and `ExportedVocabulary`, the view of an export's vocabulary they check prefixes
+against.
+
+The source prefix is put in front of each sentence by `with_source_prefix` and the prefixes
+are checked by `check_source_prefix` and `check_target_prefix`, all three
+`keras_transformer.decoding.settings`' own (`library_module`): one rule for every door.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # what `library_module` loads below, for readers and the import graph
+    from keras_transformer import _logs, special_ids  # noqa: F401
+    from keras_transformer.decoding import settings  # noqa: F401
+
+
+def library_module(name: str) -> types.ModuleType:
+    """Module `name` of this library, one that imports nothing but the standard library at
+    its top (`keras_transformer.decoding.settings`, `keras_transformer.special_ids`,
+    `keras_transformer._logs`).
+
+    The package's own module once `keras_transformer` is imported (or the module itself
+    is). Otherwise its file runs on its own, without the package's `__init__`, which imports
+    Keras and TensorFlow: `trainers.translate` runs a CTranslate2 directory with neither.
+    That copy is kept under a name of its own (`keras_transformer.serving.common[NAME]`),
+    so that the package, imported later in the process, loads its module as it always does;
+    the two run the same file.
+
+    Args:
+        name: str. The module's dotted name, "keras_transformer.decoding.settings".
+
+    Returns:
+        The module.
+    """
+    if name in sys.modules or "keras_transformer" in sys.modules:
+        return importlib.import_module(name)
+    alias = f"{__name__}[{name}]"
+    if alias not in sys.modules:
+        package = Path(__file__).resolve().parents[1]  # keras_transformer/
+        path = package.joinpath(*name.split(".")[1:]).with_suffix(".py")
+        spec = importlib.util.spec_from_file_location(alias, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[alias] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[alias]
+            raise
+    return sys.modules[alias]
+
+
+_settings = library_module("keras_transformer.decoding.settings")
+UNK_ID = library_module("keras_transformer.special_ids").UNK_ID
+LANGUAGE_CODE = _settings.LANGUAGE_CODE
+check_source_prefix = _settings.check_source_prefix
+check_target_prefix = _settings.check_target_prefix
+with_source_prefix = _settings.with_source_prefix
+
+
+class Hypothesis(NamedTuple):
+    """One translation: target ids (EOS excluded; empty where the translator sees only
+    text, a SavedModel's), its text and its score."""
+
+    ids: list[int]
+    text: str
+    score: float
+
+
+class ExportedVocabulary:
+    """An exported model's vocabulary as the prefix checks read it (`check_source_prefix`,
+    `check_target_prefix` take it as they take a tokenizer): its pieces by id and its
+    language codes, read from the export's files.
+
+    Args:
+        pieces: sequence of str. The pieces, by id.
+        language_codes: sequence of str. The special tokens that name a language
+            (NLLB-200's "spa_Latn", M2M100's "__es__"); empty for a vocabulary without
+            them. Defaults to ().
+
+    Example:
+        >>> from keras_transformer.serving import ExportedVocabulary
+        >>> vocabulary = ExportedVocabulary(["<pad>", "<unk>", "<s>", "</s>", ">>spa<<"])
+        >>> vocabulary.token_to_id(">>spa<<"), vocabulary.token_to_id(">>fra<<")
+        (4, 1)
+    """
+
+    def __init__(self, pieces: Sequence[str], language_codes: Sequence[str] = ()):
+        self.pieces = list(pieces)
+        self.language_codes = list(language_codes)
+        self._ids = {}
+        for i, piece in enumerate(self.pieces):
+            self._ids.setdefault(piece, i)
+
+    def get_vocabulary(self) -> list[str]:
+        return self.pieces
+
+    def token_to_id(self, token: str) -> int:
+        """The piece's id; the unknown token's (1) for one the vocabulary lacks."""
+        return self._ids.get(token, UNK_ID)
+
+
+def check_prefixes(
+    source: ExportedVocabulary,
+    target: ExportedVocabulary,
+    source_prefix: str | None = None,
+    target_prefix: str | None = None,
+    *,
+    names: tuple[str, str] = ("source_prefix", "target_prefix"),
+) -> None:
+    """Refuses prefixes that name a language the vocabularies lack (`check_source_prefix`,
+    `check_target_prefix`): ValueError naming the prefix by `names` (a program's flags),
+    the word, and the codes it could have meant. None passes."""
+    for name, prefix in zip(names, (source_prefix, target_prefix), strict=True):
+        if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
+            raise ValueError(f"{name}={prefix!r} must be None or a non-blank string")
+    check_source_prefix(source_prefix, source, where=names[0])
+    check_target_prefix(target_prefix, target, where=names[1])
+
+
+def prefixed(sentence: str | bytes, prefix: str | None) -> str | bytes:
+    """`sentence` with the source prefix in front (`with_source_prefix`); bytes stay bytes,
+    undecodable ones kept as they were (the SavedModel reads them as U+FFFD)."""
+    if prefix is None:
+        return sentence
+    if isinstance(sentence, bytes):
+        text = with_source_prefix(sentence.decode("utf-8", "surrogateescape"), prefix)
+        return text.encode("utf-8", "surrogateescape")
+    return with_source_prefix(sentence, prefix)
+
+
+__all__ = [
+    "ExportedVocabulary",
+    "Hypothesis",
+    "check_prefixes",
+    "library_module",
+    "prefixed",
+]

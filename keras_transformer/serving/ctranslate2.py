@@ -1,0 +1,381 @@
+"""The runtime of a CTranslate2 directory (`kt.export.ctranslate2.export_ctranslate2`): text
+in, translations out, as the SavedModel gives them, with `ctranslate2` and `sentencepiece`
+alone (no TensorFlow, no Keras).
+
+`CTranslate2Translator` reads the directory's `manifest.json` (its vocabulary rules and
+decoding settings) and does around `ctranslate2.Translator` what the SavedModel's graph does:
+the source prefix put in front of each sentence, text cut into pieces (`PieceRules`: plain
+SentencePiece, or an imported OPUS-MT or NLLB-200 model's rules), the length limits, the
+target prefix forced, the hypotheses ranked and turned back into text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from keras_transformer.serving.common import (
+    LANGUAGE_CODE,
+    ExportedVocabulary,
+    Hypothesis,
+    check_prefixes,
+    prefixed,
+)
+
+MANIFEST = "manifest.json"
+FORMAT = "keras-transformer/ctranslate2"  # manifest.json's "format"
+
+WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
+# What NLLB's tokenizer reads as whitespace (kt.tokenizers.nllb's WHITESPACE: RE2's \s,
+# vertical tab, and Unicode's separators, category Z).
+WHITESPACE_CHARACTERS = frozenset(
+    "\t\n\x0b\x0c\r \xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029"
+    "\u202f\u205f\u3000"
+)
+WHITESPACE = "".join(sorted(WHITESPACE_CHARACTERS))  # a character class's body (none is special)
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+
+
+def is_ctranslate2(path) -> bool:
+    """Whether `path` is a CTranslate2 directory written by `export_ctranslate2`."""
+    path = Path(path)
+    manifest = path / MANIFEST
+    if not (path / "model.bin").exists() or not manifest.exists():
+        return False
+    return json.loads(manifest.read_text()).get("format") == FORMAT
+
+
+def vocabularies(directory) -> tuple[ExportedVocabulary, ExportedVocabulary]:
+    """The source and target vocabularies of a CTranslate2 directory, from CTranslate2's
+    lists of its pieces (`source_vocabulary.json` and `target_vocabulary.json`, or
+    `shared_vocabulary.json`) and the manifest's special tokens (NLLB-200's language codes),
+    for the prefix checks (`check_prefixes`)."""
+    directory = Path(directory)
+    manifest = json.loads((directory / MANIFEST).read_text())
+    special = (manifest["vocabulary"].get("pieces") or {}).get("special_tokens", {})
+    codes = [token for token in special if re.fullmatch(LANGUAGE_CODE, token)]
+    found = []
+    for side in ("source", "target"):
+        files = [directory / f"{name}_vocabulary.json" for name in (side, "shared")]
+        path = next((p for p in files if p.exists()), None)
+        if path is None:
+            raise FileNotFoundError(
+                f"{directory}: no {side}_vocabulary.json nor shared_vocabulary.json"
+            )
+        found.append(ExportedVocabulary(json.loads(path.read_text(encoding="utf-8")), codes))
+    return found[0], found[1]
+
+
+class PieceRules:
+    """Text -> pieces and pieces -> text for a CTranslate2 directory, in plain Python.
+
+    A plain SentencePiece vocabulary (a model trained here) is SentencePiece's own encoding
+    and decoding. An imported OPUS-MT model's (the manifest's `vocabulary.pieces`) is
+    `keras_transformer.tokenizers.PieceVocabularyTokenizer`'s, which its SavedModel runs in
+    the graph: special tokens split out wherever they are, a leading prefix token (`>>xx<<`)
+    kept whole, SentencePiece on the rest; pieces back to text by joining them, the special
+    ones left out, word marks read as spaces. NLLB-200's and M2M100's add their rules about
+    whitespace (`keras_transformer.tokenizers.NllbTokenizer`).
+
+    Args:
+        source: `sentencepiece.SentencePieceProcessor` of the source text.
+        target: `sentencepiece.SentencePieceProcessor` of the target text.
+        rules: dict or None. The manifest's `vocabulary.pieces`; None for a plain
+            SentencePiece vocabulary.
+        target_vocabulary: sequence of str. The target pieces by id (CTranslate2's list),
+            for their ids under `rules`. Defaults to ().
+    """
+
+    def __init__(self, source, target, rules: dict | None, target_vocabulary=()):
+        self.source, self.target, self.rules = source, target, rules
+        self.target_ids = {piece: i for i, piece in enumerate(target_vocabulary)}
+        if rules:
+            self.special = rules["special_tokens"]  # text -> piece
+            # One group: re.split keeps each special token, at the odd places. Longest first:
+            # of two tokens starting at one place, the longer is the token.
+            tokens = sorted(self.special, key=lambda t: (-len(t), t))
+            self.special_re = re.compile("(" + "|".join(map(re.escape, tokens)) + ")")
+            pattern = rules["prefix_pattern"]
+            self.prefix_re = re.compile(pattern, re.DOTALL) if pattern else None
+            # NLLB's (kt.tokenizers.nllb): whitespace taken by special tokens, a "▁" for a
+            # segment's trailing whitespace, special tokens left out when decoding.
+            space = f"[{WHITESPACE}]"
+            self.strip_res = [
+                re.compile(f"{space}+({re.escape(t)})") for t in rules.get("lstrip_tokens", ())
+            ] + [re.compile(f"({re.escape(t)}){space}+") for t in rules.get("rstrip_tokens", ())]
+            self.trailing_piece = rules.get("trailing_whitespace_piece", False)
+            skipped = rules.get("decode_skips_special_tokens", False)
+            self.skipped = set(SPECIAL_PIECES) | (set(self.special.values()) if skipped else set())
+
+    def split(self, text: str) -> list[str]:
+        """The pieces of `text`, as the export's in-graph tokenizer cuts it."""
+        if not self.rules:
+            return self.source.encode(text, out_type=str)
+        for strip in self.strip_res:
+            text = strip.sub(r"\1", text)
+        parts = self.special_re.split(text) if self.special else [text]
+        pieces = []
+        for index, part in enumerate(parts):
+            pieces += [self.special[part]] if index % 2 else self._split_segment(part)
+        return pieces
+
+    def _split_segment(self, segment: str) -> list[str]:
+        prefix = self.prefix_re.match(segment) if self.prefix_re and segment else None
+        if prefix is not None and prefix.end() > 0:
+            return [prefix.group()] + self.source.encode(segment[prefix.end() :], out_type=str)
+        pieces = self.source.encode(segment, out_type=str) if segment else []
+        if self.trailing_piece and segment and segment[-1] in WHITESPACE_CHARACTERS:
+            pieces.append(WORD_BOUNDARY)  # SentencePiece drops it; NLLB's tokenizer keeps it
+        return pieces
+
+    def ids(self, pieces: list[str]) -> list[int]:
+        """The model's ids of target pieces."""
+        if not self.rules:
+            return [self.target.piece_to_id(p) for p in pieces]
+        return [self.target_ids.get(p, SPECIAL_PIECES.index("<unk>")) for p in pieces]
+
+    def join(self, pieces: list[str]) -> str:
+        """The text of target pieces, as the export's in-graph tokenizer decodes them."""
+        if not self.rules:
+            return self.target.decode([self.target.piece_to_id(p) for p in pieces])
+        kept = "".join(p for p in pieces if p not in self.skipped).replace(WORD_BOUNDARY, " ")
+        # NLLB's decoding drops the first word's boundary only; OPUS-MT's strips the text.
+        return kept.removeprefix(" ") if self.trailing_piece else kept.strip()
+
+
+class CTranslate2Translator:
+    """Translates with a CTranslate2 directory as the SavedModel does, with CTranslate2 and
+    SentencePiece alone.
+
+    What the SavedModel's graph does is done here around `ctranslate2.Translator`: the
+    source prefix put in front of each sentence that does not start with a language code
+    (`DecodingSettings.source_prefix`, by `with_source_prefix`), inputs cut to
+    `max_length - 1` pieces (then EOS, which CTranslate2 adds), an empty input answered
+    with an empty translation, each sentence's output limited to its source length (EOS
+    included) + `max_extra_length` tokens within `max_length`, a hypothesis that runs past
+    its limit cut there and ended by EOS, scored as ours (`score_batch`), padding and the
+    start token never generated, the target prefix forced. Beam search ranks as the
+    manifest's `decoding.ranking` says (`DecodingSettings.ranking`; "gnmt" in a manifest
+    written before it). With "length" it is CTranslate2's own, logP / |Y| ** alpha (its
+    `length_penalty`), and its beam search is ours with `finish_rule="fairseq"` and
+    `stopping="k_finished"`: the same ids as a SavedModel exported with those settings, but
+    at near ties of the two engines' logits. With "gnmt", which CTranslate2 lacks, it
+    returns its `beam_size` finished hypotheses with their summed log-probabilities (length
+    penalty 0), ranked here by logP / ((5 + |Y|) / 6) ** alpha (Wu et al., 2016); |Y|
+    counts EOS in both. CTranslate2's own stopping rule then decides which hypotheses
+    finish, so the best may differ from our beam search's on some sentences
+    (docs/guides/serving.md measures how often). The other arguments it gets are the
+    manifest's `decoding.ctranslate2_options`.
+
+    Args:
+        directory: str or path. The CTranslate2 directory.
+        threads: int. `intra_threads` of the translator; 0 lets CTranslate2 choose.
+            Defaults to 0.
+        compute_type: str. CTranslate2's compute type ("default": as saved).
+        inter_threads: int. Batches translated at once, each by `threads` threads: a
+            translator shared by N serving threads wants N here, else their requests queue
+            behind one another (CTranslate2's `inter_threads`). Defaults to 1.
+        source_prefix: str or None. Text put in front of each source (NLLB-200's source
+            language code, "eng_Latn"; a multilingual OPUS-MT model's ">>spa<<"), over the
+            manifest's `decoding.source_prefix`. None keeps the manifest's (none in a
+            manifest written before the setting). Defaults to None.
+        target_prefix: str or None. Text every translation starts with (NLLB-200's target
+            language code), over the manifest's `decoding.target_prefix`. None keeps the
+            manifest's. Defaults to None.
+
+    Raises:
+        ValueError: a prefix names a language the vocabulary lacks, or the manifest's
+            ranking is unknown.
+    """
+
+    def __init__(
+        self,
+        directory,
+        *,
+        threads: int = 0,
+        compute_type: str = "default",
+        inter_threads: int = 1,
+        source_prefix: str | None = None,
+        target_prefix: str | None = None,
+    ):
+        import sentencepiece
+
+        directory = Path(directory)
+        self.manifest = json.loads((directory / MANIFEST).read_text())
+        vocabulary, decoding = self.manifest["vocabulary"], self.manifest["decoding"]
+        self.source_vocabulary, self.target_vocabulary = vocabularies(directory)
+        check_prefixes(self.source_vocabulary, self.target_vocabulary, source_prefix, target_prefix)
+        self.source = sentencepiece.SentencePieceProcessor(
+            model_file=str(directory / vocabulary["source"])
+        )
+        self.target = sentencepiece.SentencePieceProcessor(
+            model_file=str(directory / vocabulary["target"])
+        )
+        rules = vocabulary.get("pieces")
+        target_vocabulary = self.target_vocabulary.pieces if rules else ()
+        self.rules = PieceRules(self.source, self.target, rules, target_vocabulary)
+        self.beam_size = decoding["beam_size"]
+        self.length_penalty = decoding["length_penalty"]
+        self.max_extra_length = decoding["max_extra_length"]
+        self.max_length = decoding["max_length"]
+        self.ranking = decoding.get("ranking", "gnmt")
+        if self.ranking not in ("gnmt", "length"):
+            raise ValueError(
+                f"{directory / MANIFEST}: decoding.ranking={self.ranking!r} is not "
+                "'gnmt' or 'length'"
+            )
+        # translate_batch's arguments: a manifest written before they were recorded, today's.
+        self.options = decoding.get("ctranslate2_options") or {
+            "length_penalty": 0.0,
+            "suppress_sequences": [["<pad>"], ["<s>"]],
+        }
+        self.source_prefix = _given(source_prefix, decoding.get("source_prefix"))
+        # NLLB's target language: its pieces forced first, as the SavedModel forces them.
+        self.target_prefix = _given(target_prefix, decoding.get("target_prefix"))
+        self._target_pieces = self._prefix_pieces(self.target_prefix)
+
+        import ctranslate2
+
+        self.translator = ctranslate2.Translator(
+            str(directory),
+            device="cpu",
+            compute_type=compute_type,
+            intra_threads=threads,
+            inter_threads=inter_threads,
+        )
+
+    def translate(
+        self,
+        sentences: Sequence[str | bytes],
+        *,
+        beam_size: int | None = None,
+        n_best: int = 1,
+        source_prefix: str | None = None,
+        target_prefix: str | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The `n_best` best hypotheses of each sentence, best first. Fewer when hypotheses
+        cut at the sentence's length limit become the same.
+
+        Args:
+            sentences: sequence of str or bytes. Bytes are read as UTF-8, a byte that is
+                not as U+FFFD (as the SavedModel reads them).
+            beam_size: int or None. 1 is greedy search; None takes the export's.
+            n_best: int. Hypotheses returned per sentence, from 1 to the beam size.
+                Defaults to 1.
+            source_prefix: str or None. This call's source prefix, over the translator's
+                (`with_source_prefix`: a sentence that starts with a language code keeps
+                its own). None keeps the translator's. Defaults to None.
+            target_prefix: str or None. This call's target prefix, over the translator's.
+                Defaults to None.
+
+        Returns:
+            A list of `Hypothesis` lists, one a sentence.
+        """
+        beam_size = self.beam_size if beam_size is None else beam_size
+        if problem := self.n_best_problem(n_best, beam_size=beam_size):
+            raise ValueError(f"n_best={n_best}: {problem}")
+        check_prefixes(self.source_vocabulary, self.target_vocabulary, source_prefix, target_prefix)
+        source_prefix = _given(source_prefix, self.source_prefix)
+        forced = (
+            self._target_pieces if target_prefix is None else self._prefix_pieces(target_prefix)
+        )
+        texts = [s.decode("utf-8", "replace") if isinstance(s, bytes) else s for s in sentences]
+        pieces = [
+            self.rules.split(prefixed(s, source_prefix))[: self.max_length - 1] for s in texts
+        ]
+        # Our limits count the source's EOS and the output's.
+        limits = [min(len(p) + 1 + self.max_extra_length, self.max_length) for p in pieces]
+        todo = [i for i, p in enumerate(pieces) if p]
+        results = [[Hypothesis([], "", 0.0)] * n_best for _ in texts]
+        if not todo:
+            return results
+        options = {**self.options, "num_hypotheses": beam_size}
+        if beam_size == 1:  # greedy scores are summed log-probabilities, as ours
+            options["length_penalty"] = 0.0
+        # CTranslate2 ranks by its own length penalty ("length"), or we rank ("gnmt").
+        native = options.get("length_penalty", 0.0) != 0.0
+        found = self.translator.translate_batch(
+            [pieces[i] for i in todo],
+            beam_size=beam_size,
+            return_scores=True,
+            max_decoding_length=max(limits[i] for i in todo),
+            **options,
+            **({"target_prefix": [forced] * len(todo)} if forced else {}),
+        )
+        found = [list(zip(result.hypotheses, result.scores, strict=True)) for result in found]
+        cut = self._cut_at_limits(found, [pieces[i] for i in todo], [limits[i] for i in todo])
+        for j, (i, hypotheses) in enumerate(zip(todo, found, strict=True)):
+            ranked = {}  # tokens -> score; cut hypotheses may coincide
+            for h, (tokens, score) in enumerate(hypotheses):
+                if beam_size > 1 and (not native or (j, h) in cut):  # a summed logP
+                    score /= self._length_penalty(len(tokens) + 1)  # |Y| counts EOS
+                ranked[tuple(tokens)] = score
+            best = sorted(ranked.items(), key=lambda h: -h[1])[:n_best]
+            results[i] = [
+                Hypothesis(self.rules.ids(list(tokens)), self.rules.join(list(tokens)), score)
+                for tokens, score in best
+            ]
+        return results
+
+    def n_best_problem(self, n_best: int, *, beam_size: int | None = None) -> str | None:
+        """Why `translate` cannot give `n_best` hypotheses a sentence with `beam_size`
+        (None: the export's), or None when it can."""
+        beam_size = self.beam_size if beam_size is None else beam_size
+        if not 1 <= n_best <= beam_size:
+            return f"must be between 1 and the beam size {beam_size}"
+        return None
+
+    def _prefix_pieces(self, prefix: str | None) -> list[str] | None:
+        """The target prefix's pieces, which CTranslate2 forces; None for no prefix."""
+        if prefix is None:
+            return None
+        pieces = self.rules.split(prefix)
+        if not pieces:
+            raise ValueError(f"target_prefix={prefix!r} has no tokens")
+        return pieces
+
+    def _length_penalty(self, length: int) -> float:
+        """lp(Y) of a hypothesis of `length` tokens, EOS included, by the ranking."""
+        if self.ranking == "length":
+            return float(length) ** self.length_penalty
+        return ((5.0 + length) / 6.0) ** self.length_penalty
+
+    def _cut_at_limits(self, found, pieces, limits) -> set:
+        """Ends each hypothesis that ran past its sentence's limit as our search does: cut to
+        `limit - 1` tokens, then EOS, scored by the model (`score_batch`: the cut tokens'
+        log-probabilities and EOS's). A batch decodes to its longest sentence's limit, so a
+        shorter sentence's hypotheses may run past their own; one that reached the limit
+        without EOS is cut there too. In place: `found[j]` lists `(tokens, score)`; returns
+        the `(j, h)` of the hypotheses cut (`found[j][h]`), whose scores are then summed
+        log-probabilities."""
+        cut = [
+            (j, h, tokens[: limits[j] - 1])
+            for j, hypotheses in enumerate(found)
+            for h, (tokens, _) in enumerate(hypotheses)
+            if len(tokens) >= limits[j]
+        ]
+        if not cut:
+            return set()
+        scored = self.translator.score_batch(
+            [pieces[j] for j, _, _ in cut], [tokens for _, _, tokens in cut]
+        )
+        for (j, h, tokens), result in zip(cut, scored, strict=True):
+            found[j][h] = (tokens, sum(result.log_probs))
+        return {(j, h) for j, h, _ in cut}
+
+
+def _given(value, default):
+    """`value`, or `default` where it is None (an override left unset)."""
+    return default if value is None else value
+
+
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "CTranslate2Translator",
+    "PieceRules",
+    "is_ctranslate2",
+    "vocabularies",
+]

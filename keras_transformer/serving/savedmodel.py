@@ -1,0 +1,227 @@
+"""A client of the TF Serving SavedModel (`kt.export.export_saved_model`) in Python: text in,
+translations out through its signatures, with `tensorflow` and `tensorflow_text` alone (no
+Keras, none of this library's models), as TF Serving runs it.
+
+The tokenizer and the beam search are inside the SavedModel; `SavedModelTranslator` adds what
+a request needs from outside: a source prefix put in front of each sentence here, by the
+library's rule (`with_source_prefix`; a sentence then starts with a language code, which the
+SavedModel leaves as it is), and a target prefix given to its `serving_prefix` signature.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from keras_transformer.serving.common import (
+    LANGUAGE_CODE,
+    ExportedVocabulary,
+    Hypothesis,
+    check_prefixes,
+    library_module,
+    prefixed,
+)
+
+EXTRA = "assets.extra"  # the version folder's files beside the graph: manifest, vocabulary
+PIECES = "pieces.json"  # kt.text.PIECES: the piece lists of an imported model's vocabulary
+
+
+def resolve_version(path) -> Path:
+    """A version folder: `path` itself if it holds saved_model.pb, else its highest version.
+    FileNotFoundError when it has neither."""
+    path = Path(path)
+    if (path / "saved_model.pb").exists():
+        return path
+    versions = sorted((p for p in path.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
+    if not versions:
+        raise FileNotFoundError(
+            f"{path}: no saved_model.pb, no version folder and no CTranslate2 model in it"
+        )
+    return versions[-1]
+
+
+def vocabularies(version) -> tuple[ExportedVocabulary, ExportedVocabulary]:
+    """The source and target vocabularies of a SavedModel version folder, from the files its
+    `assets.extra/` holds (an imported model's `pieces.json` with its language codes, or the
+    SentencePiece models, read by tensorflow-text), for the prefix checks
+    (`check_prefixes`)."""
+    extra = Path(version) / EXTRA
+    if (extra / PIECES).exists():
+        lists = json.loads((extra / PIECES).read_text(encoding="utf-8"))
+        codes = lists.get("language_codes") or [
+            token for token in lists["special_tokens"] if re.fullmatch(LANGUAGE_CODE, token)
+        ]
+        return (
+            ExportedVocabulary(lists["source"], codes),
+            ExportedVocabulary(lists["target"], codes),
+        )
+    names = ["shared.model"] * 2 if (extra / "shared.model").exists() else []
+    names = names or ["source.model", "target.model"]
+    missing = [name for name in names if not (extra / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{extra}: no {missing[0]} (the vocabulary of the SavedModel)")
+    import tensorflow as tf
+    import tensorflow_text
+
+    found = []
+    for name in names:
+        with library_module("keras_transformer._logs").native_logs():
+            tokenizer = tensorflow_text.SentencepieceTokenizer(model=(extra / name).read_bytes())
+        pieces = tokenizer.id_to_string(tf.range(tokenizer.vocab_size())).numpy()
+        found.append(ExportedVocabulary([p.decode("utf-8") for p in pieces]))
+    return found[0], found[1]
+
+
+class SavedModelTranslator:
+    """Translates with a SavedModel's signatures: `serving_default`, `n_best` for several
+    hypotheses, `serving_prefix` for a target prefix of the caller's.
+
+    Args:
+        version: str or path. The SavedModel's version folder (`resolve_version`).
+        source_prefix: str or None. Text put in front of each source here, before the
+            SavedModel reads it (`with_source_prefix`: a sentence that starts with a
+            language code keeps its own); None leaves the sources to the SavedModel.
+            Defaults to None.
+        target_prefix: str or None. Text every translation starts with, given to the
+            `serving_prefix` signature (a SavedModel without it is refused); None leaves
+            it to the SavedModel. Defaults to None.
+
+    Raises:
+        ValueError: the folder is not a translation SavedModel of `trainers.export`, or a
+            prefix names a language its vocabulary lacks.
+    """
+
+    def __init__(
+        self, version, *, source_prefix: str | None = None, target_prefix: str | None = None
+    ):
+        version = Path(version)
+        self.version = version
+        self._vocabularies = None
+        self._check(source_prefix, target_prefix)
+        self.source_prefix, self.target_prefix = source_prefix, target_prefix
+
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+        self._tf = tf
+        # Its SentencePiece ops load their models.
+        with library_module("keras_transformer._logs").native_logs():
+            self.loaded = tf.saved_model.load(str(version))
+        serving = self.loaded.signatures.get("serving_default")
+        inputs = serving.structured_input_signature[1] if serving is not None else {}
+        if "text" not in inputs:
+            raise ValueError(
+                f"{version} is not a translation SavedModel of trainers.export: its "
+                f"serving_default signature takes {sorted(inputs) or 'nothing'}, not `text`"
+            )
+        if target_prefix is not None:
+            self._prefix_signature()
+
+    @property
+    def vocabularies(self) -> tuple[ExportedVocabulary, ExportedVocabulary]:
+        """The source and target vocabularies (`vocabularies`), read on first use."""
+        if self._vocabularies is None:
+            self._vocabularies = vocabularies(self.version)
+        return self._vocabularies
+
+    def _check(self, source_prefix, target_prefix) -> None:
+        if source_prefix is not None or target_prefix is not None:
+            check_prefixes(*self.vocabularies, source_prefix, target_prefix)
+
+    def n_best_problem(self, n_best: int, *, target_prefix: str | None = None) -> str | None:
+        """Why `translate` cannot give `n_best` hypotheses a line (with `target_prefix`;
+        None: the translator's), or None when it can."""
+        target_prefix = self.target_prefix if target_prefix is None else target_prefix
+        if n_best < 1:
+            return "must be at least 1"
+        if n_best == 1:
+            return None
+        if target_prefix is not None:
+            return "a target prefix gives one hypothesis a line (the serving_prefix signature)"
+        if "n_best" not in self.loaded.signatures:
+            return "this SavedModel has no n_best signature; export it again"
+        kept = self.loaded.signatures["n_best"].structured_outputs["translations"].shape[1]
+        if kept is not None and n_best > kept:
+            return f"the SavedModel keeps {kept} hypotheses (its beam size)"
+        return None
+
+    def _prefix_signature(self):
+        if "serving_prefix" not in self.loaded.signatures:
+            raise ValueError(
+                f"{self.version} has no serving_prefix signature, which takes a target "
+                "prefix; export it again (kt.export.export_saved_model(..., "
+                "prefix_signature=True)), or with the target prefix as its own"
+            )
+        return self.loaded.signatures["serving_prefix"]
+
+    def translate(
+        self,
+        lines: Sequence[str | bytes],
+        *,
+        n_best: int = 1,
+        source_prefix: str | None = None,
+        target_prefix: str | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The `n_best` best hypotheses of each line, best first, as the SavedModel gives
+        them (`Hypothesis.ids` empty: the signatures answer text).
+
+        Args:
+            lines: sequence of str or bytes. Bytes go to the SavedModel as they are (it
+                reads a byte that is not UTF-8 as U+FFFD).
+            n_best: int. Hypotheses a line (the `n_best` signature's, at most the beam
+                size). Defaults to 1.
+            source_prefix: str or None. This call's source prefix, over the translator's.
+                Defaults to None.
+            target_prefix: str or None. This call's target prefix, over the translator's.
+                Defaults to None.
+
+        Returns:
+            A list of `Hypothesis` lists, one a line.
+        """
+        tf = self._tf
+        self._check(source_prefix, target_prefix)
+        source_prefix = self.source_prefix if source_prefix is None else source_prefix
+        target_prefix = self.target_prefix if target_prefix is None else target_prefix
+        text = tf.constant(
+            [
+                line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
+                for line in (prefixed(line, source_prefix) for line in lines)
+            ],
+            tf.string,
+        )
+        if problem := self.n_best_problem(n_best, target_prefix=target_prefix):
+            raise ValueError(f"n_best={n_best}: {problem}")
+        if target_prefix is not None:
+            prefixes = tf.constant([target_prefix] * len(lines), tf.string)
+            return _best(self._prefix_signature()(text=text, target_prefix=prefixes))
+        if n_best == 1:
+            return _best(self.loaded.signatures["serving_default"](text=text))
+        result = self.loaded.signatures["n_best"](text=text)
+        translations, scores = result["translations"].numpy(), result["scores"].numpy()
+        if n_best > translations.shape[1]:  # a signature whose count is not in its shape
+            raise ValueError(
+                f"n_best={n_best}: the SavedModel keeps {translations.shape[1]} hypotheses "
+                "(its beam size)"
+            )
+        return [
+            [
+                Hypothesis([], t.decode("utf-8"), float(s))
+                for t, s in zip(row[:n_best], row_scores[:n_best], strict=True)
+            ]
+            for row, row_scores in zip(translations, scores, strict=True)
+        ]
+
+
+def _best(result) -> list[list[Hypothesis]]:
+    """The hypotheses of a `translation` and `score` answer, one a line."""
+    return [
+        [Hypothesis([], translation.decode("utf-8"), float(score))]
+        for translation, score in zip(
+            result["translation"].numpy(), result["score"].numpy(), strict=True
+        )
+    ]
+
+
+__all__ = ["SavedModelTranslator", "resolve_version", "vocabularies"]

@@ -1,0 +1,131 @@
+"""`kt.serving`, the translators of the exported directories: the source prefix is put in
+front by the decoding settings' own rule (one file, whether the package is imported or not),
+prefixes are checked against an export's vocabulary by the names a caller gives, the package
+runs without `keras_transformer/__init__` (as `trainers.translate` loads it) and is the
+package's own afterwards, and the translators' former home, `trainers.translate`, still gives
+them, with a DeprecationWarning. The translators themselves: tests/test_ctranslate2.py,
+tests/test_export.py, tests/test_import_pretrained.py."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keras_transformer import serving
+from keras_transformer.decoding.settings import with_source_prefix
+from keras_transformer.serving import common
+from tests.test_source_prefix import SOURCES
+
+ROOT = Path(__file__).resolve().parent.parent
+TRICKY = [
+    *SOURCES,
+    ">>spa<<Hola",  # not a word of its own
+    ">>SPA<< x",
+    "__en__",
+    "eng_Latn\u3000x",
+    "\ufeffeng_Latn x",  # a byte order mark is no space
+    "eng_Latn\udcff x",  # an undecodable byte, as trainers.translate reads it
+    "x eng_Latn",
+]
+
+
+def test_the_runtime_puts_the_prefix_by_the_settings_rule():
+    assert common.with_source_prefix is with_source_prefix  # the package's own module
+    for text in TRICKY:
+        assert common.prefixed(text, "spa_Latn") == with_source_prefix(text, "spa_Latn"), text
+    assert common.prefixed(b"Hola \xff mundo", ">>fra<<") == b">>fra<< Hola \xff mundo"
+    assert common.prefixed(b"eng_Latn \xff", "spa_Latn") == b"eng_Latn \xff"
+    assert common.prefixed(b" \t", "spa_Latn") == b" \t"
+    assert common.prefixed(b"Hola", None) == b"Hola"
+
+
+NLLB = serving.ExportedVocabulary(
+    ["<pad>", "<unk>", "<s>", "</s>", "eng_Latn", "spa_Latn", "\u2581Hola"],
+    ["eng_Latn", "spa_Latn"],
+)
+OPUS = serving.ExportedVocabulary(["<pad>", "<unk>", "<s>", "</s>", ">>spa<<", ">>fra<<", "a"])
+
+
+def test_prefixes_are_checked_against_the_vocabulary_by_the_callers_names():
+    serving.check_prefixes(NLLB, NLLB, "eng_Latn", "spa_Latn")
+    serving.check_prefixes(OPUS, OPUS, ">>spa<<")
+    serving.check_prefixes(OPUS, OPUS, "Dear sir:", "Y dijo")  # text, no language code
+    flags = ("--source-prefix", "--target-prefix")
+    with pytest.raises(ValueError, match=r"^--source-prefix='eng_latn': .*mean 'eng_Latn'\?$"):
+        serving.check_prefixes(NLLB, NLLB, "eng_latn", names=flags)
+    with pytest.raises(ValueError, match=r"^--target-prefix='xxx_Zzzz': 'xxx_Zzzz' is not one"):
+        serving.check_prefixes(NLLB, NLLB, None, "xxx_Zzzz", names=flags)
+    with pytest.raises(ValueError, match=r"'>>deu<<' is not one of .* codes \(>>spa<<, >>fra<<\)"):
+        serving.check_prefixes(OPUS, OPUS, ">>deu<<")
+    with pytest.raises(ValueError, match=r"^target_prefix='>>spa<<': .* start of the source"):
+        serving.check_prefixes(OPUS, OPUS, None, ">>spa<<")
+    with pytest.raises(ValueError, match=r"^source_prefix='  ' must be None or a non-blank"):
+        serving.check_prefixes(OPUS, OPUS, "  ")
+    assert (OPUS.token_to_id(">>fra<<"), OPUS.token_to_id(">>deu<<")) == (5, 1)
+
+
+ALONE = """
+import json, sys
+from trainers.library import light_module
+
+serving = light_module("keras_transformer.serving")
+settings = serving.common.library_module("keras_transformer.decoding.settings")
+print(json.dumps({
+    "heavy": [m for m in ("tensorflow", "keras", "keras_transformer") if m in sys.modules],
+    "settings": settings.__file__,
+    "prefixed": [serving.common.prefixed(t, "spa_Latn") for t in json.loads(sys.argv[1])],
+}))
+import keras_transformer as kt
+
+print(json.dumps({
+    "same": kt.serving is serving and kt.serving.ctranslate2 is serving.ctranslate2,
+    "settings": kt.decoding.settings.__file__,
+    # The copy the package ran alone with: the same file's (the package loads its own).
+    "rule": kt.serving.common.with_source_prefix.__code__.co_filename,
+}))
+"""
+
+
+@pytest.mark.slow  # the process imports TensorFlow, at the end
+def test_the_package_runs_alone_with_the_settings_file_and_is_the_librarys_afterwards():
+    result = subprocess.run(
+        [sys.executable, "-c", ALONE, json.dumps(TRICKY)],
+        cwd=ROOT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    alone, imported = map(json.loads, result.stdout.splitlines()[-2:])
+    settings = ROOT / "keras_transformer" / "decoding" / "settings.py"
+    assert alone["heavy"] == []
+    assert Path(alone["settings"]) == settings  # the one rule, from its one file
+    assert alone["prefixed"] == [with_source_prefix(text, "spa_Latn") for text in TRICKY]
+    assert imported == {"same": True, "settings": str(settings), "rule": str(settings)}
+
+
+def test_the_former_names_in_trainers_translate_warn_and_are_the_librarys():
+    import trainers.translate as translate
+
+    moved = {
+        "CTranslate2Translator": serving.CTranslate2Translator,
+        "Hypothesis": serving.Hypothesis,
+        "PieceRules": serving.PieceRules,
+        "SavedModelTranslator": serving.SavedModelTranslator,
+        "is_ctranslate2": serving.is_ctranslate2,
+        "resolve_version": serving.resolve_version,
+        "CTRANSLATE2_FORMAT": serving.ctranslate2.FORMAT,
+        "WORD_BOUNDARY": serving.ctranslate2.WORD_BOUNDARY,
+    }
+    for name, new in moved.items():
+        with pytest.warns(DeprecationWarning, match=rf"trainers\.translate\.{name} moved to kera"):
+            assert getattr(translate, name) is new
+    with pytest.warns(DeprecationWarning, match="will be removed in the next release"):
+        from trainers.translate import CTranslate2Translator
+    assert CTranslate2Translator is serving.CTranslate2Translator
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        translate.nothing  # noqa: B018
