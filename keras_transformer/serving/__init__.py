@@ -18,7 +18,7 @@ Nothing here imports TensorFlow or Keras at import time, and the package runs wi
 `keras_transformer/__init__` (which imports both): `trainers.translate` loads it alone for a
 CTranslate2 directory (`common.library_module` says how).
 
-Example:
+Examples:
     >>> from keras_transformer import serving
     >>> serving.is_ctranslate2("saved_models/missing")
     False

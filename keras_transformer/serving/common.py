@@ -85,7 +85,7 @@ class ExportedVocabulary:
             (NLLB-200's "spa_Latn", M2M100's "__es__"); empty for a vocabulary without
             them. Defaults to ().
 
-    Example:
+    Examples:
         >>> from keras_transformer.serving import ExportedVocabulary
         >>> vocabulary = ExportedVocabulary(["<pad>", "<unk>", "<s>", "</s>", ">>spa<<"])
         >>> vocabulary.token_to_id(">>spa<<"), vocabulary.token_to_id(">>fra<<")
