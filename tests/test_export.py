@@ -570,6 +570,28 @@ def test_translate_cli_n_best(exported):
     assert "--n-best 5: the SavedModel keeps 4 hypotheses" in too_many.stderr
 
 
+def test_translate_cli_prefixes_the_sources_and_asks_for_the_prefix_signature(exported):
+    """`--source-prefix` puts its text in front of each line here, before the SavedModel
+    reads it (a line that starts with a language code keeps its own); `--target-prefix`
+    needs the `serving_prefix` signature, which this export lacks (its vocabulary has no
+    language codes), and a code the vocabulary lacks is refused by the flag's name."""
+    directory, _ = exported
+    translate = ("trainers.translate", "--model", directory)
+    by_hand = run_main(*translate, stdin=b"And God said.\nxxx_Zzzz Amen.\n\n")
+    prefixed = run_main(
+        *translate, "--source-prefix", "And", stdin=b"God said.\nxxx_Zzzz Amen.\n\n"
+    )
+    assert prefixed.stdout == by_hand.stdout
+    plain = run_main(*translate, stdin=b"God said.\n").stdout.splitlines()
+    assert prefixed.stdout.splitlines()[0] != plain[0]  # the prefix reaches the model
+    no_signature = run_main(*translate, "--target-prefix", "And", stdin=b"Amen.\n", check=False)
+    assert no_signature.returncode == 2 and not no_signature.stdout
+    assert "has no serving_prefix signature" in no_signature.stderr
+    refused = run_main(*translate, "--source-prefix", "eng_Latn", stdin=b"Amen.\n", check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("error: --source-prefix='eng_Latn': 'eng_Latn' looks like")
+
+
 def test_translate_cli_reports_a_missing_export(tmp_path):
     result = run_main("trainers.translate", "--saved-model", tmp_path, check=False)
     assert result.returncode == 2 and "no saved_model.pb, no version folder" in result.stderr

@@ -83,6 +83,12 @@ def test_evaluate_scores_what_generate_and_both_exports_translate(imported, tmp_
     bare.write_text("".join(line.removeprefix("eng_Latn ") + "\n" for line in lines))
     run_main("trainers.export", "--model-dir", model_dir, "--out", tmp_path / "sm")
     served_as(tmp_path / "sm", source, bare, scored, french)
+    # The SavedModel's serving_prefix signature, which takes a target prefix, gives one
+    # hypothesis a line.
+    flags = ("--model", tmp_path / "sm", "--input", source, "--target-prefix", "fra_Latn")
+    refused = run_main("trainers.translate", *flags, "--n-best", "2", check=False)
+    assert refused.returncode == 2 and not refused.stdout
+    assert refused.stderr.startswith("error: --n-best 2: a target prefix gives one hypothesis")
     pytest.importorskip("ctranslate2")
     ct2 = tmp_path / "ct2"
     run_main("trainers.export", "--model-dir", model_dir, "--out", ct2, "--format", "ctranslate2")
