@@ -119,7 +119,7 @@ def test_the_former_names_in_trainers_translate_warn_and_are_the_librarys():
         "is_ctranslate2": serving.is_ctranslate2,
         "resolve_version": serving.resolve_version,
         "CTRANSLATE2_FORMAT": serving.ctranslate2.FORMAT,
-        "WORD_BOUNDARY": serving.ctranslate2.WORD_BOUNDARY,
+        "WORD_BOUNDARY": serving.pieces.WORD_BOUNDARY,
     }
     for name, new in moved.items():
         with pytest.warns(DeprecationWarning, match=rf"trainers\.translate\.{name} moved to kera"):

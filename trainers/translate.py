@@ -71,7 +71,7 @@ _MOVED = {
         )
     },
     **{
-        name: (serving.ctranslate2, name)
+        name: (serving.pieces, name)
         for name in ("SPECIAL_PIECES", "WHITESPACE", "WHITESPACE_CHARACTERS", "WORD_BOUNDARY")
     },
     "CTRANSLATE2_FORMAT": (serving.ctranslate2, "FORMAT"),

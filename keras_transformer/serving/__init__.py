@@ -2,8 +2,9 @@
 Keras or this library's models (the export's manifest and files say how to translate).
 
 ctranslate2.py   `CTranslate2Translator`: a CTranslate2 directory (`kt.export.ctranslate2`)
-                 run with `ctranslate2` and `sentencepiece` alone, no TensorFlow; its
-                 `PieceRules` cut text as the export's tokenizer does
+                 run with `ctranslate2` and `sentencepiece` alone, no TensorFlow
+pieces.py        `PieceRules`: text into the directory's pieces and back, as the export's
+                 tokenizer cuts and joins them
 savedmodel.py    `SavedModelTranslator`: a TF Serving SavedModel (`kt.export`) through its
                  signatures, with `tensorflow` and `tensorflow_text` alone
 common.py        `Hypothesis` (what both return), `ExportedVocabulary` and `check_prefixes`
@@ -29,11 +30,8 @@ from keras_transformer.serving.common import (
     Hypothesis,
     check_prefixes,
 )
-from keras_transformer.serving.ctranslate2 import (
-    CTranslate2Translator,
-    PieceRules,
-    is_ctranslate2,
-)
+from keras_transformer.serving.ctranslate2 import CTranslate2Translator, is_ctranslate2
+from keras_transformer.serving.pieces import PieceRules
 from keras_transformer.serving.savedmodel import SavedModelTranslator, resolve_version
 
 __all__ = [
