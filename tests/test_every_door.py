@@ -7,7 +7,8 @@ scores), the SavedModel's `serving_default`, `serving_xla`, `translate_ids`, `n_
 directory through `trainers.translate` (a process of its own on a directory this one wrote)
 and through its client in this process. The settings (SETTINGS): greedy search; beam 4 with
 alpha 0.6 and early stopping; exact stopping; an n-best of 2 (with CTranslate2's own beam
-search, so that it is held to it too); a target prefix, on the NLLB-200 fixture.
+search, so that it is held to it too); a target prefix, and both languages' prefixes, on the
+NLLB-200 fixture.
 
 Each door serves the settings it can answer: the doors that answer one translation a
 sentence, those without an n-best (an n-best changes when beam search may stop); the
@@ -389,9 +390,9 @@ def ctranslate2_command_line(spine: Spine, case: Case) -> Answer:
 
 
 def ctranslate2_client(spine: Spine, case: Case) -> Answer:
-    """`trainers.translate.CTranslate2Translator` in this process: CTranslate2's tokens, as
+    """`kt.serving.CTranslate2Translator` in this process: CTranslate2's tokens, as
     our ids."""
-    from trainers.translate import CTranslate2Translator
+    from keras_transformer.serving import CTranslate2Translator
 
     translator = CTranslate2Translator(spine.ctranslate2(case))
     found = translator.translate(spine.sentences(case), n_best=case.settings.n_best)

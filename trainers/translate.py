@@ -141,33 +141,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=0,
         help="CTranslate2 only: threads of its one translator (0: its default)",
     )
-    parser.add_argument(
-        "--source-prefix",
-        type=_prefix("--source-prefix"),
-        help="text put in front of each source line that does not start with a language "
-        "code, e.g. eng_Latn (NLLB-200) or >>spa<< (a multilingual OPUS-MT model) (default: "
-        "the export's decoding.source_prefix, else none)",
-    )
-    parser.add_argument(
-        "--target-prefix",
-        type=_prefix("--target-prefix"),
-        help="text every translation starts with, e.g. spa_Latn (NLLB-200) (default: the "
-        "export's decoding.target_prefix, else none); a SavedModel takes it through its "
-        "serving_prefix signature, one hypothesis a line",
-    )
+    flags.add_prefixes(parser)  # a SavedModel takes --target-prefix by serving_prefix
     return parser.parse_args(argv)
-
-
-def _prefix(flag: str):
-    """An argparse `type` that refuses blank text."""
-
-    def parse(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"{text!r} is blank; give text, or leave {flag} out")
-        return text
-
-    parse.__name__ = "prefix"
-    return parse
 
 
 def load_translator(args):
