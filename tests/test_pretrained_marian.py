@@ -128,7 +128,7 @@ def test_decoding_is_marian_tokenizers_decode(name):
 
 @pytest.mark.parametrize("name", CHECKPOINTS)
 def test_the_ctranslate2_client_cuts_and_joins_pieces_as_marian_tokenizer(name):
-    """`trainers.translate.PieceRules` (CTranslate2's client, plain Python) with the rules the
+    """`kt.serving.PieceRules` (the CTranslate2 runtime's, plain Python) with the rules the
     CTranslate2 export writes, pieces numbered as CTranslate2 numbers them (our vocabulary
     lists): transformers' ids for every encoding item (empty strings, `>>xx<<` prefixes,
     special tokens inside text, pieces missing from vocab.json) and its text for every
