@@ -16,7 +16,7 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer import decoding as decoding_lib
-from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
+from keras_transformer.decoding.settings import BATCH_SIZE, DecodingSettings, prefix_ids
 
 
 class Translator:
@@ -44,7 +44,8 @@ class Translator:
             language code).
         source_prefix: str or None. Text every source starts with (NLLB-200's source
             language code; `kt.decoding.with_source_prefix`).
-        batch_size: int. Sentences per batch. Defaults to 64.
+        batch_size: int. Sentences per batch. Defaults to 64
+            (`kt.decoding.settings.BATCH_SIZE`).
 
     Examples:
         >>> import keras_transformer as kt
@@ -76,7 +77,7 @@ class Translator:
         n_best: int | None = None,
         target_prefix: str | None = None,
         source_prefix: str | None = None,
-        batch_size: int = 64,
+        batch_size: int = BATCH_SIZE,
     ):
         if vocabularies is None:
             vocabularies = _task_vocabularies(model)

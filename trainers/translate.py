@@ -115,8 +115,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--batch-size",
         type=flags.positive_int,
-        default=32,
-        help="lines translated at once (default: 32)",
+        default=serving.common.library_module("keras_transformer.decoding.settings").BATCH_SIZE,
+        help="lines translated at once (default: 64, as generate's)",
     )
     parser.add_argument(
         "--with-scores", action="store_true", help="write SCORE<TAB>TRANSLATION lines"

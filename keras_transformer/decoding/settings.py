@@ -307,6 +307,10 @@ def prefix_ids(settings: DecodingSettings, tokenizer):
 DEFAULT = DecodingSettings()
 """The settings every entry point takes unless told otherwise."""
 
+BATCH_SIZE = 64
+"""Sentences decoded at once by `generate`, `Translator` and `trainers.translate`, unless told
+otherwise (sorted by length first, so that little time goes to padding)."""
+
 
 __all__ = [
     "DecodingSettings",

@@ -14,6 +14,7 @@ from keras_transformer import _backends as backends
 from keras_transformer import _workarounds as workarounds
 from keras_transformer import decoding, losses
 from keras_transformer import metrics as kt_metrics
+from keras_transformer.decoding import settings as settings_lib
 from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
 from keras_transformer.model import TokenLossTraining
 from keras_transformer.models import presets
@@ -260,7 +261,7 @@ class TransformerSeq2SeqLM(
         max_length: int | None = None,
         stop_token_ids="auto",
         strip_prompt: bool = False,
-        batch_size: int = 64,
+        batch_size: int = settings_lib.BATCH_SIZE,
         target_prefix: str | None = None,
         source_prefix: str | None = None,
         n_best: int | None = None,
@@ -281,7 +282,8 @@ class TransformerSeq2SeqLM(
             stop_token_ids: "auto" (EOS), the only stop this model's searches know.
             strip_prompt: unused: a translation has no prompt to strip (keras-hub's
                 argument, accepted).
-            batch_size: int. Sentences decoded at once. Defaults to 64.
+            batch_size: int. Sentences decoded at once. Defaults to 64
+                (`kt.decoding.settings.BATCH_SIZE`).
             target_prefix: str or None. Text every translation starts with, for this call
                 (NLLB-200's target language code, "spa_Latn"); None takes the settings'
                 (`decoding.target_prefix`). Defaults to None.
