@@ -409,6 +409,10 @@ def test_n_best_ranks_and_empty_input(converted):
     assert [(h.text, h.score) for h in empty] == [("", 0.0)] * 4
     with pytest.raises(ValueError, match="n_best=5: must be between 1 and the beam size 4"):
         translator.translate(["Amen."], n_best=5)
+    with pytest.raises(ValueError, match="beam_size=0 must be an integer >= 1"):
+        translator.translate(["Amen."], beam_size=0)
+    with pytest.raises(ValueError, match="sentences: give a list of sentences, not one str"):
+        translator.translate("Amen.")
 
 
 # The model of the test below: after the start token, the pieces FIRST (logits 32, 30, 28, 26

@@ -131,7 +131,15 @@ def test_the_ctranslate2_client_cuts_text_as_nllbs_tokenizer(imported, tmp_path)
     directory = tmp_path / "ct2"
     arguments = ["--model-dir", model_dir, "--out", directory, "--format", "ctranslate2"]
     run_main("trainers.export", *arguments)
-    client = CTranslate2Translator(directory).rules
+    translator = CTranslate2Translator(directory)
+    # Blank lines: nothing to translate, though NLLB's pieces of whitespace are a "▁" (as
+    # generate and the SavedModel answer them).
+    blank = ["   ", "\t", " \u3000 "]
+    assert task.generate(blank) == ["", "", ""]
+    assert [[(h.text, h.score) for h in hs] for hs in translator.translate(blank)] == [
+        [("", 0.0)]
+    ] * 3
+    client = translator.rules
     tokenizer = task.preprocessor.tokenizer.source
     pieces = tokenizer.get_vocabulary()
     texts = [

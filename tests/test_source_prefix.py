@@ -79,3 +79,18 @@ def test_a_language_code_the_vocabulary_lacks_is_refused_by_name():
         check_source_prefix("eng_Latn", object())
     with pytest.raises(ValueError, match="--source-prefix="):
         check_source_prefix("xxx_Zzzz", _Codes(), where="--source-prefix")
+
+
+def test_the_programs_prefix_flags_refuse_blank_text_by_name(capsys):
+    import argparse
+
+    from trainers import flags
+
+    parser = argparse.ArgumentParser(prog="kt-evaluate")
+    flags.add_prefixes(parser)
+    assert parser.parse_args(["--source-prefix", "eng_Latn"]).source_prefix == "eng_Latn"
+    for flag in ("--source-prefix", "--target-prefix"):
+        with pytest.raises(SystemExit) as exit:
+            parser.parse_args([flag, " "])
+        assert exit.value.code == 2
+        assert f"argument {flag}: must not be blank" in capsys.readouterr().err

@@ -67,20 +67,30 @@ def add_length_penalty(parser, ranking_note: str = "") -> None:
     )
 
 
-def add_prefixes(parser) -> None:
+def non_blank(text: str) -> str:
+    """A flag's text that must hold something (a prefix: leave the flag out for none)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be blank (leave the flag out for none)")
+    return text
+
+
+def add_prefixes(parser, defaults: str = "the directory's decoding") -> None:
     """`--target-prefix` and `--source-prefix`, the two languages' flags (an NLLB-200
-    model's codes) that evaluate, export and translate share."""
+    model's codes) that evaluate, export and translate share; `defaults` says whose settings
+    they override."""
     parser.add_argument(
         "--target-prefix",
+        type=non_blank,
         help="text every translation starts with: an NLLB-200 model's target language code, "
-        "e.g. spa_Latn (default: the directory's decoding.target_prefix, else none)",
+        f"e.g. spa_Latn (default: {defaults}.target_prefix, else none)",
     )
     parser.add_argument(
         "--source-prefix",
+        type=non_blank,
         help="text put at the start of every source line that does not start with a "
         "language code already: an NLLB-200 model's source language code, e.g. eng_Latn, or "
-        "a multilingual OPUS-MT model's >>spa<< (default: the directory's "
-        "decoding.source_prefix, else none)",
+        f"a multilingual OPUS-MT model's >>spa<< (default: {defaults}.source_prefix, else "
+        "none)",
     )
 
 

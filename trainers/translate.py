@@ -141,7 +141,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=0,
         help="CTranslate2 only: threads of its one translator (0: its default)",
     )
-    flags.add_prefixes(parser)  # a SavedModel takes --target-prefix by serving_prefix
+    # A SavedModel takes --target-prefix by its serving_prefix signature.
+    flags.add_prefixes(parser, "the export manifest's decoding")
     return parser.parse_args(argv)
 
 

@@ -125,6 +125,14 @@ def check_prefixes(
     check_target_prefix(target_prefix, target, where=names[1])
 
 
+def lines_of(sentences, name: str = "sentences") -> list:
+    """`sentences` as a list, refusing one str or bytes (which would be read as a sequence of
+    one-character sentences): ValueError naming `name`."""
+    if isinstance(sentences, (str, bytes)):
+        raise ValueError(f"{name}: give a list of sentences, not one {type(sentences).__name__}")
+    return list(sentences)
+
+
 def prefixed(sentence: str | bytes, prefix: str | None) -> str | bytes:
     """`sentence` with the source prefix in front (`with_source_prefix`); bytes stay bytes,
     undecodable ones kept as they were (the SavedModel reads them as U+FFFD)."""
@@ -141,5 +149,6 @@ __all__ = [
     "Hypothesis",
     "check_prefixes",
     "library_module",
+    "lines_of",
     "prefixed",
 ]

@@ -21,6 +21,7 @@ from keras_transformer.serving.common import (
     ExportedVocabulary,
     Hypothesis,
     check_prefixes,
+    lines_of,
     prefixed,
 )
 from keras_transformer.serving.pieces import PieceRules
@@ -187,7 +188,10 @@ class CTranslate2Translator:
         Returns:
             A list of `Hypothesis` lists, one a sentence.
         """
+        sentences = lines_of(sentences)
         beam_size = self.beam_size if beam_size is None else beam_size
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1")
         if problem := self.n_best_problem(n_best, beam_size=beam_size):
             raise ValueError(f"n_best={n_best}: {problem}")
         check_prefixes(self.source_vocabulary, self.target_vocabulary, source_prefix, target_prefix)
@@ -201,7 +205,9 @@ class CTranslate2Translator:
         ]
         # Our limits count the source's EOS and the output's.
         limits = [min(len(p) + 1 + self.max_extra_length, self.max_length) for p in pieces]
-        todo = [i for i, p in enumerate(pieces) if p]
+        # A blank sentence (whitespace only) has nothing to translate, whatever its pieces
+        # (NLLB's tokenizer keeps trailing whitespace as a "▁"): "", as every door answers.
+        todo = [i for i, (t, p) in enumerate(zip(texts, pieces, strict=True)) if p and t.split()]
         results = [[Hypothesis([], "", 0.0)] * n_best for _ in texts]
         if not todo:
             return results

@@ -21,6 +21,7 @@ from keras_transformer.serving.common import (
     Hypothesis,
     check_prefixes,
     library_module,
+    lines_of,
     prefixed,
 )
 
@@ -181,6 +182,7 @@ class SavedModelTranslator:
             A list of `Hypothesis` lists, one a line.
         """
         tf = self._tf
+        lines = lines_of(lines, "lines")
         self._check(source_prefix, target_prefix)
         source_prefix = self.source_prefix if source_prefix is None else source_prefix
         target_prefix = self.target_prefix if target_prefix is None else target_prefix
