@@ -136,7 +136,14 @@ def request_parts(model, vocabularies, settings: DecodingSettings) -> dict:
         return ids + tf.cast(tf.add_n(first) * 0.0, tf.int32)
 
     graph = functools.partial(tf.function, autograph=False)
-    compiled = functools.partial(tf.function, jit_compile=True, autograph=False)
+
+    def compiled(function):
+        """`function` compiled by XLA, called from a graph as the signature calls its search
+        (an eager call of a compiled function takes another way to XLA)."""
+        return graph(
+            tf.function(function, jit_compile=True, autograph=False), input_signature=[IDS]
+        )
+
     return {
         "tokenization": graph(
             lambda text: preprocessor.generate_preprocess(text)["source_ids"],
@@ -150,7 +157,7 @@ def request_parts(model, vocabularies, settings: DecodingSettings) -> dict:
         "search, two steps": compiled(
             lambda ids: decoding.decode(model, ids, settings, max_length=2)
         ),
-        "search": compiled_search,
+        "search": compiled(lambda ids: search(ids)),
         "search in sorted chunks": graph(in_chunks, input_signature=[IDS]),
         "detokenization": graph(detokenize, input_signature=[IDS, IDS, tf.TensorSpec([None])]),
         "empty tf.function": graph(tf.identity, input_signature=[TEXT]),
