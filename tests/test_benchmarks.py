@@ -201,3 +201,39 @@ def test_compare_alternates_and_reports_the_ratio_of_medians(tmp_path, capsys):
     assert summary["range_a"] == [30.0, 30.0] and summary["repeats"] == 2
     with pytest.raises(SystemExit, match="has no 'step_ms_median'"):
         compare.main(["--a", a, "--b", b, "--field", "step_ms_median"])
+
+
+def test_the_request_benchmark_times_every_part_of_a_request(capsys):
+    """benchmarks.request times each part of a one-sentence `serving_xla` request (its
+    parts checked to translate as the written signature does) and prints the table and the
+    JSON line (here an untrained tiny model, one sentence, one pass)."""
+    import argparse
+
+    import keras
+
+    from benchmarks import request
+    from tests import bible
+
+    keras.utils.set_random_seed(3)
+    vocabularies = bible.vocabularies()
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=vocabularies.target.vocabulary_size(),
+        max_length=24,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    model = kt.build_transformer(config)
+    args = argparse.Namespace(beams=[1], length_penalty=0.6, stopping="early", repeats=1, fast=True)
+    result = request.run(model, vocabularies, ["In the beginning"], args)
+    assert result["mode"] == "request" and result["requests"] == 1
+    rows = {row["part"]: row for row in result["rows"]}
+    assert set(request.PARTS) <= set(rows) and request.OVERHEAD in rows
+    assert all(rows[part]["fastest_ms"] > 0 for part in request.PARTS)
+    # An untrained model runs to its length limit: the source's 4 ids and 50, within 24.
+    assert result["median_steps"] == {"greedy": 24.0}
+    assert result["signature_fit"] == {"greedy": None}  # one length: no line to fit
+    print(request.table(result))
+    table = capsys.readouterr().out
+    assert "| search in sorted chunks |" in table and "greedy: median steps 24" in table
+    json.dumps(result)
