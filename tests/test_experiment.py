@@ -129,7 +129,7 @@ def test_demo_config_and_overrides():
         (
             "model: {preset: tiny}\ndata: {train: x}\ndecoding: {beam: 2}\n",
             "unknown key decoding.beam \\(known: beam_size, finish_rule, length_penalty, "
-            "max_extra_length, n_best, ranking, stopping, target_prefix\\)",
+            "max_extra_length, n_best, ranking, source_prefix, stopping, target_prefix\\)",
         ),
         (
             "model: {preset: tiny}\ndata: {train: x}\ndecoding: {ranking: wu}\n",
