@@ -185,7 +185,6 @@ def check_target_prefix(prefix: str | None, tokenizer, where: str = "target_pref
     (`LANGUAGE_CODE`) that is not one of the vocabulary's codes: the searches would force its
     pieces as text ("xxx_Zzzz" comes out as "xxxZzzz ..."). Other text (a forced start, "Y
     dijo") passes. ValueError naming `where`, the word, and the codes it could have meant."""
-    import difflib
     import re
 
     if prefix is None:
@@ -205,13 +204,7 @@ def check_target_prefix(prefix: str | None, tokenizer, where: str = "target_pref
                 "vocabulary has none (it translates into one language): leave the target "
                 "prefix unset"
             )
-        close = difflib.get_close_matches(word, codes, n=1, cutoff=0.6)
-        close += [code for code in codes if code.lower() == word.lower()]
-        hint = f"; did you mean {close[-1]!r}?" if close else ""
-        raise ValueError(
-            f"{where}={prefix!r}: {word!r} is not one of this model's {len(codes)} language "
-            f"codes ({', '.join(codes[:6])}{', ...' if len(codes) > 6 else ''}){hint}"
-        )
+        raise _not_a_code(where, prefix, word, codes, "language codes")
 
 
 def with_source_prefix(text: str, prefix: str | None) -> str:
@@ -242,7 +235,6 @@ def check_source_prefix(prefix: str | None, tokenizer, where: str = "source_pref
     word shaped like a language code (`LANGUAGE_CODE`) that is neither one of its language
     codes (NLLB-200's) nor one of its pieces (a multilingual OPUS-MT model's ">>spa<<").
     ValueError naming `where`, the word, and the codes it could have meant."""
-    import difflib
     import re
 
     if prefix is None:
@@ -262,13 +254,21 @@ def check_source_prefix(prefix: str | None, tokenizer, where: str = "source_pref
                 "source vocabulary has none (it reads one language): leave the source "
                 "prefix unset"
             )
-        close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
-        close += [code for code in known if code.lower() == word.lower()]
-        hint = f"; did you mean {close[-1]!r}?" if close else ""
-        raise ValueError(
-            f"{where}={prefix!r}: {word!r} is not one of this model's {len(known)} source "
-            f"language codes ({', '.join(known[:6])}{', ...' if len(known) > 6 else ''}){hint}"
-        )
+        raise _not_a_code(where, prefix, word, known, "source language codes")
+
+
+def _not_a_code(where: str, prefix: str, word: str, codes: list[str], what: str) -> ValueError:
+    """The error for a prefix word that is none of `codes`, with the one it could mean."""
+    import difflib
+
+    close = difflib.get_close_matches(word, codes, n=1, cutoff=0.6)
+    close += [code for code in codes if code.lower() == word.lower()]
+    hint = f"; did you mean {close[-1]!r}?" if close else ""
+    listed = f"{', '.join(codes[:6])}{', ...' if len(codes) > 6 else ''}"
+    return ValueError(
+        f"{where}={prefix!r}: {word!r} is not one of this model's {len(codes)} {what} "
+        f"({listed}){hint}"
+    )
 
 
 def _pieces(tokenizer) -> list[str]:
