@@ -346,8 +346,11 @@ def translation_endpoints(
                 message="text and target_prefix must have one entry per sentence",
             )
             known = _check_language_codes(vocabularies.target, target_prefix)
-            with tf.control_dependencies([check, known, *checks]):
+            with tf.control_dependencies([check, known, *checks]):  # before any text op
                 prefix_ids = _prefix_ids(vocabularies.target, target_prefix)
+                text = tf.identity(text)
+                if isinstance(prefix, tf.Tensor):
+                    prefix = tf.identity(prefix)
             search = lambda ids: prefixed_search(ids, prefix_ids)  # noqa: E731
             return translate_text(text, search, prefix)
 
