@@ -17,15 +17,18 @@ for greedy and beam 4:
   re-tokenized by the target SentencePiece model, EOS counted): what a request costs
   whatever its length, and what each output token adds.
 Engines alternate within each pass, so a drifting machine is fair to all. TensorFlow uses its
-default threads (all cores); CTranslate2 runs --ct2-threads threads (1 by default, as
-CTranslate2's own benchmarks of single-core serving). XLA compiles one program per shape
-bucket: a warm-up pass compiles them before timing. Prints a Markdown table, then one JSON
-object (the benchmarks' schema) as the last stdout line.
+default threads (all cores) unless --intra-op-threads says how many (TF Serving's
+`--tensorflow_intra_op_parallelism`); CTranslate2 runs --ct2-threads threads (1 by default, as
+CTranslate2's own benchmarks of single-core serving). --quantize adds the SavedModels of
+`trainers.export --quantize` (int8, bfloat16) beside the float32 ones. XLA compiles one
+program per shape bucket: a warm-up pass compiles them before timing. Prints a Markdown
+table, then one JSON object (the benchmarks' schema) as the last stdout line.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -61,14 +64,16 @@ def engines(model, vocabularies, folder: Path, args) -> dict:
         (4, stopping, "beam 4" + (", early stopping" if stopping == "early" else ""))
         for stopping in args.stopping
     ]
-    for beam, stopping, decoding in searches:
+    for (beam, stopping, decoding), weights in itertools.product(searches, args.quantize):
+        quantize = None if weights == "float32" else weights
         with fast.switched(args.fast):  # as trainers.export does by default
             version = export.export_saved_model(
                 model,
                 vocabularies,
-                folder / f"saved_model_beam{beam}_{stopping}",
+                folder / f"saved_model_beam{beam}_{stopping}_{weights}",
                 beam_size=beam,
                 stopping=stopping,
+                quantize=quantize,
                 **settings,
             )
         loaded = tf.saved_model.load(str(version))
@@ -76,7 +81,8 @@ def engines(model, vocabularies, folder: Path, args) -> dict:
             if signature not in loaded.signatures:
                 continue
             serve = loaded.signatures[signature]
-            found[f"SavedModel {signature}", decoding] = _saved_model_translate(serve)
+            name = f"SavedModel {signature}" + (f" {weights}" if quantize else "")
+            found[name, decoding] = _saved_model_translate(serve)
     for quantization in args.ct2_types:
         directory = export.ctranslate2.export_ctranslate2(
             model,
@@ -177,6 +183,8 @@ def run(args) -> dict:
         ct2_threads=args.ct2_threads,
         fast=args.fast,
         stopping=args.stopping,
+        quantize=args.quantize,
+        intra_op_threads=args.intra_op_threads,
         rows=rows,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
@@ -231,8 +239,22 @@ def main(argv=None) -> None:
         default=list(STOPPING),
         help="beam search's stopping rules for the SavedModels (trainers.export --stopping)",
     )
+    parser.add_argument(
+        "--quantize",
+        nargs="+",
+        choices=["float32", *export.precision.QUANTIZE_MODES],
+        default=["float32"],
+        help="the SavedModels' weight types (trainers.export --quantize; float32: none)",
+    )
+    parser.add_argument(
+        "--intra-op-threads",
+        type=int,
+        help="TensorFlow's threads within an op (default: TensorFlow's, every core)",
+    )
     args = parser.parse_args(argv)
     args.fast = args.fast == "on"
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     result = run(args)
     print(table(result))
     print(json.dumps(result))
