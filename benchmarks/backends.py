@@ -47,6 +47,9 @@ def parse_args(argv=None):
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--steps", type=int, default=10, help="timed steps or decodes")
     parser.add_argument("--warmup", type=int, default=2, help="untimed (compilation)")
+    parser.add_argument(
+        "--dropout", type=float, help="the model's dropout (default: 0.1 training, else 0)"
+    )
     return parser.parse_args(argv)
 
 
@@ -67,7 +70,7 @@ def main(argv=None) -> int:
         args.preset,
         vocab_size=PRESET_VOCAB[args.preset],
         max_length=max(args.src_len, args.tgt_len) * 2,
-        dropout=0.1 if args.mode == "train" else 0.0,
+        dropout=(0.1 if args.mode == "train" else 0.0) if args.dropout is None else args.dropout,
     )
     model = kt.build_transformer(config)
     rng = np.random.default_rng(0)
