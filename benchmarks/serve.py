@@ -56,8 +56,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST = ROOT / "data" / "bible-en-es" / "test.tsv.xz"
 
 
-def engines(model, vocabularies, folder: Path, args) -> dict:
-    """name -> (decoding, translate(list[str]) -> list[str]) for every artifact."""
+def engines(model, vocabularies, folder: Path, args, sizes: dict) -> dict:
+    """(name, decoding) -> translate(list[str]) -> list[str] for every artifact; `sizes`
+    gets each artifact's size on disk in MiB, by name."""
     settings = dict(length_penalty=args.length_penalty)
     found = {}
     searches = [(1, "exact", "greedy")] + [
@@ -83,6 +84,7 @@ def engines(model, vocabularies, folder: Path, args) -> dict:
             serve = loaded.signatures[signature]
             name = f"SavedModel {signature}" + (f" {weights}" if quantize else "")
             found[name, decoding] = _saved_model_translate(serve)
+            sizes[name] = _megabytes(version)
     for quantization in args.ct2_types:
         directory = export.ctranslate2.export_ctranslate2(
             model,
@@ -95,7 +97,13 @@ def engines(model, vocabularies, folder: Path, args) -> dict:
         for beam, decoding in ((1, "greedy"), (4, "beam 4")):
             name = f"CTranslate2 {quantization}, {args.ct2_threads} thread(s)"
             found[name, decoding] = _ct2_translate(translator, beam)
+            sizes[name] = _megabytes(directory)
     return found
+
+
+def _megabytes(folder: Path) -> float:
+    """The size of the files under `folder`, in MiB."""
+    return round(sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file()) / 2**20, 1)
 
 
 def _saved_model_translate(serve):
@@ -131,7 +139,8 @@ def run(args) -> dict:
         sources, references = sources[: args.sentences], references[: args.sentences]
     single = sources[: args.single]
     with tempfile.TemporaryDirectory() as tmp:
-        found = engines(model, vocabularies, Path(tmp), args)
+        sizes = {}
+        found = engines(model, vocabularies, Path(tmp), args, sizes)
         batched = {key: [] for key in found}
         latencies = {key: [] for key in found}
         hypotheses, single_out = {}, {}
@@ -168,6 +177,7 @@ def run(args) -> dict:
                 single_fixed_ms=round(fixed, 2),
                 single_ms_per_piece=round(per_piece, 3),
                 test_bleu=round(evaluation.score(hypotheses[key], references)["bleu"], 2),
+                size_mb=sizes[name],
             )
         )
     return dict(
@@ -193,14 +203,15 @@ def run(args) -> dict:
 def table(result: dict) -> str:
     lines = [
         "| engine | decoding | batches of 32, ms a sentence | one at a time, p50 / p95 ms "
-        "| one at a time, ms: fixed + a piece | test BLEU |",
-        "|---|---|---|---|---|---|",
+        "| one at a time, ms: fixed + a piece | test BLEU | MiB on disk |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         lines.append(
             f"| {row['engine']} | {row['decoding']} | {row['batch32_ms_per_sentence']} | "
             f"{row['single_p50_ms']} / {row['single_p95_ms']} | "
-            f"{row['single_fixed_ms']} + {row['single_ms_per_piece']} | {row['test_bleu']} |"
+            f"{row['single_fixed_ms']} + {row['single_ms_per_piece']} | {row['test_bleu']} | "
+            f"{row['size_mb']} |"
         )
     return "\n".join(lines)
 
