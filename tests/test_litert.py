@@ -1,0 +1,211 @@
+"""The LiteRT export: one file, text in and translations out, whose translations equal the
+library's (greedy and beam search) when LiteRT's interpreter runs it in a process that
+imports neither Keras, TensorFlow nor this package; only builtin and tensorflow-text ops in
+it; SentencePiece's detokenization; refusals before anything is written."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer import decoding, export
+from keras_transformer.export import litert
+from tests import bible
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+MAX_LENGTH = 24
+SENTENCES = [
+    "In the beginning God created the heavens.",
+    "Amen.",
+    "",
+    "   ",
+    "And God said, Let there be",
+    # Longer than MAX_LENGTH - 1 tokens: cut there, then EOS, as the preprocessor cuts it.
+    "And the earth was without form, and void; and darkness was upon the face of the deep. "
+    "And the Spirit of God moved upon the face of the waters.",
+]
+
+# A device's view of the file: LiteRT's interpreter and tensorflow-text's op registrar (its
+# compiled library, loaded without importing tensorflow_text, which imports TensorFlow and
+# Keras; the registrar needs TensorFlow's C++ framework library, loaded as a library).
+RUN_FILE = """
+import ctypes, importlib.util, json, sys
+from pathlib import Path
+import numpy as np
+from ai_edge_litert.interpreter import InterpreterWithCustomOps
+
+def package(name):
+    return Path(importlib.util.find_spec(name).origin).parent
+
+ctypes.CDLL(str(package("tensorflow") / "libtensorflow_framework.so.2"), ctypes.RTLD_GLOBAL)
+library = next((package("tensorflow_text") / "core" / "pybinds").glob("tflite_registrar*.so"))
+spec = importlib.util.spec_from_file_location("tflite_registrar", library)
+registrar = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(registrar)
+ops = [registrar.AddFastSentencepieceTokenize, registrar.AddNgramsStringJoin,
+       registrar.AddRaggedTensorToTensor]
+answers = []
+for path in sys.argv[2:]:
+    interpreter = InterpreterWithCustomOps(custom_op_registerers=ops, model_path=path)
+    run = interpreter.get_signature_runner()
+    texts = np.array([text.encode() for text in json.loads(sys.argv[1])], dtype=object)
+    answers.append([text.decode() for text in run(text=texts)["translations"]])
+heavy = ("keras", "tensorflow", "tensorflow_text", "keras_transformer")
+loaded = [name for name in heavy if name in sys.modules]
+print(json.dumps({"translations": answers, "loaded": loaded}))
+"""
+
+
+@pytest.fixture(scope="module")
+def model():
+    """An untrained tiny model (seed 3, the bundled vocabulary, one layer each side)."""
+    keras.utils.set_random_seed(3)
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=bible.vocabularies().target.vocabulary_size(),
+        max_length=MAX_LENGTH,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    return kt.build_transformer(config)
+
+
+SEARCHES = {"greedy": decoding.DecodingSettings(beam_size=1), "beam": decoding.DecodingSettings()}
+
+
+@pytest.fixture(scope="module")
+def exported(model, tmp_path_factory):
+    """The model's LiteRT directories, one a search: name -> directory."""
+    root = tmp_path_factory.mktemp("litert")
+    return {
+        name: export.export_litert(
+            model, root / name, vocabularies=bible.vocabularies(), decoding=settings
+        )
+        for name, settings in SEARCHES.items()
+    }
+
+
+def run_files(texts, *paths):
+    """The translations of `texts` by the file of each directory, from a new process (see
+    RUN_FILE)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUN_FILE,
+            json.dumps(texts),
+            *(str(p / "model.tflite") for p in paths),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_layout_and_manifest(exported, model):
+    directory = exported["beam"]
+    assert sorted(p.name for p in directory.iterdir()) == ["manifest.json", "model.tflite"]
+    facts = json.loads((directory / "manifest.json").read_text())
+    assert facts["format"] == "litert"
+    assert facts["quantize"] == "float32"
+    assert facts["sizes"] == {"model.tflite": (directory / "model.tflite").stat().st_size}
+    assert facts["model_config"] == model.config.to_dict()
+    assert facts["decoding"]["beam_size"] == 4
+    assert facts["decoding"]["max_input_tokens"] == MAX_LENGTH - 1
+    assert facts["signatures"]["serving_default"]["outputs"] == {"translations": "string [batch]"}
+    assert facts["custom_ops"] == sorted(litert.TEXT_OPS)
+
+
+def test_only_builtin_and_text_ops(exported):
+    ops = litert.op_names((exported["beam"] / "model.tflite").read_bytes())
+    assert "WHILE" in ops and "TFText>FastSentencepieceTokenize" in ops
+    assert not [op for op in ops if op.startswith("Flex")]
+    assert [op for op in ops if op.upper() != op] == sorted(litert.TEXT_OPS)  # the rest: builtins
+    with pytest.raises(ValueError, match=r"\['FlexStridedSlice'\]"):
+        litert.check_ops(["ADD", "FlexStridedSlice", "TFText>NgramsStringJoin"])
+
+
+def test_translations_equal_the_library_s_without_keras(exported, model):
+    """The interpreter's translations equal `kt.evaluation.Translator`'s (the preprocessor's
+    text, `kt.decoding.decode`, the same settings), greedy and beam; blank input gives ""."""
+    answer = run_files(SENTENCES, exported["greedy"], exported["beam"])
+    assert answer["loaded"] == []
+    for (name, settings), translations in zip(
+        SEARCHES.items(), answer["translations"], strict=True
+    ):
+        expected = kt.evaluation.Translator(
+            model, bible.vocabularies(), decoding=settings
+        ).translate(SENTENCES)
+        assert translations == expected, name
+        assert translations[2] == translations[3] == ""
+    assert answer["translations"][0] != answer["translations"][1]  # the searches differ
+
+
+def test_an_empty_batch(exported):
+    assert run_files([], exported["greedy"])["translations"] == [[]]
+
+
+def test_detokenization_is_sentencepiece_s():
+    """The file's table-and-join detokenization gives SentencePiece's text: special ids
+    left out, the first piece without its leading space, byte pieces joined into UTF-8."""
+    vocabularies = bible.vocabularies()
+    tokenizer = vocabularies.target
+    rng = np.random.default_rng(0)
+    vocab = tokenizer.vocabulary_size()
+    words = rng.integers(260, vocab, size=(6, 10))  # pieces (ids 4-259 are bytes)
+    words[0, :3] = [2, 0, 0]  # specials before the first piece
+    words[1, 4:] = 0  # padding
+    words[2, 2] = 3  # EOS inside
+    texts = ["¿Qué dijo Dios? 漢字", "En el principio creó Dios los cielos y la tierra."]
+    tokenized = [[int(i) for i in ids] for ids in tokenizer.tokenize(texts)]
+    assert any(4 <= i < 260 for i in tokenized[0])  # byte fallback pieces
+    width = max(10, *(len(ids) + 1 for ids in tokenized))
+    rows = [list(row) + [0] * (width - 10) for row in words]
+    rows += [ids + [3] + [0] * (width - len(ids) - 1) for ids in tokenized]
+    ids = tf.constant(rows, tf.int32)
+    surfaces = tf.constant(litert.piece_surfaces(tokenizer.get_vocabulary()))
+    source_ids = tf.ones([len(rows), 2], tf.int32)  # not empty: every row is detokenized
+    got = litert._translations(surfaces, ids, source_ids, width + 2).numpy().tolist()
+    expected = kt.text.detokenize(tokenizer, np.asarray(rows))
+    assert [text.decode() for text in got] == expected
+    assert expected[-2:] == texts
+
+
+def test_refusals_before_anything_is_written(model, tmp_path):
+    vocabularies = bible.vocabularies()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match="is under a file"):
+        export.export_litert(model, blocker / "out", vocabularies=vocabularies)
+    cases = [
+        ({"quantize": "int4"}, r"quantize='int4' must be None or one of"),
+        ({"decoding": decoding.DecodingSettings(n_best=2)}, "n_best=2"),
+        ({"decoding": decoding.DecodingSettings(target_prefix="hola")}, "target_prefix="),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(ValueError, match=message):
+            export.export_litert(model, tmp_path / "out", vocabularies=vocabularies, **arguments)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(FileExistsError, match="exists"):
+        export.export_litert(model, tmp_path / "taken", vocabularies=vocabularies)
+
+
+def test_a_task_with_a_sampler_is_refused(model, tmp_path):
+    task = kt.models.TransformerSeq2SeqLM.from_transformer(model, bible.vocabularies())
+    task.compile(sampler="top_k")
+    with pytest.raises(ValueError, match="draws with a sampler"):
+        export.export_litert(task, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
