@@ -18,6 +18,7 @@ import keras_transformer as kt
 from keras_transformer import decoding, export
 from keras_transformer.export import litert
 from tests import bible
+from tests.cli import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -96,6 +97,7 @@ def exported(model, tmp_path_factory):
 def run_files(texts, *paths):
     """The translations of `texts` by the file of each directory, from a new process (see
     RUN_FILE)."""
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
     result = subprocess.run(
         [
             sys.executable,
@@ -208,4 +210,91 @@ def test_a_task_with_a_sampler_is_refused(model, tmp_path):
     task.compile(sampler="top_k")
     with pytest.raises(ValueError, match="draws with a sampler"):
         export.export_litert(task, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A model directory of `trainers.train`, briefly trained on the slice (20 updates)."""
+    from tests.test_trainer import slice_config, train_cli
+
+    tmp = tmp_path_factory.mktemp("litert-run")
+    config = slice_config(tmp, dev=False, steps=20, steps_per_epoch=10, jit_compile="false")
+    train_cli(config, tmp / "model", "--verbose", "0")
+    return tmp / "model"
+
+
+def test_export_and_translate_programs(run_dir, tmp_path):
+    """`trainers.export --format litert` writes the file with the directory's settings over
+    the flags, int8 smaller than float32; `trainers.translate --model OUT/model.tflite`
+    serves it in a process of its own, with the translations of the library's translator
+    (kt.serving.LiteRTTranslator) and without TensorFlow or Keras started."""
+    from keras_transformer.serving import LiteRTTranslator
+
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    common = ("trainers.export", "--model-dir", run_dir, "--format", "litert", "--beam-size", "2")
+    run_main(*common, "--out", tmp_path / "float32")
+    run_main(*common, "--out", tmp_path / "int8", "--quantize", "int8")
+    facts = {
+        name: json.loads((tmp_path / name / "manifest.json").read_text())
+        for name in ("float32", "int8")
+    }
+    assert facts["int8"]["quantize"] == "int8" and facts["float32"]["quantize"] == "float32"
+    assert facts["int8"]["decoding"]["beam_size"] == 2
+    # Under half: the issue's 30% is the demo model's; in a tiny one the graph (about 0.2 MB
+    # of ops, nine subgraphs) and the vocabulary's tables are a large part of the file.
+    sizes = {name: facts[name]["sizes"]["model.tflite"] for name in facts}
+    assert sizes["int8"] < 0.45 * sizes["float32"], sizes
+    lines = ["In the beginning God created the heaven and the earth.", "Jesus wept.", ""]
+    translated = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import runpy, sys\n"
+            "sys.argv = ['trainers.translate', *sys.argv[1:]]\n"
+            "try:\n"
+            "    runpy.run_module('trainers.translate', run_name='__main__')\n"
+            "finally:\n"
+            "    print([m for m in ('keras', 'tensorflow') if m in sys.modules], file=sys.stderr)",
+            "--model",
+            tmp_path / "float32" / "model.tflite",
+        ],
+        input="\n".join(lines) + "\n",
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert translated.stderr.strip().splitlines()[-1] == "[]"
+    expected = LiteRTTranslator(tmp_path / "float32").translate(lines)
+    assert translated.stdout.splitlines() == [hypotheses[0].text for hypotheses in expected]
+    assert translated.stdout.splitlines()[-1] == "" and translated.stdout.splitlines()[0]
+    int8 = [
+        hypotheses[0].text for hypotheses in LiteRTTranslator(tmp_path / "int8").translate(lines)
+    ]
+    assert len(int8) == 3 and int8[0] and int8[-1] == ""
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--quantize", "bfloat16"], "--quantize bfloat16: --format litert takes int8 or float16"),
+        (["--quantize", "int16"], "--quantize int16: --format litert takes int8 or float16"),
+    ],
+)
+def test_export_program_refuses_what_a_file_cannot_hold(tmp_path, options, message):
+    result = run_main(
+        "trainers.export",
+        "--model-dir",
+        tmp_path,
+        "--out",
+        tmp_path / "out",
+        "--format",
+        "litert",
+        *options,
+        check=False,
+    )
+    assert result.returncode == 2 and message in result.stderr
     assert not (tmp_path / "out").exists()
