@@ -159,6 +159,20 @@ def test_an_empty_batch(exported):
     assert run_files([], exported["greedy"])["translations"] == [[]]
 
 
+def test_float16_and_the_stock_search(model, exported, tmp_path):
+    """`quantize="float16"` halves the weights; the file is traced on the stock path, the
+    speed switch's second copy of the embedding table left out, whatever the switch says."""
+    with kt.fast.switched(True):
+        half = export.export_litert(
+            model, tmp_path / "half", vocabularies=bible.vocabularies(), quantize="float16"
+        )
+    facts = json.loads((half / "manifest.json").read_text())
+    full = json.loads((exported["beam"] / "manifest.json").read_text())
+    assert facts["quantize"] == "float16"
+    assert facts["sizes"]["model.tflite"] < 0.6 * full["sizes"]["model.tflite"]
+    assert len(run_files(SENTENCES, half)["translations"][0]) == len(SENTENCES)
+
+
 def test_detokenization_is_sentencepiece_s():
     """The file's table-and-join detokenization gives SentencePiece's text: special ids
     left out, the first piece without its leading space, byte pieces joined into UTF-8."""

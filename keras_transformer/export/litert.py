@@ -8,7 +8,8 @@ signature `serving_default` takes `text` (string `[batch]`) and gives `translati
   SentencePiece model, the cut to `max_length - 1` tokens, then EOS;
 - the model, its weights stored in the file as constants, and the settings' search,
   `kt.decoding.decode` (greedy or beam search, with the length penalty, stopping rule and
-  extra length of `kt.decoding.DecodingSettings`): the search of every other door;
+  extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
+  with `kt.fast` switched off (its output projection would store the embedding twice);
 - detokenization: each id's text from a table in the file (the special ids give none, the
   first piece loses its word-boundary mark, byte pieces give their byte), joined by
   tensorflow-text's `NgramsStringJoin` over the whole row.
@@ -43,7 +44,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_transformer import decoding
+from keras_transformer import decoding, fast
 from keras_transformer._files import atomic_directory
 from keras_transformer._version import __version__
 from keras_transformer.decoding.settings import DecodingSettings
@@ -164,6 +165,10 @@ def translate_text(model, vocabularies, settings: DecodingSettings):
             ids, _ = decoding.decode(model, source_ids, settings)
         return {"translations": _translations(surfaces, ids, source_ids, max_length)}
 
+    # Traced on the stock path: the speed switch's output projection keeps a second copy of
+    # the embedding table, which a device file would carry.
+    with fast.switched(False):
+        serve.get_concrete_function()
     return serve
 
 
