@@ -17,6 +17,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import decoding, export
 from keras_transformer.export import litert
+from keras_transformer.special_ids import EOS_ID, UNK_ID
 from tests import bible
 from tests.cli import run_main
 
@@ -312,3 +313,76 @@ def test_export_program_refuses_what_a_file_cannot_hold(tmp_path, options, messa
     )
     assert result.returncode == 2 and message in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+FIXTURES = ROOT / "tests" / "fixtures"
+PLAIN = [
+    "In the beginning God created the heavens and the earth.",
+    "a",
+    ".",
+    "",
+    "   ",
+    "And the earth was without form, and void; and darkness was upon the face of the deep.",
+]
+
+
+@pytest.mark.parametrize("name", ["shared", "separate"])
+def test_an_opus_mt_vocabulary_s_ids_and_text(name):
+    """An imported OPUS-MT vocabulary (SentencePiece's pieces numbered by vocab.json): the
+    file's source ids are the preprocessor's (SentencePiece's ids mapped to the list's), and
+    its text is the piece tokenizer's (`<unk>` left out, the ends stripped)."""
+    import tensorflow_text
+
+    from keras_transformer.models import TransformerSeq2SeqLMPreprocessor, TransformerTokenizer
+    from keras_transformer.pretrained import marian
+
+    vocabularies = marian.load_vocabularies(FIXTURES / "marian" / name)
+    preprocessor = TransformerSeq2SeqLMPreprocessor(
+        TransformerTokenizer(vocabularies), encoder_sequence_length=12, decoder_sequence_length=12
+    )
+    expected = preprocessor.generate_preprocess(PLAIN)["source_ids"].numpy()
+    fast = tensorflow_text.FastSentencepieceTokenizer(vocabularies.source.proto)
+    ours = tf.constant(litert._our_ids(vocabularies.source), tf.int32)
+    got = litert._source_ids(fast, tf.constant(PLAIN), 12, ours).numpy()
+    np.testing.assert_array_equal(got, expected)
+
+    target = vocabularies.target
+    rows = [[int(i) for i in ids] for ids in target.tokenize(PLAIN[:3] + PLAIN[5:])]
+    rows[0][1:1] = [UNK_ID]  # left out, as MarianTokenizer's decode leaves it
+    width = max(map(len, rows)) + 1
+    ids = tf.constant([row + [EOS_ID] + [0] * (width - len(row) - 1) for row in rows])
+    surfaces = litert.piece_surfaces(target.get_vocabulary(), unk="", byte_pieces=False)
+    texts = litert._translations(tf.constant(surfaces), ids, tf.ones_like(ids), width)
+    assert [t.decode() for t in texts.numpy()] == kt.text.detokenize(target, ids.numpy())
+
+
+def test_what_a_file_cannot_hold_yet_is_refused(model, tmp_path):
+    """A multilingual OPUS-MT vocabulary (>>xx<< tokens, which the file would cut as text)
+    and NLLB-200's (language codes) are refused by name, before anything is written."""
+    from keras_transformer.pretrained import m2m100, marian
+
+    cases = [
+        (marian.load_vocabularies(FIXTURES / "marian" / "shared"), "multilingual OPUS-MT"),
+        (m2m100.load_vocabularies(FIXTURES / "m2m100" / "nllb-tiny"), "NLLB-200"),
+    ]
+    for vocabularies, message in cases:
+        with pytest.raises(ValueError, match=message):
+            export.export_litert(model, tmp_path / "out", vocabularies=vocabularies)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_imported_opus_mt_model_translates_as_the_library(tmp_path):
+    """The OPUS-MT fixture with separate source and target vocabularies: the file's
+    translations (greedy) are the library's."""
+    from keras_transformer.pretrained import marian
+
+    model, _ = marian.load_marian(FIXTURES / "marian" / "separate")
+    vocabularies = marian.load_vocabularies(FIXTURES / "marian" / "separate")
+    greedy = decoding.DecodingSettings(beam_size=1, max_extra_length=8)
+    directory = export.export_litert(
+        model, tmp_path / "opus", vocabularies=vocabularies, decoding=greedy
+    )
+    translated = run_files(PLAIN, directory)["translations"][0]
+    expected = kt.evaluation.Translator(model, vocabularies, decoding=greedy).translate(PLAIN)
+    assert translated == expected
+    assert translated[0] and translated[3] == translated[4] == ""
