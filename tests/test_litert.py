@@ -386,3 +386,15 @@ def test_an_imported_opus_mt_model_translates_as_the_library(tmp_path):
     expected = kt.evaluation.Translator(model, vocabularies, decoding=greedy).translate(PLAIN)
     assert translated == expected
     assert translated[0] and translated[3] == translated[4] == ""
+
+
+def test_without_tensorflow_text_the_error_says_how_to_register_its_ops(monkeypatch):
+    from keras_transformer.serving import litert as runtime
+
+    def missing(name):
+        raise ImportError(name)
+
+    monkeypatch.delitem(sys.modules, "tensorflow_text")
+    monkeypatch.setattr(runtime, "_package", missing)
+    with pytest.raises(ImportError, match=r"pip install tensorflow-text, .*SELECT_TFTEXT_OPS"):
+        runtime.text_op_registrars()

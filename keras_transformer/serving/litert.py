@@ -45,8 +45,9 @@ def text_op_registrars() -> list:
         ImportError: tensorflow-text (or tensorflow) is not installed, saying how to
             register the ops.
     """
-    if "tensorflow_text" in sys.modules:
-        registrar = sys.modules["tensorflow_text"].tflite_registrar
+    imported = sys.modules.get("tensorflow_text")
+    if imported is not None:
+        registrar = imported.tflite_registrar
     else:
         try:
             tensorflow = _package("tensorflow")
