@@ -239,6 +239,7 @@ def run_dir(tmp_path_factory):
     return tmp / "model"
 
 
+@pytest.mark.slow  # a directory trained first (trainers.train), and two conversions
 def test_export_and_translate_programs(run_dir, tmp_path):
     """`trainers.export --format litert` writes the file with the directory's settings over
     the flags, int8 smaller than float32; `trainers.translate --model OUT/model.tflite`
