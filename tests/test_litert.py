@@ -358,11 +358,15 @@ def test_an_opus_mt_vocabulary_s_ids_and_text(name):
 
 
 def test_what_a_file_cannot_hold_yet_is_refused(model, tmp_path):
-    """A multilingual OPUS-MT vocabulary (>>xx<< tokens, which the file would cut as text)
-    and NLLB-200's (language codes) are refused by name, before anything is written."""
+    """A multilingual OPUS-MT vocabulary (>>xx<< tokens, which the file would cut as text),
+    NLLB-200's (language codes) and a BPE source vocabulary (which FastSentencepieceTokenizer
+    cuts otherwise than SentencePiece) are refused by name, before anything is written."""
     from keras_transformer.pretrained import m2m100, marian
 
+    sample = bible.pairs("train", 3000)
+    bpe = kt.text.Vocabularies.train(sample.sources, sample.targets, 1000, model_type="bpe")
     cases = [
+        (bpe, "the source SentencePiece model is bpe"),
         (marian.load_vocabularies(FIXTURES / "marian" / "shared"), "multilingual OPUS-MT"),
         (m2m100.load_vocabularies(FIXTURES / "m2m100" / "nllb-tiny"), "NLLB-200"),
     ]

@@ -34,8 +34,10 @@ transformers' `MarianTokenizer` does. Where it differs from `MarianTokenizer`: a
 the source SentencePiece model lacks is `<unk>` (it looks the character up in the list); a
 literal "</s>" in the input, and a leading ">>spa<<", are cut as text.
 
-Not written yet: NLLB-200 models and multilingual OPUS-MT ones (language codes), source and
-target prefixes, n-best lists; each is refused by name.
+Not written: a source vocabulary of a BPE SentencePiece model (`FastSentencepieceTokenizer`
+cuts it otherwise than SentencePiece: NLLB-200's is one); NLLB-200 models and multilingual
+OPUS-MT ones (language codes), source and target prefixes, n-best lists. Each is refused by
+name.
 """
 
 from __future__ import annotations
@@ -304,6 +306,17 @@ def _check_model(model, vocabularies, settings: DecodingSettings) -> None:
             raise ValueError(f"{name}={getattr(settings, name)!r}: not in LiteRT files yet")
     if getattr(vocabularies.source, "language_codes", None):
         raise ValueError("NLLB-200's language codes are not in LiteRT files yet")
+    from sentencepiece import sentencepiece_model_pb2
+
+    source = sentencepiece_model_pb2.ModelProto()
+    source.ParseFromString(vocabularies.source.proto)
+    kind = sentencepiece_model_pb2.TrainerSpec.ModelType.Name(source.trainer_spec.model_type)
+    if kind != "UNIGRAM":
+        raise ValueError(
+            f"the source SentencePiece model is {kind.lower()}: the file's tokenizer, "
+            "tensorflow-text's FastSentencepieceTokenizer, cuts only unigram models as "
+            "SentencePiece does"
+        )
     if vocabularies.pieces:
         pattern = vocabularies.source.prefix_pattern
         if pattern and any(re.fullmatch(pattern, p) for p in vocabularies.source.pieces):
