@@ -96,7 +96,9 @@ def combine_masks(padding=None, attention=None, causal=None):
     """
     mask = None
     if padding is not None:
-        mask = padding[:, None, None, :]  # (batch, 1, 1, k_len)
+        # expand_dims, not padding[:, None, None, :]: LiteRT's converter has no builtin
+        # for a slice that inserts inner axes (kt.export.litert).
+        mask = ops.expand_dims(padding, (1, 2))  # (batch, 1, 1, k_len)
     if attention is not None:
         if len(attention.shape) == 2:  # the same for every sentence
             attention = attention[None, :, :]

@@ -32,6 +32,7 @@ RUN_IN_TEST_README = [walkthrough(*TASK), walkthrough(*MODEL)]
 SLOW = {  # page -> what takes the time
     "guides/decoding.md": "three generations of 40 tokens, eagerly",
     "guides/serving.md": "a SavedModel and a CTranslate2 model exported first",
+    "guides/litert.md": "a LiteRT conversion",
 }
 
 

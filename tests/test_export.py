@@ -603,7 +603,7 @@ def test_translate_cli_reports_a_missing_export(tmp_path):
         (["--quantize", "int16"], "--quantize int16 applies to --format ctranslate2 only"),
         (
             ["--format", "ctranslate2", "--stopping", "early"],
-            "--stopping applies to --format savedmodel only",
+            "--stopping applies to --format savedmodel and litert",
         ),
     ],
 )

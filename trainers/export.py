@@ -1,4 +1,4 @@
-"""Export a trained model for TF Serving or CTranslate2:
+"""Export a trained model for TF Serving, CTranslate2 or a device (LiteRT):
 `python -m trainers.export --model-dir DIR --out saved_models/NAME [--format ctranslate2]`.
 
 The model is loaded as `kt.models.TransformerSeq2SeqLM.from_preset(DIR)` loads it (the
@@ -31,6 +31,12 @@ CTranslate2 model with its SentencePiece models and manifest.json; `trainers.tra
 --model` runs it with ctranslate2 and sentencepiece alone. It needs the optional extra:
 pip install 'keras-transformer[ctranslate2]'. `--quantization` is the former name of
 `--quantize` (deprecated).
+
+`--format litert [--quantize int8|float16]` writes the directory --out (which must not exist)
+with model.tflite, one LiteRT file that takes text and gives translations (SentencePiece,
+the search and detokenization inside: `kt.export.litert`), and manifest.json. LiteRT's
+interpreter with tensorflow-text's ops runs it; `trainers.translate --model OUT/model.tflite`
+does. int8 is dynamic-range int8 weights.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from trainers.run_dir import MODEL, RunDirectory, write_json
 # others are CTranslate2's own (its `quantization`).
 SAVED_MODEL_TYPES = ("int8", "bfloat16")
 QUANTIZE_TYPES = (*SAVED_MODEL_TYPES, "int8_float32", "int8_float16", "int16", "float16")
+LITERT_TYPES = ("int8", "float16")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,7 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--format",
         default="savedmodel",
-        choices=["savedmodel", "ctranslate2"],
+        choices=["savedmodel", "ctranslate2", "litert"],
         help="default: savedmodel",
     )
     parser.add_argument(
@@ -79,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
         "SavedModel's bfloat16 where this CPU computes it natively, else float32); "
-        "CTranslate2's own types for --format ctranslate2",
+        "CTranslate2's own types for --format ctranslate2; int8 or float16 for --format litert",
     )
     parser.add_argument(
         "--quantization",
@@ -120,14 +127,20 @@ def main(argv=None) -> int:
                 f"--quantization {args.quantization} and --quantize {args.quantize} disagree"
             )
         args.quantize = args.quantization
-    if args.quantize not in (None, *SAVED_MODEL_TYPES) and args.format != "ctranslate2":
+    if args.format == "litert" and args.quantize not in (None, *LITERT_TYPES):
+        return errors.fail(
+            f"--quantize {args.quantize}: --format litert takes {' or '.join(LITERT_TYPES)}"
+        )
+    if args.quantize not in (None, *SAVED_MODEL_TYPES) and args.format == "savedmodel":
         return errors.fail(
             f"--quantize {args.quantize} applies to --format ctranslate2 only (a SavedModel "
             f"takes {' or '.join(SAVED_MODEL_TYPES)})"
         )
-    if args.stopping and args.format != "savedmodel":
+    if args.stopping and args.format == "ctranslate2":
         return errors.fail(
-            ValueError("--stopping applies to --format savedmodel only (CTranslate2 has its own)")
+            ValueError(
+                "--stopping applies to --format savedmodel and litert (CTranslate2 has its own)"
+            )
         )
     if problem := flags.creatable(args.out):  # before any work
         return errors.fail(f"--out {args.out}: {problem}")
@@ -156,6 +169,15 @@ def main(argv=None) -> int:
         "source_model": str(run.model(args.model)),
         "metrics": run.metrics(),
     }
+    if args.format == "litert":
+        try:
+            written = export.litert.export_litert(
+                task, args.out, quantize=args.quantize, manifest=manifest
+            )
+        except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
+            return errors.fail(error)
+        print(f"wrote {written} (LiteRT file, {args.quantize or 'float32'} weights)")
+        return errors.EXIT_OK
     if args.format == "ctranslate2":
         try:
             written = export.ctranslate2.export_ctranslate2(

@@ -9,7 +9,10 @@ settings are the export's (`trainers.export`). --model (or its older name --save
   highest version is used. It needs nothing but tensorflow and tensorflow_text, like TF
   Serving: the tokenizer and the beam search are inside the SavedModel; or
 - a CTranslate2 directory (`trainers.export --format ctranslate2`). It needs nothing but
-  ctranslate2 and sentencepiece, and decodes as the SavedModel does.
+  ctranslate2 and sentencepiece, and decodes as the SavedModel does; or
+- a LiteRT file (`trainers.export --format litert`: OUT/model.tflite, or OUT). It runs with
+  ai-edge-litert's interpreter and tensorflow-text's ops, neither TensorFlow nor Keras
+  imported; no prefixes and no --n-best yet.
 
 The translators are the library's (`keras_transformer.serving`: `SavedModelTranslator`,
 `CTranslate2Translator`); this program reads and writes the lines around them. For a
@@ -103,7 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         dest="model",
         required=True,
         type=Path,
-        help="a SavedModel (version or model folder) or a CTranslate2 directory",
+        help="a SavedModel (version or model folder), a CTranslate2 directory or a LiteRT file",
     )
     parser.add_argument("--input", type=Path, help="one sentence a line (default: stdin)")
     parser.add_argument(
@@ -149,6 +152,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def load_translator(args):
     """The translator of --model, its prefixes checked against its vocabulary before the
     model loads (ValueError naming the flag)."""
+    if serving.is_litert(args.model):
+        return serving.LiteRTTranslator(
+            args.model, source_prefix=args.source_prefix, target_prefix=args.target_prefix
+        )
     ctranslate2 = serving.is_ctranslate2(args.model)
     version = None if ctranslate2 else serving.resolve_version(args.model)
     prefixes = {"source_prefix": args.source_prefix, "target_prefix": args.target_prefix}

@@ -547,7 +547,8 @@ def _beam(
         done = done | at_limit | settled
         return (alive_ids, alive_logp, finished_ids, finished_scores, done), cache
 
-    ids = ops.tile(start_ids[:, None, :], (1, k, 1))  # (batch, beam, T + 1)
+    # expand_dims, not [:, None, :]: the LiteRT file's converter (kt.export.litert).
+    ids = ops.tile(ops.expand_dims(start_ids, 1), (1, k, 1))  # (batch, beam, T + 1)
     first_beam_only = ops.convert_to_tensor([0.0] + [NEG_INF] * (k - 1))  # the k starts are one
     state = (
         ids,

@@ -3,6 +3,8 @@ Keras or this library's models (the export's manifest and files say how to trans
 
 ctranslate2.py   `CTranslate2Translator`: a CTranslate2 directory (`kt.export.ctranslate2`)
                  run with `ctranslate2` and `sentencepiece` alone, no TensorFlow
+litert.py        `LiteRTTranslator`: a LiteRT file (`kt.export.litert`) run by LiteRT's
+                 interpreter with tensorflow-text's ops, no TensorFlow or Keras imported
 pieces.py        `PieceRules`: text into the directory's pieces and back, as the export's
                  tokenizer cuts and joins them
 savedmodel.py    `SavedModelTranslator`: a TF Serving SavedModel (`kt.export`) through its
@@ -31,6 +33,7 @@ from keras_transformer.serving.common import (
     check_prefixes,
 )
 from keras_transformer.serving.ctranslate2 import CTranslate2Translator, is_ctranslate2
+from keras_transformer.serving.litert import LiteRTTranslator, is_litert
 from keras_transformer.serving.pieces import PieceRules
 from keras_transformer.serving.savedmodel import SavedModelTranslator, resolve_version
 
@@ -38,9 +41,11 @@ __all__ = [
     "CTranslate2Translator",
     "ExportedVocabulary",
     "Hypothesis",
+    "LiteRTTranslator",
     "PieceRules",
     "SavedModelTranslator",
     "check_prefixes",
     "is_ctranslate2",
+    "is_litert",
     "resolve_version",
 ]

@@ -1,0 +1,405 @@
+"""The LiteRT export: one file, text in and translations out, whose translations equal the
+library's (greedy and beam search) when LiteRT's interpreter runs it in a process that
+imports neither Keras, TensorFlow nor this package; only builtin and tensorflow-text ops in
+it; SentencePiece's detokenization; refusals before anything is written."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer import decoding, export
+from keras_transformer.export import litert
+from keras_transformer.special_ids import EOS_ID, UNK_ID
+from tests import bible
+from tests.cli import run_main
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+MAX_LENGTH = 24
+SENTENCES = [
+    "In the beginning God created the heavens.",
+    "Amen.",
+    "",
+    "   ",
+    "And God said, Let there be",
+    # Longer than MAX_LENGTH - 1 tokens: cut there, then EOS, as the preprocessor cuts it.
+    "And the earth was without form, and void; and darkness was upon the face of the deep. "
+    "And the Spirit of God moved upon the face of the waters.",
+]
+
+# A device's view of the file: LiteRT's interpreter and tensorflow-text's op registrar (its
+# compiled library, loaded without importing tensorflow_text, which imports TensorFlow and
+# Keras; the registrar needs TensorFlow's C++ framework library, loaded as a library).
+RUN_FILE = """
+import ctypes, importlib.util, json, sys
+from pathlib import Path
+import numpy as np
+from ai_edge_litert.interpreter import InterpreterWithCustomOps
+
+def package(name):
+    return Path(importlib.util.find_spec(name).origin).parent
+
+ctypes.CDLL(str(package("tensorflow") / "libtensorflow_framework.so.2"), ctypes.RTLD_GLOBAL)
+library = next((package("tensorflow_text") / "core" / "pybinds").glob("tflite_registrar*.so"))
+spec = importlib.util.spec_from_file_location("tflite_registrar", library)
+registrar = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(registrar)
+ops = [registrar.AddFastSentencepieceTokenize, registrar.AddNgramsStringJoin,
+       registrar.AddRaggedTensorToTensor]
+answers = []
+for path in sys.argv[2:]:
+    interpreter = InterpreterWithCustomOps(custom_op_registerers=ops, model_path=path)
+    run = interpreter.get_signature_runner()
+    texts = np.array([text.encode() for text in json.loads(sys.argv[1])], dtype=object)
+    answers.append([text.decode() for text in run(text=texts)["translations"]])
+heavy = ("keras", "tensorflow", "tensorflow_text", "keras_transformer")
+loaded = [name for name in heavy if name in sys.modules]
+print(json.dumps({"translations": answers, "loaded": loaded}))
+"""
+
+
+@pytest.fixture(scope="module")
+def model():
+    """An untrained tiny model (seed 3, the bundled vocabulary, one layer each side)."""
+    keras.utils.set_random_seed(3)
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=bible.vocabularies().target.vocabulary_size(),
+        max_length=MAX_LENGTH,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    return kt.build_transformer(config)
+
+
+SEARCHES = {"greedy": decoding.DecodingSettings(beam_size=1), "beam": decoding.DecodingSettings()}
+
+
+@pytest.fixture(scope="module")
+def exported(model, tmp_path_factory):
+    """The model's LiteRT directories, one a search: name -> directory."""
+    root = tmp_path_factory.mktemp("litert")
+    return {
+        name: export.export_litert(
+            model, root / name, vocabularies=bible.vocabularies(), decoding=settings
+        )
+        for name, settings in SEARCHES.items()
+    }
+
+
+def run_files(texts, *paths):
+    """The translations of `texts` by the file of each directory, from a new process (see
+    RUN_FILE)."""
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUN_FILE,
+            json.dumps(texts),
+            *(str(p / "model.tflite") for p in paths),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_layout_and_manifest(exported, model):
+    directory = exported["beam"]
+    assert sorted(p.name for p in directory.iterdir()) == ["manifest.json", "model.tflite"]
+    facts = json.loads((directory / "manifest.json").read_text())
+    assert facts["format"] == "litert"
+    assert facts["quantize"] == "float32"
+    assert facts["sizes"] == {"model.tflite": (directory / "model.tflite").stat().st_size}
+    assert facts["model_config"] == model.config.to_dict()
+    assert facts["decoding"]["beam_size"] == 4
+    assert facts["decoding"]["max_input_tokens"] == MAX_LENGTH - 1
+    assert facts["signatures"]["serving_default"]["outputs"] == {"translations": "string [batch]"}
+    assert facts["custom_ops"] == sorted(litert.TEXT_OPS)
+
+
+def test_only_builtin_and_text_ops(exported):
+    ops = litert.op_names((exported["beam"] / "model.tflite").read_bytes())
+    assert "WHILE" in ops and "TFText>FastSentencepieceTokenize" in ops
+    assert not [op for op in ops if op.startswith("Flex")]
+    assert [op for op in ops if op.upper() != op] == sorted(litert.TEXT_OPS)  # the rest: builtins
+    with pytest.raises(ValueError, match=r"\['FlexStridedSlice'\]"):
+        litert.check_ops(["ADD", "FlexStridedSlice", "TFText>NgramsStringJoin"])
+
+
+def test_translations_equal_the_library_s_without_keras(exported, model):
+    """The interpreter's translations equal `kt.evaluation.Translator`'s (the preprocessor's
+    text, `kt.decoding.decode`, the same settings), greedy and beam; blank input gives ""."""
+    answer = run_files(SENTENCES, exported["greedy"], exported["beam"])
+    assert answer["loaded"] == []
+    for (name, settings), translations in zip(
+        SEARCHES.items(), answer["translations"], strict=True
+    ):
+        expected = kt.evaluation.Translator(
+            model, bible.vocabularies(), decoding=settings
+        ).translate(SENTENCES)
+        assert translations == expected, name
+        assert translations[2] == translations[3] == ""
+    assert answer["translations"][0] != answer["translations"][1]  # the searches differ
+
+
+def test_an_empty_batch(exported):
+    assert run_files([], exported["greedy"])["translations"] == [[]]
+
+
+def test_float16_and_the_stock_search(model, exported, tmp_path):
+    """`quantize="float16"` halves the weights; the file is traced on the stock path, the
+    speed switch's second copy of the embedding table left out, whatever the switch says."""
+    with kt.fast.switched(True):
+        half = export.export_litert(
+            model, tmp_path / "half", vocabularies=bible.vocabularies(), quantize="float16"
+        )
+    facts = json.loads((half / "manifest.json").read_text())
+    full = json.loads((exported["beam"] / "manifest.json").read_text())
+    assert facts["quantize"] == "float16"
+    assert facts["sizes"]["model.tflite"] < 0.6 * full["sizes"]["model.tflite"]
+    assert len(run_files(SENTENCES, half)["translations"][0]) == len(SENTENCES)
+
+
+def test_detokenization_is_sentencepiece_s():
+    """The file's table-and-join detokenization gives SentencePiece's text: special ids
+    left out, the first piece without its leading space, byte pieces joined into UTF-8."""
+    vocabularies = bible.vocabularies()
+    tokenizer = vocabularies.target
+    rng = np.random.default_rng(0)
+    vocab = tokenizer.vocabulary_size()
+    words = rng.integers(260, vocab, size=(6, 10))  # pieces (ids 4-259 are bytes)
+    words[0, :3] = [2, 0, 0]  # specials before the first piece
+    words[1, 4:] = 0  # padding
+    words[2, 2] = 3  # EOS inside
+    texts = ["¿Qué dijo Dios? 漢字", "En el principio creó Dios los cielos y la tierra."]
+    tokenized = [[int(i) for i in ids] for ids in tokenizer.tokenize(texts)]
+    assert any(4 <= i < 260 for i in tokenized[0])  # byte fallback pieces
+    width = max(10, *(len(ids) + 1 for ids in tokenized))
+    rows = [list(row) + [0] * (width - 10) for row in words]
+    rows += [ids + [3] + [0] * (width - len(ids) - 1) for ids in tokenized]
+    ids = tf.constant(rows, tf.int32)
+    surfaces = tf.constant(litert.piece_surfaces(tokenizer.get_vocabulary()))
+    source_ids = tf.ones([len(rows), 2], tf.int32)  # not empty: every row is detokenized
+    got = litert._translations(surfaces, ids, source_ids, width + 2).numpy().tolist()
+    expected = kt.text.detokenize(tokenizer, np.asarray(rows))
+    assert [text.decode() for text in got] == expected
+    assert expected[-2:] == texts
+
+
+def test_refusals_before_anything_is_written(model, tmp_path):
+    vocabularies = bible.vocabularies()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match="is under a file"):
+        export.export_litert(model, blocker / "out", vocabularies=vocabularies)
+    cases = [
+        ({"quantize": "int4"}, r"quantize='int4' must be None or one of"),
+        ({"decoding": decoding.DecodingSettings(n_best=2)}, "n_best=2"),
+        ({"decoding": decoding.DecodingSettings(target_prefix="hola")}, "target_prefix="),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(ValueError, match=message):
+            export.export_litert(model, tmp_path / "out", vocabularies=vocabularies, **arguments)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(FileExistsError, match="exists"):
+        export.export_litert(model, tmp_path / "taken", vocabularies=vocabularies)
+
+
+def test_a_task_with_a_sampler_is_refused(model, tmp_path):
+    task = kt.models.TransformerSeq2SeqLM.from_transformer(model, bible.vocabularies())
+    task.compile(sampler="top_k")
+    with pytest.raises(ValueError, match="draws with a sampler"):
+        export.export_litert(task, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A model directory of `trainers.train`, briefly trained on the slice (20 updates)."""
+    from tests.test_trainer import slice_config, train_cli
+
+    tmp = tmp_path_factory.mktemp("litert-run")
+    config = slice_config(tmp, dev=False, steps=20, steps_per_epoch=10, jit_compile="false")
+    train_cli(config, tmp / "model", "--verbose", "0")
+    return tmp / "model"
+
+
+@pytest.mark.slow  # a directory trained first (trainers.train), and two conversions
+def test_export_and_translate_programs(run_dir, tmp_path):
+    """`trainers.export --format litert` writes the file with the directory's settings over
+    the flags, int8 smaller than float32; `trainers.translate --model OUT/model.tflite`
+    serves it in a process of its own, with the translations of the library's translator
+    (kt.serving.LiteRTTranslator) and without TensorFlow or Keras started."""
+    from keras_transformer.serving import LiteRTTranslator
+
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    common = ("trainers.export", "--model-dir", run_dir, "--format", "litert", "--beam-size", "2")
+    run_main(*common, "--out", tmp_path / "float32")
+    run_main(*common, "--out", tmp_path / "int8", "--quantize", "int8")
+    facts = {
+        name: json.loads((tmp_path / name / "manifest.json").read_text())
+        for name in ("float32", "int8")
+    }
+    assert facts["int8"]["quantize"] == "int8" and facts["float32"]["quantize"] == "float32"
+    assert facts["int8"]["decoding"]["beam_size"] == 2
+    # Under half: the issue's 30% is the demo model's; in a tiny one the graph (about 0.2 MB
+    # of ops, nine subgraphs) and the vocabulary's tables are a large part of the file.
+    sizes = {name: facts[name]["sizes"]["model.tflite"] for name in facts}
+    assert sizes["int8"] < 0.45 * sizes["float32"], sizes
+    lines = ["In the beginning God created the heaven and the earth.", "Jesus wept.", ""]
+    translated = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import runpy, sys\n"
+            "sys.argv = ['trainers.translate', *sys.argv[1:]]\n"
+            "try:\n"
+            "    runpy.run_module('trainers.translate', run_name='__main__')\n"
+            "finally:\n"
+            "    print([m for m in ('keras', 'tensorflow') if m in sys.modules], file=sys.stderr)",
+            "--model",
+            tmp_path / "float32" / "model.tflite",
+        ],
+        input="\n".join(lines) + "\n",
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert translated.stderr.strip().splitlines()[-1] == "[]"
+    expected = LiteRTTranslator(tmp_path / "float32").translate(lines)
+    assert translated.stdout.splitlines() == [hypotheses[0].text for hypotheses in expected]
+    assert translated.stdout.splitlines()[-1] == "" and translated.stdout.splitlines()[0]
+    int8 = [
+        hypotheses[0].text for hypotheses in LiteRTTranslator(tmp_path / "int8").translate(lines)
+    ]
+    assert len(int8) == 3 and int8[0] and int8[-1] == ""
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--quantize", "bfloat16"], "--quantize bfloat16: --format litert takes int8 or float16"),
+        (["--quantize", "int16"], "--quantize int16: --format litert takes int8 or float16"),
+    ],
+)
+def test_export_program_refuses_what_a_file_cannot_hold(tmp_path, options, message):
+    result = run_main(
+        "trainers.export",
+        "--model-dir",
+        tmp_path,
+        "--out",
+        tmp_path / "out",
+        "--format",
+        "litert",
+        *options,
+        check=False,
+    )
+    assert result.returncode == 2 and message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+FIXTURES = ROOT / "tests" / "fixtures"
+PLAIN = [
+    "In the beginning God created the heavens and the earth.",
+    "a",
+    ".",
+    "",
+    "   ",
+    "And the earth was without form, and void; and darkness was upon the face of the deep.",
+]
+
+
+@pytest.mark.parametrize("name", ["shared", "separate"])
+def test_an_opus_mt_vocabulary_s_ids_and_text(name):
+    """An imported OPUS-MT vocabulary (SentencePiece's pieces numbered by vocab.json): the
+    file's source ids are the preprocessor's (SentencePiece's ids mapped to the list's), and
+    its text is the piece tokenizer's (`<unk>` left out, the ends stripped)."""
+    import tensorflow_text
+
+    from keras_transformer.models import TransformerSeq2SeqLMPreprocessor, TransformerTokenizer
+    from keras_transformer.pretrained import marian
+
+    vocabularies = marian.load_vocabularies(FIXTURES / "marian" / name)
+    preprocessor = TransformerSeq2SeqLMPreprocessor(
+        TransformerTokenizer(vocabularies), encoder_sequence_length=12, decoder_sequence_length=12
+    )
+    expected = preprocessor.generate_preprocess(PLAIN)["source_ids"].numpy()
+    fast = tensorflow_text.FastSentencepieceTokenizer(vocabularies.source.proto)
+    ours = tf.constant(litert._our_ids(vocabularies.source), tf.int32)
+    got = litert._source_ids(fast, tf.constant(PLAIN), 12, ours).numpy()
+    np.testing.assert_array_equal(got, expected)
+
+    target = vocabularies.target
+    rows = [[int(i) for i in ids] for ids in target.tokenize(PLAIN[:3] + PLAIN[5:])]
+    rows[0][1:1] = [UNK_ID]  # left out, as MarianTokenizer's decode leaves it
+    width = max(map(len, rows)) + 1
+    ids = tf.constant([row + [EOS_ID] + [0] * (width - len(row) - 1) for row in rows])
+    surfaces = litert.piece_surfaces(target.get_vocabulary(), unk="", byte_pieces=False)
+    texts = litert._translations(tf.constant(surfaces), ids, tf.ones_like(ids), width)
+    assert [t.decode() for t in texts.numpy()] == kt.text.detokenize(target, ids.numpy())
+
+
+def test_what_a_file_cannot_hold_yet_is_refused(model, tmp_path):
+    """A multilingual OPUS-MT vocabulary (>>xx<< tokens, which the file would cut as text),
+    NLLB-200's (language codes) and a BPE source vocabulary (which FastSentencepieceTokenizer
+    cuts otherwise than SentencePiece) are refused by name, before anything is written."""
+    from keras_transformer.pretrained import m2m100, marian
+
+    sample = bible.pairs("train", 3000)
+    bpe = kt.text.Vocabularies.train(sample.sources, sample.targets, 1000, model_type="bpe")
+    cases = [
+        (bpe, "the source SentencePiece model is bpe"),
+        (marian.load_vocabularies(FIXTURES / "marian" / "shared"), "multilingual OPUS-MT"),
+        (m2m100.load_vocabularies(FIXTURES / "m2m100" / "nllb-tiny"), "NLLB-200"),
+    ]
+    for vocabularies, message in cases:
+        with pytest.raises(ValueError, match=message):
+            export.export_litert(model, tmp_path / "out", vocabularies=vocabularies)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_imported_opus_mt_model_translates_as_the_library(tmp_path):
+    """The OPUS-MT fixture with separate source and target vocabularies: the file's
+    translations (greedy) are the library's."""
+    from keras_transformer.pretrained import marian
+
+    model, _ = marian.load_marian(FIXTURES / "marian" / "separate")
+    vocabularies = marian.load_vocabularies(FIXTURES / "marian" / "separate")
+    greedy = decoding.DecodingSettings(beam_size=1, max_extra_length=8)
+    directory = export.export_litert(
+        model, tmp_path / "opus", vocabularies=vocabularies, decoding=greedy
+    )
+    translated = run_files(PLAIN, directory)["translations"][0]
+    expected = kt.evaluation.Translator(model, vocabularies, decoding=greedy).translate(PLAIN)
+    assert translated == expected
+    assert translated[0] and translated[3] == translated[4] == ""
+
+
+def test_without_tensorflow_text_the_error_says_how_to_register_its_ops(monkeypatch):
+    from keras_transformer.serving import litert as runtime
+
+    def missing(name):
+        raise ImportError(name)
+
+    monkeypatch.delitem(sys.modules, "tensorflow_text")
+    monkeypatch.setattr(runtime, "_package", missing)
+    with pytest.raises(ImportError, match=r"pip install tensorflow-text, .*SELECT_TFTEXT_OPS"):
+        runtime.text_op_registrars()
