@@ -140,8 +140,20 @@ def _shared_sentencepiece_model_class():
 
 
 class ReversibleEmbedding(keras.layers.ReversibleEmbedding):
-    """Keras's `ReversibleEmbedding`, whose tables are written to weight files with one copy
-    of each in memory instead of two.
+    """Keras's `ReversibleEmbedding`, whose reverse (logits) product is one 2-D product and
+    whose tables are written to weight files with one copy of each in memory instead of two.
+
+    The logits of `x [batch, len, d_model]` are taken as `x [batch * len, d_model] @ E^T`
+    and reshaped back: the same product. Keras takes them as one 3-D `matmul`, whose
+    gradient for the table under JAX is one `dot_general` contracting two axes (batch and
+    length); XLA's CPU compiler (jaxlib 0.10.2) lays that product out by first copying the
+    logits' gradient, vocabulary-sized, into a transposed `[vocab, batch * len]` array, a
+    strided copy, the largest single op in a profile of JAX's training step on the CPU. With one
+    contracting axis it takes the transposed operand as is, as it does the gradient of
+    TensorFlow's `MatMul`. The dependence of XLA:CPU's speed on a `dot_general`'s form is
+    jax-ml/jax#19327 (open); this goes when the 3-D product's gradient compiles without the
+    copy. Shapes not known when traced (TensorFlow's unknown batch) and quantized tables
+    (Keras's own `quantized_call`) keep Keras's product.
 
     Keras's weight stores take each variable as `np.array(variable)`: the variable's
     `__array__` makes a NumPy copy, and `np.array` copies that again, so saving NLLB-200's
@@ -152,6 +164,13 @@ class ReversibleEmbedding(keras.layers.ReversibleEmbedding):
     3.15: `saving_lib.H5IOStore.__setitem__` calls `backend.convert_to_numpy`, which is
     `np.array`); goes when Keras writes a variable without the extra copy.
     """
+
+    def call(self, inputs, reverse=False):
+        leading = tuple(inputs.shape[:-1])  # (batch, len)
+        if not reverse or len(leading) < 2 or None in leading:
+            return super().call(inputs, reverse=reverse)
+        rows = ops.reshape(inputs, (-1, inputs.shape[-1]))  # (batch * len, d_model)
+        return ops.reshape(super().call(rows, reverse=True), (*leading, -1))
 
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras refuses its subclasses here (they may compute otherwise); this one computes
