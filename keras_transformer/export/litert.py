@@ -9,10 +9,13 @@ signature `serving_default` takes `text` (string `[batch]`) and gives `translati
 - the model, its weights stored in the file as constants, and the settings' search,
   `kt.decoding.decode` (greedy or beam search, with the length penalty, stopping rule and
   extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
-  with `kt.fast` switched off (its output projection would store the embedding twice);
-- detokenization: each id's text from a table in the file (the special ids give none, the
-  first piece loses its word-boundary mark, byte pieces give their byte), joined by
-  tensorflow-text's `NgramsStringJoin` over the whole row.
+  with `kt.fast` switched off (its output projection would store the embedding twice) and
+  as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file);
+  the tied embedding table is read through one lookup of all its rows, so that int8 stores
+  it once (`_one_table`);
+- detokenization: each id's text from a table in the file (the special ids give none, a
+  word-boundary mark is a space but before the first piece, byte pieces give their byte),
+  joined by tensorflow-text's `NgramsStringJoin` over the whole row.
 
 The file holds LiteRT's builtin ops and the tensorflow-text ops of `TEXT_OPS`, and no Flex
 (Select TF) op, which a phone's standard runtime lacks; `export_litert` refuses to write a
