@@ -654,6 +654,30 @@ def test_long_outputs_decode_as_without_a_cache(random_model, search):
     np.testing.assert_allclose(scores, scores_full, atol=1e-4)
 
 
+@pytest.mark.parametrize("search", SEARCHES)
+def test_one_loop_decodes_as_the_phases(random_model, search):
+    """`loop_phases(1)` (the LiteRT export's: the step once in a traced graph) decodes as the
+    phased loops, with a buffer of the whole output from the first step; the traced graph
+    holds one loop instead of `PHASES`; the phases come back after the block."""
+    settings = {"max_extra_length": 26}
+    ids, scores = SEARCHES[search](random_model, RANDOM_SOURCE, **settings)
+
+    def loops():
+        function = tf.function(lambda s: SEARCHES[search](random_model, s, **settings))
+        graph = function.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph
+        return sum(op.type in ("While", "StatelessWhile") for op in graph.get_operations())
+
+    with kt.decoding.search.loop_phases(1):
+        ids_one, scores_one = SEARCHES[search](random_model, RANDOM_SOURCE, **settings)
+        assert loops() == 1
+    np.testing.assert_array_equal(ids_one, ids)
+    np.testing.assert_allclose(scores_one, scores, atol=1e-4)
+    assert loops() == kt.decoding.search.PHASES
+    with pytest.raises(ValueError, match="phases=0 must be an int >= 1"):
+        with kt.decoding.search.loop_phases(0):
+            pass
+
+
 @pytest.mark.parametrize("shards", [0, 1.5, True])
 def test_parallel_search_needs_a_whole_number_of_shards(random_model, shards):
     with pytest.raises(ValueError, match="shards"):

@@ -28,6 +28,8 @@ transformers counts it); it is part of the returned ids and of the output length
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from typing import NamedTuple
 
@@ -49,6 +51,7 @@ NEG_INF = -1e9  # the log-probability of impossible choices; finite, so sums nev
 # The self-attention buffers start with room for the first quarter of the output and grow
 # at each of these phases, so a step's attention reads about the part written so far.
 PHASES = 4
+_phases = contextvars.ContextVar("phases", default=PHASES)
 
 
 @backends.compiled_search
@@ -359,14 +362,38 @@ def decode(
     return translate_ids(model, source_ids, max_length=max_length, **arguments, **forced)
 
 
+@contextlib.contextmanager
+def loop_phases(phases: int):
+    """The searches traced inside the block run `decode_loop` as `phases` loops (`PHASES`
+    outside). One loop holds the decoder step once in a traced graph, where each loop holds
+    its own copy of it (a LiteRT file carries every copy); its buffers have room for the
+    whole output from the first step.
+
+    Examples:
+        >>> from keras_transformer.decoding import search
+        >>> with search.loop_phases(1):
+        ...     search._phase_lengths(40)
+        [40]
+        >>> len(search._phase_lengths(40)) == search.PHASES  # as it was
+        True
+    """
+    if not isinstance(phases, int) or phases < 1:
+        raise ValueError(f"phases={phases!r} must be an int >= 1")
+    token = _phases.set(phases)
+    try:
+        yield
+    finally:
+        _phases.reset(token)
+
+
 def decode_loop(body, state, cache, max_len, finished, offset=0):
     """The loop of every search: `state, cache = body(t, state, cache)` for t = 0, 1, ...
     until `finished(state)` (a boolean `[batch]`) holds everywhere or t reaches `max_len`.
 
-    It runs as `PHASES` `keras.ops.while_loop`s one after another, the cache grown between them
-    (`cache.grow`) from a quarter of `max_len` to all of it, so that a step reads about the
-    part of the buffers written so far, and a decode that ends early never allocates the
-    rest. `cache` must start with room for `offset` + the first phase,
+    It runs as `PHASES` `keras.ops.while_loop`s (`loop_phases`) one after another, the cache
+    grown between them (`cache.grow`) from a quarter of `max_len` to all of it, so that a
+    step reads about the part of the buffers written so far, and a decode that ends early
+    never allocates the rest. `cache` must start with room for `offset` + the first phase,
     `_phase_lengths(max_len)[0]` positions (as `_decoder` makes it); `offset` is the number
     of positions written before the loop (a prompt's, `generate`), so step t writes at
     `offset + t`.
@@ -705,10 +732,12 @@ def _prepare(model, source_ids, max_extra_length, max_length):
     return source_ids, limits, max_len
 
 
-def _phase_lengths(max_len, phases: int = PHASES, shortest: int = 8):
+def _phase_lengths(max_len, phases: int | None = None, shortest: int = 8):
     """The number of positions the self-attention buffers hold in each phase of the loop:
     `ceil((p + 1) * max_len / phases)`, the last one `max_len`, none below `shortest` (or
-    `max_len` if smaller: a buffer of one position would be a softmax over one key)."""
+    `max_len` if smaller: a buffer of one position would be a softmax over one key).
+    `phases` None takes `loop_phases`'s (`PHASES`)."""
+    phases = phases or _phases.get()
     if isinstance(max_len, int):
         floor = min(max_len, shortest)
         return [max((max_len * (p + 1) + phases - 1) // phases, floor) for p in range(phases)]
@@ -747,6 +776,7 @@ __all__ = [
     "decode",
     "decode_loop",
     "greedy_search",
+    "loop_phases",
     "sample",
     "translate_ids",
 ]

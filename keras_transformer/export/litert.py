@@ -9,10 +9,13 @@ signature `serving_default` takes `text` (string `[batch]`) and gives `translati
 - the model, its weights stored in the file as constants, and the settings' search,
   `kt.decoding.decode` (greedy or beam search, with the length penalty, stopping rule and
   extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
-  with `kt.fast` switched off (its output projection would store the embedding twice);
-- detokenization: each id's text from a table in the file (the special ids give none, the
-  first piece loses its word-boundary mark, byte pieces give their byte), joined by
-  tensorflow-text's `NgramsStringJoin` over the whole row.
+  with `kt.fast` switched off (its output projection would store the embedding twice) and
+  as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file);
+  the tied embedding table is read through one lookup of all its rows, so that int8 stores
+  it once (`_one_table`);
+- detokenization: each id's text from a table in the file (the special ids give none, a
+  word-boundary mark is a space but before the first piece, byte pieces give their byte),
+  joined by tensorflow-text's `NgramsStringJoin` over the whole row.
 
 The file holds LiteRT's builtin ops and the tensorflow-text ops of `TEXT_OPS`, and no Flex
 (Select TF) op, which a phone's standard runtime lacks; `export_litert` refuses to write a
@@ -55,6 +58,7 @@ import tensorflow as tf
 from keras_transformer import decoding, fast
 from keras_transformer._files import atomic_directory
 from keras_transformer._version import __version__
+from keras_transformer.decoding import search
 from keras_transformer.decoding.settings import DecodingSettings
 from keras_transformer.export.savedmodel import resolve_model
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -163,30 +167,52 @@ def translate_text(model, vocabularies, settings: DecodingSettings):
     pieces = vocabularies.pieces  # SentencePiece's pieces numbered by a list (OPUS-MT)
     # SentencePiece's ids -> the vocabulary's (the same where the model is its own).
     ours = tf.constant(_our_ids(vocabularies.source) if pieces else [], tf.int32)
-    surfaces = tf.constant(
-        piece_surfaces(
+    surfaces = surface_tables(
+        *piece_surfaces(
             vocabularies.target.get_vocabulary(),
             unk="" if pieces else UNK_SURFACE,
             byte_pieces=not pieces,
         )
     )
     weights = [(variable, variable.numpy()) for variable in model.variables]
+    tables = {id(table) for table in _embedding_tables(model)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, "text")], autograph=False)
     def serve(text):
         source_ids = _source_ids(tokenizer, text, max_length, ours if pieces else None)
         # Each variable read as a constant of its value: the converter freezes no variable
         # that a `while` loop reads, and the file must carry the weights.
-        constants = [(variable, tf.constant(value)) for variable, value in weights]
+        constants = [
+            (variable, _one_table(value, text) if id(variable) in tables else tf.constant(value))
+            for variable, value in weights
+        ]
         with keras.StatelessScope(state_mapping=constants):
             ids, _ = decoding.decode(model, source_ids, settings)
         return {"translations": _translations(surfaces, ids, source_ids, max_length)}
 
     # Traced on the stock path: the speed switch's output projection keeps a second copy of
-    # the embedding table, which a device file would carry.
-    with fast.switched(False):
+    # the embedding table, which a device file would carry. One loop: the file holds the
+    # decoder step once, where the search's phases would each carry a copy.
+    with fast.switched(False), search.loop_phases(1):
         serve.get_concrete_function()
     return serve
+
+
+def _embedding_tables(model) -> list:
+    """The token embedding tables: each both a lookup (the embedding) and, tied, the
+    output projection's weights."""
+    layers = {id(layer): layer for layer in (model.source_embedding, model.target_embedding)}
+    return [layer.token_embedding.embeddings for layer in layers.values()]
+
+
+def _one_table(value, text):
+    """An embedding table `[vocab, d_model]` read through a lookup of all its rows, ids that
+    the converter cannot fold (they depend on the input): the constant then has one use, a
+    lookup, so int8 stores it once, where a lookup (per-tensor scale) and the tied output
+    projection (a scale a row) would each store their own int8 copy."""
+    vocab, width = value.shape
+    rows = tf.range(tf.maximum(tf.shape(text)[0], vocab))[:vocab]  # 0 .. vocab - 1
+    return tf.reshape(tf.gather(tf.constant(value), rows), [vocab, width])
 
 
 def _source_ids(tokenizer, text, max_length: int, ours=None):
@@ -205,47 +231,59 @@ def _source_ids(tokenizer, text, max_length: int, ours=None):
 
 def piece_surfaces(
     pieces: list[str], *, unk: str = UNK_SURFACE, byte_pieces: bool = True
-) -> list[bytes]:
-    """The text of each id as SentencePiece decodes it: twice the vocabulary, `[vocab * 2]`,
-    first inside a text, then as its first piece (without the word-boundary mark it starts
-    with). Special ids give b"", `<unk>` gives `unk` (SentencePiece's " ⁇ "; "" for a piece
-    vocabulary, which leaves it out), a byte piece `<0xNN>` its byte (with `byte_pieces`)."""
+) -> tuple[list[bytes], list[bool]]:
+    """The text of each id as SentencePiece decodes it, in two parts: `(texts, spaces)`,
+    each `[vocab]`: the text after the word-boundary mark a piece starts with, and whether
+    it starts with one (a space inside a text; nothing as its first piece). Special ids
+    give b"", `<unk>` gives `unk` (SentencePiece's " ⁇ "; "" for a piece vocabulary, which
+    leaves it out), a byte piece `<0xNN>` its byte (with `byte_pieces`)."""
 
-    def surface(piece: str, first: bool) -> bytes:
+    def surface(piece: str) -> tuple[bytes, bool]:
         if piece in ("<pad>", "<s>", "</s>"):
-            return b""
+            return b"", False
         if piece == "<unk>":
-            return unk.encode()
+            return unk.encode(), False
         byte = re.fullmatch(r"<0x([0-9A-F]{2})>", piece) if byte_pieces else None
         if byte:
-            return bytes([int(byte.group(1), 16)])
-        if first and piece.startswith(WORD_BOUNDARY):
-            piece = piece[1:]
-        return piece.replace(WORD_BOUNDARY, " ").encode()
+            return bytes([int(byte.group(1), 16)]), False
+        space = piece.startswith(WORD_BOUNDARY)
+        return piece[space:].replace(WORD_BOUNDARY, " ").encode(), space
 
-    return [surface(p, False) for p in pieces] + [surface(p, True) for p in pieces]
+    texts, spaces = zip(*map(surface, pieces), strict=True) if pieces else ((), ())
+    return list(texts), list(spaces)
 
 
 def _translations(surfaces, ids, source_ids, max_length: int):
     """Ids `[batch, out_len]` (EOS-terminated, 0-padded) -> strings `[batch]`: each id's text
-    (`piece_surfaces`), joined; "" where the source holds nothing but EOS."""
+    (`piece_surfaces`, as `(texts [vocab + 2], spaces [vocab])`: the texts then "" and " "),
+    after its space (none before the first text), joined; "" where the source holds nothing
+    but EOS."""
     import tensorflow_text
 
-    vocab = tf.shape(surfaces)[0] // 2
+    texts, spaces = surfaces
+    vocab = tf.shape(spaces)[0]
     empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (batch,)
     ids = tf.where(empty[:, None], PAD_ID, ids)
     ids = tf.reshape(tf.pad(ids, [[0, 0], [0, max_length - tf.shape(ids)[1]]]), [-1, max_length])
     is_text = (ids > EOS_ID) | (ids == UNK_ID)  # (batch, max_length)
     first = tf.argmax(tf.cast(is_text, tf.int32), axis=1, output_type=tf.int32)[:, None]
     column = tf.range(max_length)[None, :]
-    pieces = tf.gather(surfaces, ids + vocab * tf.cast(column == first, tf.int32))
+    space = tf.cast(tf.gather(spaces, ids), tf.int32) * tf.cast(column != first, tf.int32)
+    # Each position's space ("" or " ": texts' last two) then its text.
+    order = tf.reshape(tf.stack([vocab + space, ids], axis=2), [-1, 2 * max_length])
     joined = tensorflow_text.ngrams(
-        pieces,
-        max_length,
+        tf.gather(texts, order),
+        2 * max_length,
         reduction_type=tensorflow_text.Reduction.STRING_JOIN,
         string_separator="",
     )  # (batch, 1): one window, the whole row
     return tf.reshape(joined, [-1])
+
+
+def surface_tables(texts: list[bytes], spaces: list[bool]):
+    """`piece_surfaces`' parts as the constants `_translations` reads: the texts then ""
+    and " ", and the spaces as int8 (a byte an id)."""
+    return tf.constant([*texts, b"", b" "]), tf.constant([int(s) for s in spaces], tf.int8)
 
 
 def convert(function, quantize: str | None = None) -> bytes:
@@ -345,5 +383,6 @@ __all__ = [
     "export_litert",
     "op_names",
     "piece_surfaces",
+    "surface_tables",
     "translate_text",
 ]
