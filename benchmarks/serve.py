@@ -1,5 +1,5 @@
-"""Serving side by side: the SavedModel (stock and XLA signatures) and the CTranslate2 export of
-one trained model, on the same sentences, tokenization included.
+"""Serving side by side: the SavedModel (stock and XLA signatures), the CTranslate2 export and
+the LiteRT file of one trained model, on the same sentences, tokenization included.
 
     python -m benchmarks.serve --model-dir runs/demo --model model.averaged.keras \
         --length-penalty 1.0
@@ -19,10 +19,11 @@ for greedy and beam 4:
 Engines alternate within each pass, so a drifting machine is fair to all. TensorFlow uses its
 default threads (all cores) unless --intra-op-threads says how many (TF Serving's
 `--tensorflow_intra_op_parallelism`); CTranslate2 runs --ct2-threads threads (1 by default, as
-CTranslate2's own benchmarks of single-core serving). --quantize adds the SavedModels of
-`trainers.export --quantize` (int8, bfloat16) beside the float32 ones. XLA compiles one
-program per shape bucket: a warm-up pass compiles them before timing. Prints a Markdown
-table, then one JSON object (the benchmarks' schema) as the last stdout line.
+CTranslate2's own benchmarks of single-core serving), LiteRT --litert-threads (1). --quantize
+adds the SavedModels of `trainers.export --quantize` (int8, bfloat16) beside the float32 ones;
+--litert the LiteRT files of `trainers.export --format litert` (float32, int8, float16). XLA
+compiles one program per shape bucket: a warm-up pass compiles them before timing. Prints a
+Markdown table, then one JSON object (the benchmarks' schema) as the last stdout line.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import corpus, evaluation, export, fast  # noqa: E402
-from keras_transformer.decoding import STOPPING  # noqa: E402
-from keras_transformer.serving import CTranslate2Translator  # noqa: E402
+from keras_transformer.decoding import STOPPING, DecodingSettings  # noqa: E402
+from keras_transformer.serving import CTranslate2Translator, LiteRTTranslator  # noqa: E402
 from trainers.run_dir import MODEL, RunDirectory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,6 +86,18 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict) -> dict:
             name = f"SavedModel {signature}" + (f" {weights}" if quantize else "")
             found[name, decoding] = _saved_model_translate(serve)
             sizes[name] = _megabytes(version)
+    for (beam, stopping, decoding), weights in itertools.product(searches, args.litert):
+        directory = export.export_litert(
+            model,
+            folder / f"litert_beam{beam}_{stopping}_{weights}",
+            vocabularies=vocabularies,
+            decoding=DecodingSettings(beam_size=beam, stopping=stopping, **settings),
+            quantize=None if weights == "float32" else weights,
+        )
+        name = f"LiteRT {weights}, {args.litert_threads} thread(s)"
+        translator = LiteRTTranslator(directory, threads=args.litert_threads)
+        found[name, decoding] = _litert_translate(translator)
+        sizes[name] = _megabytes(directory)
     for quantization in args.ct2_types:
         directory = export.ctranslate2.export_ctranslate2(
             model,
@@ -110,6 +123,13 @@ def _saved_model_translate(serve):
     def translate(sentences):
         out = serve(text=tf.constant(sentences))["translation"].numpy()
         return [t.decode("utf-8") for t in out]
+
+    return translate
+
+
+def _litert_translate(translator):  # the search is the file's own
+    def translate(sentences):
+        return [h[0].text for h in translator.translate(sentences)]
 
     return translate
 
@@ -195,6 +215,8 @@ def run(args) -> dict:
         stopping=args.stopping,
         quantize=args.quantize,
         intra_op_threads=args.intra_op_threads,
+        litert=args.litert,
+        litert_threads=args.litert_threads,
         rows=rows,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
@@ -257,6 +279,14 @@ def main(argv=None) -> None:
         default=["float32"],
         help="the SavedModels' weight types (trainers.export --quantize; float32: none)",
     )
+    parser.add_argument(
+        "--litert",
+        nargs="*",
+        choices=["float32", "int8", "float16"],
+        default=[],
+        help="also the LiteRT files of trainers.export --format litert, of these weights",
+    )
+    parser.add_argument("--litert-threads", type=int, default=1, help="LiteRT's threads")
     parser.add_argument(
         "--intra-op-threads",
         type=int,

@@ -160,6 +160,25 @@ def test_an_empty_batch(exported):
     assert run_files([], exported["greedy"])["translations"] == [[]]
 
 
+def test_the_translator_s_threads(exported):
+    """`threads` sets the interpreter's; any number of them translates alike, and a count
+    that is not one is refused by name before the file is read."""
+    from keras_transformer.serving import LiteRTTranslator
+
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    texts = {
+        threads: [
+            h[0].text
+            for h in LiteRTTranslator(exported["beam"], threads=threads).translate(SENTENCES)
+        ]
+        for threads in (0, 1, 2)
+    }
+    assert texts[1] == texts[0] == texts[2] and texts[0][0]
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"threads=.*a number of threads"):
+            LiteRTTranslator(exported["beam"], threads=bad)
+
+
 def test_float16_and_the_stock_search(model, exported, tmp_path):
     """`quantize="float16"` halves the weights; the file is traced on the stock path, the
     speed switch's second copy of the embedding table left out, whatever the switch says."""

@@ -142,7 +142,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--threads",
         type=int,
         default=0,
-        help="CTranslate2 only: threads of its one translator (0: its default)",
+        help="CTranslate2 and LiteRT only: threads of its one translator or interpreter (0: "
+        "its default)",
     )
     # A SavedModel takes --target-prefix by its serving_prefix signature.
     flags.add_prefixes(parser, "the export manifest's decoding")
@@ -154,7 +155,10 @@ def load_translator(args):
     model loads (ValueError naming the flag)."""
     if serving.is_litert(args.model):
         return serving.LiteRTTranslator(
-            args.model, source_prefix=args.source_prefix, target_prefix=args.target_prefix
+            args.model,
+            source_prefix=args.source_prefix,
+            target_prefix=args.target_prefix,
+            threads=args.threads,
         )
     ctranslate2 = serving.is_ctranslate2(args.model)
     version = None if ctranslate2 else serving.resolve_version(args.model)

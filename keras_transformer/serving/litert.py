@@ -80,6 +80,7 @@ class LiteRTTranslator:
             (and the export's `manifest.json`).
         source_prefix: None. Source prefixes are not in LiteRT files yet.
         target_prefix: None. Target prefixes are not in LiteRT files yet.
+        threads: int. Threads of LiteRT's interpreter; 0 lets LiteRT choose. Defaults to 0.
 
     Raises:
         FileNotFoundError: no such file.
@@ -87,7 +88,16 @@ class LiteRTTranslator:
             install and register them).
     """
 
-    def __init__(self, path, *, source_prefix: str | None = None, target_prefix: str | None = None):
+    def __init__(
+        self,
+        path,
+        *,
+        source_prefix: str | None = None,
+        target_prefix: str | None = None,
+        threads: int = 0,
+    ):
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"threads={threads!r}: a number of threads, 0 or more")
         path = Path(path)
         if path.is_dir():
             path = path / "model.tflite"
@@ -106,7 +116,9 @@ class LiteRTTranslator:
         manifest = path.parent / MANIFEST
         self.manifest = json.loads(manifest.read_text()) if manifest.is_file() else {}
         interpreter = InterpreterWithCustomOps(
-            custom_op_registerers=text_op_registrars(), model_path=str(path)
+            custom_op_registerers=text_op_registrars(),
+            model_path=str(path),
+            num_threads=threads or None,
         )
         self._run = interpreter.get_signature_runner("serving_default")
 
