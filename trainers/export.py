@@ -169,23 +169,18 @@ def main(argv=None) -> int:
         "source_model": str(run.model(args.model)),
         "metrics": run.metrics(),
     }
-    if args.format == "litert":
+    if args.format in ("litert", "ctranslate2"):
+        if args.format == "litert":
+            write, what = export.litert.export_litert, "LiteRT file"
+            weights = {"quantize": args.quantize}
+        else:
+            write, what = export.ctranslate2.export_ctranslate2, "CTranslate2 model"
+            weights = {"quantization": args.quantize}
         try:
-            written = export.litert.export_litert(
-                task, args.out, quantize=args.quantize, manifest=manifest
-            )
+            written = write(task, args.out, manifest=manifest, **weights)
         except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
             return errors.fail(error)
-        print(f"wrote {written} (LiteRT file, {args.quantize or 'float32'} weights)")
-        return errors.EXIT_OK
-    if args.format == "ctranslate2":
-        try:
-            written = export.ctranslate2.export_ctranslate2(
-                task, args.out, quantization=args.quantize, manifest=manifest
-            )
-        except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
-            return errors.fail(error)
-        print(f"wrote {written} (CTranslate2 model, {args.quantize or 'float32'} weights)")
+        print(f"wrote {written} ({what}, {args.quantize or 'float32'} weights)")
         return errors.EXIT_OK
     try:
         # Warnings (bfloat16's fallback to float32) as the programs print them: one line each.
