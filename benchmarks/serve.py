@@ -22,7 +22,9 @@ default threads (all cores) unless --intra-op-threads says how many (TF Serving'
 CTranslate2's own benchmarks of single-core serving), LiteRT --litert-threads (1). --quantize
 adds the SavedModels of `trainers.export --quantize` (int8, bfloat16) beside the float32 ones;
 --litert the LiteRT files of `trainers.export --format litert` (float32, int8, float16). XLA
-compiles one program per shape bucket: a warm-up pass compiles them before timing. Prints a
+compiles one program per shape bucket: a warm-up pass compiles them before timing. --rss adds
+each artifact's peak RSS, served alone in a new process (`benchmarks.peak_rss`; the
+SavedModels' `serving_xla`). Prints a
 Markdown table, then one JSON object (the benchmarks' schema) as the last stdout line.
 """
 
@@ -34,6 +36,8 @@ import json
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,9 +61,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST = ROOT / "data" / "bible-en-es" / "test.tsv.xz"
 
 
-def engines(model, vocabularies, folder: Path, args, sizes: dict) -> dict:
+def engines(model, vocabularies, folder: Path, args, sizes: dict, artifacts: dict) -> dict:
     """(name, decoding) -> translate(list[str]) -> list[str] for every artifact; `sizes`
-    gets each artifact's size on disk in MiB, by name."""
+    gets each artifact's size on disk in MiB, by name, and `artifacts` what
+    `benchmarks.peak_rss` loads for each key: (kind, path, beam)."""
     settings = dict(length_penalty=args.length_penalty)
     found = {}
     searches = [(1, "exact", "greedy")] + [
@@ -86,6 +91,8 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict) -> dict:
             name = f"SavedModel {signature}" + (f" {weights}" if quantize else "")
             found[name, decoding] = _saved_model_translate(serve)
             sizes[name] = _megabytes(version)
+            if signature == "serving_xla":
+                artifacts[name, decoding] = ("saved_model", version, beam)
     for (beam, stopping, decoding), weights in itertools.product(searches, args.litert):
         directory = export.export_litert(
             model,
@@ -98,6 +105,7 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict) -> dict:
         translator = LiteRTTranslator(directory, threads=args.litert_threads)
         found[name, decoding] = _litert_translate(translator)
         sizes[name] = _megabytes(directory)
+        artifacts[name, decoding] = ("litert", directory, beam)
     for quantization in args.ct2_types:
         directory = export.ctranslate2.export_ctranslate2(
             model,
@@ -111,6 +119,7 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict) -> dict:
             name = f"CTranslate2 {quantization}, {args.ct2_threads} thread(s)"
             found[name, decoding] = _ct2_translate(translator, beam)
             sizes[name] = _megabytes(directory)
+            artifacts[name, decoding] = ("ctranslate2", directory, beam)
     return found
 
 
@@ -141,6 +150,24 @@ def _ct2_translate(translator, beam):
     return translate
 
 
+def peak_rss(kind: str, path: Path, sentences: list[str], beam: int, args) -> float:
+    """The peak RSS (MiB) of a new process serving one artifact alone (`benchmarks.peak_rss`)
+    on `sentences`, with the threads this run gives its engine."""
+    threads = {
+        "saved_model": args.intra_op_threads or 0,
+        "litert": args.litert_threads,
+        "ctranslate2": args.ct2_threads,
+    }[kind]
+    command = [sys.executable, "-m", "benchmarks.peak_rss", kind, str(path)]
+    command += ["--beam", str(beam), "--threads", str(threads)]
+    done = subprocess.run(
+        command, input=json.dumps(sentences), capture_output=True, text=True, cwd=ROOT
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["peak_rss_mb"]
+
+
 def latency_fit(milliseconds, pieces) -> tuple[float, float]:
     """`(fixed, per_piece)` of the least-squares line `milliseconds = fixed + per_piece *
     pieces` over single requests (one latency and one output length each)."""
@@ -159,8 +186,8 @@ def run(args) -> dict:
         sources, references = sources[: args.sentences], references[: args.sentences]
     single = sources[: args.single]
     with tempfile.TemporaryDirectory() as tmp:
-        sizes = {}
-        found = engines(model, vocabularies, Path(tmp), args, sizes)
+        sizes, artifacts = {}, {}
+        found = engines(model, vocabularies, Path(tmp), args, sizes, artifacts)
         batched = {key: [] for key in found}
         latencies = {key: [] for key in found}
         hypotheses, single_out = {}, {}
@@ -181,6 +208,7 @@ def run(args) -> dict:
                     started = time.perf_counter()
                     single_out[key] += translate([sentence])
                     latencies[key].append(1e3 * (time.perf_counter() - started))
+        rss = {key: peak_rss(*artifacts[key], single, args) for key in artifacts if args.rss}
     rows = []
     for key in found:
         name, decoding = key
@@ -198,6 +226,7 @@ def run(args) -> dict:
                 single_ms_per_piece=round(per_piece, 3),
                 test_bleu=round(evaluation.score(hypotheses[key], references)["bleu"], 2),
                 size_mb=sizes[name],
+                peak_rss_mb=rss.get(key),
             )
         )
     return dict(
@@ -225,15 +254,15 @@ def run(args) -> dict:
 def table(result: dict) -> str:
     lines = [
         "| engine | decoding | batches of 32, ms a sentence | one at a time, p50 / p95 ms "
-        "| one at a time, ms: fixed + a piece | test BLEU | MiB on disk |",
-        "|---|---|---|---|---|---|---|",
+        "| one at a time, ms: fixed + a piece | test BLEU | MiB on disk | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         lines.append(
             f"| {row['engine']} | {row['decoding']} | {row['batch32_ms_per_sentence']} | "
             f"{row['single_p50_ms']} / {row['single_p95_ms']} | "
             f"{row['single_fixed_ms']} + {row['single_ms_per_piece']} | {row['test_bleu']} | "
-            f"{row['size_mb']} |"
+            f"{row['size_mb']} | {row['peak_rss_mb'] or '-'} |"
         )
     return "\n".join(lines)
 
@@ -287,6 +316,12 @@ def main(argv=None) -> None:
         help="also the LiteRT files of trainers.export --format litert, of these weights",
     )
     parser.add_argument("--litert-threads", type=int, default=1, help="LiteRT's threads")
+    parser.add_argument(
+        "--rss",
+        action="store_true",
+        help="also each artifact's peak RSS, served alone in a new process (benchmarks."
+        "peak_rss: the SavedModels' serving_xla, the CTranslate2 and LiteRT files)",
+    )
     parser.add_argument(
         "--intra-op-threads",
         type=int,

@@ -179,6 +179,32 @@ def test_the_translator_s_threads(exported):
             LiteRTTranslator(exported["beam"], threads=bad)
 
 
+def test_benchmarks_peak_rss_serves_the_file_alone(exported):
+    """`benchmarks.peak_rss` (what `benchmarks.serve --rss` runs for each artifact) serves
+    the file in a new process without TensorFlow and reports that process's peak RSS; stdin
+    that is not a list of strings is refused."""
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    command = [sys.executable, "-m", "benchmarks.peak_rss", "litert", str(exported["greedy"])]
+    done = subprocess.run(
+        command,
+        input=json.dumps(SENTENCES[:2]),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["kind"] == "litert" and report["sentences"] == 2
+    # LiteRT and the text ops alone (~110 MiB here); importing TensorFlow takes ~900 MiB.
+    assert 10 < report["peak_rss_mb"] < 500
+    done = subprocess.run(
+        command, input='{"not": "a list"}', cwd=ROOT, env=ENV, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "a JSON list of strings" in done.stderr
+
+
 def test_float16_and_the_stock_search(model, exported, tmp_path):
     """`quantize="float16"` halves the weights; the file is traced on the stock path, the
     speed switch's second copy of the embedding table left out, whatever the switch says."""
