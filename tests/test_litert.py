@@ -418,12 +418,16 @@ def test_an_opus_mt_vocabulary_s_ids_and_text(name):
 
 def test_what_a_file_cannot_hold_yet_is_refused(model, tmp_path):
     """A multilingual OPUS-MT vocabulary (>>xx<< tokens, which the file would cut as text),
-    M2M100's (language codes, its own decoding) and a prefix that is not an NLLB-200
-    language code are refused by name, before anything is written."""
+    M2M100's (language codes, its own decoding), a BPE model with byte fallback (which the
+    file's BPE cut does not make) and a prefix that is not an NLLB-200 language code are
+    refused by name, before anything is written."""
     from keras_transformer.pretrained import m2m100, marian
 
     nllb = m2m100.load_vocabularies(FIXTURES / "m2m100" / "nllb-tiny")
+    sample = bible.pairs("train", 3000)
+    bpe = kt.text.Vocabularies.train(sample.sources, sample.targets, 1000, model_type="bpe")
     cases = [
+        (bpe, None, "byte fallback"),
         (marian.load_vocabularies(FIXTURES / "marian" / "shared"), None, "multilingual OPUS-MT"),
         (m2m100.load_vocabularies(FIXTURES / "m2m100" / "m2m100-tiny"), None, "M2M100"),
         (nllb, decoding.DecodingSettings(target_prefix="Hola"), "takes a language code"),
@@ -619,3 +623,26 @@ def test_the_file_s_bpe_cut_is_sentencepiece_s(nllb):
     assert got.numpy()[:, : expected.shape[1]].tolist() == expected.tolist()
     assert not got.numpy()[:, expected.shape[1] :].any()
     assert expected.shape[1] == model.config.max_length  # the long line is cut
+
+
+def test_the_translate_program_takes_an_nllb_file_s_languages(nllb):
+    """`trainers.translate --model FILE --target-prefix spa_Latn` gives the translator's
+    translations; a code the file lacks is refused naming the flag."""
+    from keras_transformer.serving import LiteRTTranslator
+
+    directory = nllb[3]
+    lines = NLLB_LINES[:3]
+    result = run_main(
+        "trainers.translate",
+        "--model",
+        directory / "model.tflite",
+        "--target-prefix",
+        "spa_Latn",
+        stdin="\n".join(lines).encode() + b"\n",
+    )
+    expected = LiteRTTranslator(directory, target_prefix="spa_Latn").translate(lines)
+    assert result.stdout.splitlines() == [hypotheses[0].text for hypotheses in expected]
+    refused = run_main(
+        "trainers.translate", "--model", directory, "--source-prefix", "xxx_Zzzz", check=False
+    )
+    assert refused.returncode == 2 and "--source-prefix='xxx_Zzzz'" in refused.stderr

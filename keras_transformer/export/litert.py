@@ -197,7 +197,7 @@ def signatures(model, vocabularies, settings: DecodingSettings) -> dict:
             target.get_vocabulary(),
             unk="" if pieces else UNK_SURFACE,
             byte_pieces=not pieces,
-            silent=set(getattr(target, "special_tokens", {}).values()),
+            silent=target.special_tokens.values() if _is_nllb(target) else (),
         )
     )
     weights = [(variable, variable.numpy()) for variable in model.variables]

@@ -83,6 +83,51 @@ def _package(name: str) -> Path:
     return Path(spec.origin).parent
 
 
+def _manifest(path: Path) -> dict:
+    """The export's manifest beside a LiteRT file, or {} where there is none."""
+    manifest = path.parent / MANIFEST
+    return json.loads(manifest.read_text()) if manifest.is_file() else {}
+
+
+def languages(path) -> dict[str, list[str]]:
+    """The language codes a LiteRT file takes, by side ("source", "target"), from its
+    manifest: NLLB-200's; none for another model (or a file without its manifest)."""
+    path = Path(path)
+    path = path / "model.tflite" if path.is_dir() else path
+    listed = _manifest(path).get("languages", {})
+    return {side: list(listed.get(side, [])) for side in ("source", "target")}
+
+
+def check_prefixes(
+    languages: dict[str, list[str]],
+    source_prefix: str | None = None,
+    target_prefix: str | None = None,
+    *,
+    names: tuple[str, str] = ("source_prefix", "target_prefix"),
+) -> None:
+    """Refuses a prefix a LiteRT file does not take: any, where it has no language codes
+    (`languages`); else one that is not one of its codes. ValueError naming the prefix by
+    `names` (a program's flags) and the code it could have meant. None passes."""
+    for name, side, prefix in zip(
+        names, ("source", "target"), (source_prefix, target_prefix), strict=True
+    ):
+        if prefix is None:
+            continue
+        codes = languages[side]
+        if not codes:
+            raise ValueError(
+                f"{name}={prefix!r}: this LiteRT file takes no prefix (its model's "
+                "vocabulary has no language codes)"
+            )
+        # The library's check names the code it could have meant.
+        check_target_prefix(prefix, SimpleNamespace(language_codes=codes), where=name)
+        if prefix not in codes:
+            raise ValueError(
+                f"{name}={prefix!r}: a LiteRT file takes one language code as its prefix "
+                f"({', '.join(codes[:6])}, ...)"
+            )
+
+
 class LiteRTTranslator:
     """Translates text with a LiteRT file of `kt.export.litert`, the search its export wrote
     into it: its `serving_default` signature (`text` in, `translations` out), or for an
@@ -129,10 +174,8 @@ class LiteRTTranslator:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no LiteRT file")
         self.path = path
-        manifest = path.parent / MANIFEST
-        self.manifest = json.loads(manifest.read_text()) if manifest.is_file() else {}
-        languages = self.manifest.get("languages", {})
-        self.languages = {side: list(languages.get(side, [])) for side in ("source", "target")}
+        self.manifest = _manifest(path)
+        self.languages = languages(path)
         self._check(source_prefix, target_prefix)
         self.source_prefix, self.target_prefix = source_prefix, target_prefix
         try:
@@ -152,23 +195,7 @@ class LiteRTTranslator:
             self._languages = interpreter.get_signature_runner("serving_languages")
 
     def _check(self, source_prefix: str | None, target_prefix: str | None) -> None:
-        """Refuses a prefix the file does not take (see the class doc)."""
-        for name, prefix in (("source_prefix", source_prefix), ("target_prefix", target_prefix)):
-            if prefix is None:
-                continue
-            codes = self.languages[name.split("_")[0]]
-            if not codes:
-                raise ValueError(
-                    f"{name}={prefix!r}: this LiteRT file takes no prefix (its model's "
-                    "vocabulary has no language codes)"
-                )
-            # The library's check names the code it could have meant.
-            check_target_prefix(prefix, SimpleNamespace(language_codes=codes), where=name)
-            if prefix not in codes:
-                raise ValueError(
-                    f"{name}={prefix!r}: a LiteRT file takes one language code as its "
-                    f"prefix ({', '.join(codes[:6])}, ...)"
-                )
+        check_prefixes(self.languages, source_prefix, target_prefix)
 
     def n_best_problem(self, n_best: int, *, target_prefix: str | None = None) -> str | None:
         """Why `translate` cannot give `n_best` hypotheses a line, or None when it can."""
@@ -246,4 +273,12 @@ class LiteRTTranslator:
         return line, next((p for p in (call, self.source_prefix, export) if p), "")
 
 
-__all__ = ["FORMAT", "LiteRTTranslator", "REGISTRARS", "is_litert", "text_op_registrars"]
+__all__ = [
+    "FORMAT",
+    "LiteRTTranslator",
+    "REGISTRARS",
+    "check_prefixes",
+    "is_litert",
+    "languages",
+    "text_op_registrars",
+]
