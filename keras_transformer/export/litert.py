@@ -2,10 +2,18 @@
 
 `export_litert` writes `DIRECTORY/model.tflite` and `DIRECTORY/manifest.json`. The file's
 signature `serving_default` takes `text` (string `[batch]`) and gives `translations`
-(string `[batch]`). Inside it:
+(string `[batch]`). An NLLB-200 file has two more, as the SavedModel's: `serving_prefix`
+takes `text` and `target_prefix` (a language code a sentence, "spa_Latn"), and
+`serving_languages` `text`, `source_prefix` and `target_prefix` (both languages a sentence;
+"" for none); a code the vocabulary lacks makes that sentence's translation "" (the file
+cannot fail a request by name: `LiteRTTranslator` checks codes against the manifest's
+`languages` first). Inside it:
 
 - tokenization: tensorflow-text's `FastSentencepieceTokenizer` over the source vocabulary's
-  SentencePiece model, the cut to `max_length - 1` tokens, then EOS;
+  SentencePiece model (a unigram one), or SentencePiece's BPE cut in builtin ops
+  (`kt.export.litert_bpe`, NLLB-200's), the cut to `max_length - 1` tokens, then EOS; for
+  NLLB-200, the source language code first and a "▁" for trailing whitespace, as the
+  library's `NllbTokenizer` lays them out;
 - the model, its weights stored in the file as constants, and the settings' search,
   `kt.decoding.decode` (greedy or beam search, with the length penalty, stopping rule and
   extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
@@ -13,8 +21,9 @@ signature `serving_default` takes `text` (string `[batch]`) and gives `translati
   as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file);
   the tied embedding table is read through one lookup of all its rows, so that int8 stores
   it once (`_one_table`);
-- detokenization: each id's text from a table in the file (the special ids give none, a
-  word-boundary mark is a space but before the first piece, byte pieces give their byte),
+- detokenization: each id's text from a table in the file (the special ids give none, nor do
+  NLLB-200's language codes and special tokens; a word-boundary mark is a space but before
+  the first piece that shows; byte pieces give their byte),
   joined by tensorflow-text's `NgramsStringJoin` over the whole row.
 
 The file holds LiteRT's builtin ops and the tensorflow-text ops of `TEXT_OPS`, and no Flex
@@ -37,10 +46,13 @@ transformers' `MarianTokenizer` does. Where it differs from `MarianTokenizer`: a
 the source SentencePiece model lacks is `<unk>` (it looks the character up in the list); a
 literal "</s>" in the input, and a leading ">>spa<<", are cut as text.
 
-Not written: a source vocabulary of a BPE SentencePiece model (`FastSentencepieceTokenizer`
-cuts it otherwise than SentencePiece: NLLB-200's is one); NLLB-200 models and multilingual
-OPUS-MT ones (language codes), source and target prefixes, n-best lists. Each is refused by
-name.
+An NLLB-200 file reads the text as plain text: a language code or other special token
+written in it is cut as text (`LiteRTTranslator` takes a leading code off and gives it as the
+source language), and a blank text is one the normalizer leaves nothing of.
+
+Not written: M2M100 models and multilingual OPUS-MT ones (>>spa<< tokens), a prefix that is
+not an NLLB-200 language code, a BPE model with byte fallback or user-defined pieces, n-best
+lists. Each is refused by name.
 """
 
 from __future__ import annotations
