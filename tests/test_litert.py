@@ -646,3 +646,24 @@ def test_the_translate_program_takes_an_nllb_file_s_languages(nllb):
         "trainers.translate", "--model", directory, "--source-prefix", "xxx_Zzzz", check=False
     )
     assert refused.returncode == 2 and "--source-prefix='xxx_Zzzz'" in refused.stderr
+
+
+def test_the_bpe_cut_refuses_pieces_it_does_not_make():
+    """A user-defined piece, or a piece of a character the model lacks (SentencePiece would
+    merge it from the character's text), is refused by name: the file's merges start from
+    the model's own characters."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    from keras_transformer.export import litert_bpe
+
+    kinds = sentencepiece_model_pb2.ModelProto.SentencePiece
+    for piece, kind, message in (
+        ("<x>", kinds.USER_DEFINED, "user-defined"),
+        ("Щa", kinds.NORMAL, r"pieces of characters it lacks \(\['Щa'\]\)"),
+    ):
+        model = sentencepiece_model_pb2.ModelProto()
+        model.ParseFromString((NLLB / "sentencepiece.bpe.model").read_bytes())
+        added = model.pieces.add()
+        added.piece, added.type, added.score = piece, kind, -2000.0
+        with pytest.raises(ValueError, match=message):
+            litert_bpe.character_model(model.SerializeToString())

@@ -42,7 +42,8 @@ def character_model(proto: bytes) -> tuple[bytes, list[int]]:
 
     Raises:
         ValueError: the model is not BPE, or has pieces the file's cut does not make
-            (user-defined or unused pieces, byte fallback, no dummy prefix).
+            (user-defined or unused pieces, byte fallback, no dummy prefix, a piece of a
+            character that is not a piece).
     """
     from sentencepiece import sentencepiece_model_pb2 as pb
 
@@ -56,6 +57,13 @@ def character_model(proto: bytes) -> tuple[bytes, list[int]]:
         raise ValueError(
             "the source BPE SentencePiece model has user-defined or unused pieces, byte "
             f"fallback or no dummy prefix ({odd[:3]}): the LiteRT file's cut does not make them"
+        )
+    single = {p.piece for p in model.pieces if p.type == kinds.NORMAL and len(p.piece) == 1}
+    odd = [p.piece for p in model.pieces if p.type == kinds.NORMAL and not set(p.piece) <= single]
+    if odd:  # SentencePiece's BPE trainer makes none: its pieces are made of its characters
+        raise ValueError(
+            f"the source BPE SentencePiece model has pieces of characters it lacks ({odd[:3]}): "
+            "the LiteRT file's cut does not make them"
         )
     characters = pb.ModelProto()
     characters.CopyFrom(model)
