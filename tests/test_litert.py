@@ -185,6 +185,16 @@ def test_the_translator_s_threads(exported):
             LiteRTTranslator(exported["beam"], threads=bad)
 
 
+def test_a_file_without_language_codes_takes_no_prefix(exported):
+    from keras_transformer.serving import LiteRTTranslator
+
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    with pytest.raises(ValueError, match="target_prefix='spa_Latn': this LiteRT file takes no"):
+        LiteRTTranslator(exported["greedy"], target_prefix="spa_Latn")
+    with pytest.raises(ValueError, match="source_prefix='eng_Latn': this LiteRT file takes no"):
+        LiteRTTranslator(exported["greedy"]).translate(["Amen."], source_prefix="eng_Latn")
+
+
 def test_float16_and_the_stock_search(model, exported, tmp_path):
     """`quantize="float16"` halves the weights; the file is traced on the stock path, the
     speed switch's second copy of the embedding table left out, whatever the switch says."""
