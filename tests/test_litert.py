@@ -128,14 +128,20 @@ def test_layout_and_manifest(exported, model):
     assert facts["decoding"]["beam_size"] == 4
     assert facts["decoding"]["max_input_tokens"] == MAX_LENGTH - 1
     assert facts["signatures"]["serving_default"]["outputs"] == {"translations": "string [batch]"}
-    assert facts["custom_ops"] == sorted(litert.TEXT_OPS)
+    assert facts["custom_ops"] == [
+        "RaggedTensorToTensor",
+        "TFText>FastSentencepieceTokenize",
+        "TFText>NgramsStringJoin",
+    ]
+    assert facts["languages"] == {"source": [], "target": []}
+    assert list(facts["signatures"]) == ["serving_default"]
 
 
 def test_only_builtin_and_text_ops(exported):
     ops = litert.op_names((exported["beam"] / "model.tflite").read_bytes())
     assert "WHILE" in ops and "TFText>FastSentencepieceTokenize" in ops
     assert not [op for op in ops if op.startswith("Flex")]
-    assert [op for op in ops if op.upper() != op] == sorted(litert.TEXT_OPS)  # the rest: builtins
+    assert {op for op in ops if op.upper() != op} <= set(litert.TEXT_OPS)  # the rest: builtins
     with pytest.raises(ValueError, match=r"\['FlexStridedSlice'\]"):
         litert.check_ops(["ADD", "FlexStridedSlice", "TFText>NgramsStringJoin"])
 
@@ -203,6 +209,16 @@ def test_benchmarks_peak_rss_serves_the_file_alone(exported):
         command, input='{"not": "a list"}', cwd=ROOT, env=ENV, capture_output=True, text=True
     )
     assert done.returncode == 2 and "a JSON list of strings" in done.stderr
+
+
+def test_a_file_without_language_codes_takes_no_prefix(exported):
+    from keras_transformer.serving import LiteRTTranslator
+
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    with pytest.raises(ValueError, match="target_prefix='spa_Latn': this LiteRT file takes no"):
+        LiteRTTranslator(exported["greedy"], target_prefix="spa_Latn")
+    with pytest.raises(ValueError, match="source_prefix='eng_Latn': this LiteRT file takes no"):
+        LiteRTTranslator(exported["greedy"]).translate(["Amen."], source_prefix="eng_Latn")
 
 
 def test_float16_and_the_stock_search(model, exported, tmp_path):
@@ -438,20 +454,25 @@ def test_an_opus_mt_vocabulary_s_ids_and_text(name):
 
 def test_what_a_file_cannot_hold_yet_is_refused(model, tmp_path):
     """A multilingual OPUS-MT vocabulary (>>xx<< tokens, which the file would cut as text),
-    NLLB-200's (language codes) and a BPE source vocabulary (which FastSentencepieceTokenizer
-    cuts otherwise than SentencePiece) are refused by name, before anything is written."""
+    M2M100's (language codes, its own decoding), a BPE model with byte fallback (which the
+    file's BPE cut does not make) and a prefix that is not an NLLB-200 language code are
+    refused by name, before anything is written."""
     from keras_transformer.pretrained import m2m100, marian
 
+    nllb = m2m100.load_vocabularies(FIXTURES / "m2m100" / "nllb-tiny")
     sample = bible.pairs("train", 3000)
     bpe = kt.text.Vocabularies.train(sample.sources, sample.targets, 1000, model_type="bpe")
     cases = [
-        (bpe, "the source SentencePiece model is bpe"),
-        (marian.load_vocabularies(FIXTURES / "marian" / "shared"), "multilingual OPUS-MT"),
-        (m2m100.load_vocabularies(FIXTURES / "m2m100" / "nllb-tiny"), "NLLB-200"),
+        (bpe, None, "byte fallback"),
+        (marian.load_vocabularies(FIXTURES / "marian" / "shared"), None, "multilingual OPUS-MT"),
+        (m2m100.load_vocabularies(FIXTURES / "m2m100" / "m2m100-tiny"), None, "M2M100"),
+        (nllb, decoding.DecodingSettings(target_prefix="Hola"), "takes a language code"),
     ]
-    for vocabularies, message in cases:
+    for vocabularies, settings, message in cases:
         with pytest.raises(ValueError, match=message):
-            export.export_litert(model, tmp_path / "out", vocabularies=vocabularies)
+            export.export_litert(
+                model, tmp_path / "out", vocabularies=vocabularies, decoding=settings
+            )
     assert not (tmp_path / "out").exists()
 
 
@@ -482,3 +503,203 @@ def test_without_tensorflow_text_the_error_says_how_to_register_its_ops(monkeypa
     monkeypatch.setattr(runtime, "_package", missing)
     with pytest.raises(ImportError, match=r"pip install tensorflow-text, .*SELECT_TFTEXT_OPS"):
         runtime.text_op_registrars()
+
+
+NLLB = FIXTURES / "m2m100" / "nllb-tiny"
+# Verses, a line that names its own source language, trailing whitespace (a piece of its
+# own), characters the vocabulary lacks, blank lines, and one longer than the model's
+# max_length (cut there, then EOS).
+NLLB_LINES = [
+    "In the beginning God created the heavens and the earth.",
+    "fra_Latn Au commencement, Dieu créa les cieux et la terre.",
+    "Jesus wept. ",
+    "Ж 漢字 ﬁne",
+    "",
+    "   ",
+    "And God said, Let there be light: and there was light. " * 8,
+]
+
+
+@pytest.fixture(scope="module")
+def nllb(tmp_path_factory):
+    """The NLLB-200 fixture, its vocabularies, the settings and its LiteRT directory (greedy,
+    English the export's source language, no target language of its own)."""
+    from keras_transformer.pretrained import m2m100
+
+    model, _ = m2m100.load_m2m100(NLLB)
+    vocabularies = m2m100.load_vocabularies(NLLB)
+    settings = decoding.DecodingSettings(beam_size=1, max_extra_length=8, source_prefix="eng_Latn")
+    directory = export.export_litert(
+        model,
+        tmp_path_factory.mktemp("nllb") / "file",
+        vocabularies=vocabularies,
+        decoding=settings,
+    )
+    return model, vocabularies, settings, directory
+
+
+def test_an_nllb_file_translates_as_the_library_with_the_language_of_each_request(nllb):
+    """The translator's translations (the `serving_languages` signature) equal
+    `kt.evaluation.Translator`'s with each target language; `serving_prefix` takes a target
+    language a sentence, the export's source language for all; the manifest lists the
+    languages and signatures."""
+    from ai_edge_litert.interpreter import InterpreterWithCustomOps
+
+    from keras_transformer.serving import LiteRTTranslator
+    from keras_transformer.serving.litert import text_op_registrars
+
+    model, vocabularies, settings, directory = nllb
+    translator = LiteRTTranslator(directory)
+    expected = {}
+    for language in ("spa_Latn", "fra_Latn"):
+        library = kt.evaluation.Translator(
+            model, vocabularies, decoding=settings.replace(target_prefix=language)
+        ).translate(NLLB_LINES)
+        got = translator.translate(NLLB_LINES, target_prefix=language)
+        assert [hypotheses[0].text for hypotheses in got] == library, language
+        assert library[0] and library[4] == library[5] == ""
+        expected[language] = library
+    assert expected["spa_Latn"] != expected["fra_Latn"]
+    interpreter = InterpreterWithCustomOps(
+        custom_op_registerers=text_op_registrars(), model_path=str(directory / "model.tflite")
+    )
+    languages = ["spa_Latn", "fra_Latn", "spa_Latn"]
+    answer = interpreter.get_signature_runner("serving_prefix")(
+        text=np.array([line.encode() for line in NLLB_LINES[:3:2] + [""]], dtype=object),
+        target_prefix=np.array([language.encode() for language in languages], dtype=object),
+    )["translations"]
+    assert [text.decode() for text in answer] == [
+        expected["spa_Latn"][0],
+        expected["fra_Latn"][2],
+        "",
+    ]
+    facts = json.loads((directory / "manifest.json").read_text())
+    assert facts["languages"]["target"] == vocabularies.target.language_codes
+    assert facts["languages"]["source"] == vocabularies.source.language_codes
+    assert facts["signatures"]["serving_languages"]["inputs"] == {
+        "text": "string [batch]",
+        "source_prefix": "string [batch]",
+        "target_prefix": "string [batch]",
+    }
+    assert set(facts["signatures"]) == {"serving_default", "serving_prefix", "serving_languages"}
+    assert "TFText>ByteSplitWithOffsets" in facts["custom_ops"]
+
+
+def test_an_unknown_language_is_refused_by_the_translator_and_blank_in_the_file(nllb):
+    """The translator checks a code against the manifest's languages, naming the code it
+    could have meant, before the file runs; the file answers "" for a code it lacks."""
+    from ai_edge_litert.interpreter import InterpreterWithCustomOps
+
+    from keras_transformer.serving import LiteRTTranslator
+    from keras_transformer.serving.litert import text_op_registrars
+
+    directory = nllb[3]
+    with pytest.raises(ValueError, match="target_prefix='spa_latn'.*did you mean 'spa_Latn'"):
+        LiteRTTranslator(directory, target_prefix="spa_latn")
+    translator = LiteRTTranslator(directory)
+    with pytest.raises(ValueError, match="source_prefix='xxx_Zzzz'.* is not one of"):
+        translator.translate(["Hello"], source_prefix="xxx_Zzzz")
+    with pytest.raises(ValueError, match="target_prefix='Hola'.*takes one language code"):
+        translator.translate(["Hello"], target_prefix="Hola")
+    interpreter = InterpreterWithCustomOps(
+        custom_op_registerers=text_op_registrars(), model_path=str(directory / "model.tflite")
+    )
+    answer = interpreter.get_signature_runner("serving_languages")(
+        text=np.array([b"Hello", b"Hello", b"Hello"], dtype=object),
+        source_prefix=np.array([b"eng_Latn", b"xxx_Zzzz", b"eng_Latn"], dtype=object),
+        target_prefix=np.array([b"xxx_Zzzz", b"spa_Latn", b"spa_Latn"], dtype=object),
+    )["translations"]
+    assert answer[0] == answer[1] == b"" and answer[2]
+
+
+def test_the_file_s_bpe_cut_is_sentencepiece_s(nllb):
+    """The file's cut (`kt.export.litert_bpe`: a character model, then the merges in
+    builtin ops) gives SentencePiece's BPE ids, and its source ids (language code, pieces,
+    the piece of trailing whitespace, the cut to max_length - 1, EOS) the preprocessor's."""
+    import sentencepiece
+
+    from keras_transformer.export import litert_bpe
+    from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
+
+    model, vocabularies, _, _ = nllb
+    source = vocabularies.source
+    strings = [
+        *NLLB_LINES,
+        "ЖЖ hello ЖЖЖ",  # runs of unknown characters: one <unk> each, as SentencePiece's
+        "Ⅻ x\u3000y\u00a0",  # normalized (NFKC) first; Unicode spaces
+        "Hello\t\n",
+        "a" * 300,  # one word of many merges
+        "¿Qué dijo Dios? Amén.",
+    ]
+    cut = litert_bpe.BpeCut(source.proto, max_chars=4096)
+    ids, blank, _ = cut(tf.constant(strings))
+    spm = sentencepiece.SentencePieceProcessor(model_proto=source.proto)
+    assert [[i for i in row if i >= 0] for row in ids.numpy().tolist()] == [
+        spm.encode(s) for s in strings
+    ]
+    assert blank.numpy().tolist() == [not spm.encode(s) for s in strings]
+    # Each line's language: the one it starts with (taken off, as the translator does), else
+    # English.
+    languages = [
+        (line[len("fra_Latn") :], "fra_Latn") if line.startswith("fra_Latn") else (line, "eng_Latn")
+        for line in strings
+    ]
+    code = tf.constant([source.token_to_id(language) for _, language in languages])
+    ours = tf.constant(litert._our_ids(source), tf.int32)
+    got = litert._bpe_source_ids(
+        cut,
+        tf.constant([text for text, _ in languages]),
+        code,
+        model.config.max_length,
+        ours,
+        source.token_to_id("\u2581"),
+    )
+    preprocessor = TransformerSeq2SeqLMPreprocessor.for_model(model, vocabularies)
+    expected = preprocessor.source_ids(tf.constant(strings), "eng_Latn").numpy()
+    assert got.numpy()[:, : expected.shape[1]].tolist() == expected.tolist()
+    assert not got.numpy()[:, expected.shape[1] :].any()
+    assert expected.shape[1] == model.config.max_length  # the long line is cut
+
+
+def test_the_translate_program_takes_an_nllb_file_s_languages(nllb):
+    """`trainers.translate --model FILE --target-prefix spa_Latn` gives the translator's
+    translations; a code the file lacks is refused naming the flag."""
+    from keras_transformer.serving import LiteRTTranslator
+
+    directory = nllb[3]
+    lines = NLLB_LINES[:3]
+    result = run_main(
+        "trainers.translate",
+        "--model",
+        directory / "model.tflite",
+        "--target-prefix",
+        "spa_Latn",
+        stdin="\n".join(lines).encode() + b"\n",
+    )
+    expected = LiteRTTranslator(directory, target_prefix="spa_Latn").translate(lines)
+    assert result.stdout.splitlines() == [hypotheses[0].text for hypotheses in expected]
+    refused = run_main(
+        "trainers.translate", "--model", directory, "--source-prefix", "xxx_Zzzz", check=False
+    )
+    assert refused.returncode == 2 and "--source-prefix='xxx_Zzzz'" in refused.stderr
+
+
+def test_the_bpe_cut_refuses_pieces_it_does_not_make():
+    """A user-defined piece, or a piece of a character the model lacks (SentencePiece would
+    merge it from the character's text), is refused by name: the file's merges start from
+    the model's own characters."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    from keras_transformer.export import litert_bpe
+
+    kinds = sentencepiece_model_pb2.ModelProto.SentencePiece
+    for piece, kind, message in (
+        ("<x>", kinds.USER_DEFINED, "user-defined"),
+        ("Щa", kinds.NORMAL, r"pieces of characters it lacks \(\['Щa'\]\)"),
+    ):
+        model = sentencepiece_model_pb2.ModelProto()
+        model.ParseFromString((NLLB / "sentencepiece.bpe.model").read_bytes())
+        added = model.pieces.add()
+        added.piece, added.type, added.score = piece, kind, -2000.0
+        with pytest.raises(ValueError, match=message):
+            litert_bpe.character_model(model.SerializeToString())

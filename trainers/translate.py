@@ -12,7 +12,8 @@ settings are the export's (`trainers.export`). --model (or its older name --save
   ctranslate2 and sentencepiece, and decodes as the SavedModel does; or
 - a LiteRT file (`trainers.export --format litert`: OUT/model.tflite, or OUT). It runs with
   ai-edge-litert's interpreter and tensorflow-text's ops, neither TensorFlow nor Keras
-  imported; no prefixes and no --n-best yet.
+  imported; an NLLB-200 file takes language codes as prefixes (`--source-prefix eng_Latn
+  --target-prefix spa_Latn`), other files none; no --n-best yet.
 
 The translators are the library's (`keras_transformer.serving`: `SavedModelTranslator`,
 `CTranslate2Translator`); this program reads and writes the lines around them. For a
@@ -154,6 +155,12 @@ def load_translator(args):
     """The translator of --model, its prefixes checked against its vocabulary before the
     model loads (ValueError naming the flag)."""
     if serving.is_litert(args.model):
+        serving.litert.check_prefixes(
+            serving.litert.languages(args.model),
+            args.source_prefix,
+            args.target_prefix,
+            names=("--source-prefix", "--target-prefix"),
+        )
         return serving.LiteRTTranslator(
             args.model,
             source_prefix=args.source_prefix,

@@ -8,6 +8,7 @@ ctranslate2.py   `export_ctranslate2`: a CTranslate2 model directory (the option
                  `ctranslate2` package; imported on first use)
 litert.py        `export_litert`: one LiteRT file for a device, text in, translations out
                  (tokenization, search and detokenization inside; imported on first use)
+litert_bpe.py    `BpeCut`: SentencePiece's BPE cut in LiteRT's builtin ops, for litert.py
 """
 
 from keras_transformer._backends import require_tensorflow

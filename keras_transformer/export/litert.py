@@ -2,10 +2,18 @@
 
 `export_litert` writes `DIRECTORY/model.tflite` and `DIRECTORY/manifest.json`. The file's
 signature `serving_default` takes `text` (string `[batch]`) and gives `translations`
-(string `[batch]`). Inside it:
+(string `[batch]`). An NLLB-200 file has two more, as the SavedModel's: `serving_prefix`
+takes `text` and `target_prefix` (a language code a sentence, "spa_Latn"), and
+`serving_languages` `text`, `source_prefix` and `target_prefix` (both languages a sentence;
+"" for none); a code the vocabulary lacks makes that sentence's translation "" (the file
+cannot fail a request by name: `LiteRTTranslator` checks codes against the manifest's
+`languages` first). Inside it:
 
 - tokenization: tensorflow-text's `FastSentencepieceTokenizer` over the source vocabulary's
-  SentencePiece model, the cut to `max_length - 1` tokens, then EOS;
+  SentencePiece model (a unigram one), or SentencePiece's BPE cut in builtin ops
+  (`kt.export.litert_bpe`, NLLB-200's), the cut to `max_length - 1` tokens, then EOS; for
+  NLLB-200, the source language code first and a "▁" for trailing whitespace, as the
+  library's `NllbTokenizer` lays them out;
 - the model, its weights stored in the file as constants, and the settings' search,
   `kt.decoding.decode` (greedy or beam search, with the length penalty, stopping rule and
   extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
@@ -13,8 +21,9 @@ signature `serving_default` takes `text` (string `[batch]`) and gives `translati
   as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file);
   the tied embedding table is read through one lookup of all its rows, so that int8 stores
   it once (`_one_table`);
-- detokenization: each id's text from a table in the file (the special ids give none, a
-  word-boundary mark is a space but before the first piece, byte pieces give their byte),
+- detokenization: each id's text from a table in the file (the special ids give none, nor do
+  NLLB-200's language codes and special tokens; a word-boundary mark is a space but before
+  the first piece that shows; byte pieces give their byte),
   joined by tensorflow-text's `NgramsStringJoin` over the whole row.
 
 The file holds LiteRT's builtin ops and the tensorflow-text ops of `TEXT_OPS`, and no Flex
@@ -37,10 +46,13 @@ transformers' `MarianTokenizer` does. Where it differs from `MarianTokenizer`: a
 the source SentencePiece model lacks is `<unk>` (it looks the character up in the list); a
 literal "</s>" in the input, and a leading ">>spa<<", are cut as text.
 
-Not written: a source vocabulary of a BPE SentencePiece model (`FastSentencepieceTokenizer`
-cuts it otherwise than SentencePiece: NLLB-200's is one); NLLB-200 models and multilingual
-OPUS-MT ones (language codes), source and target prefixes, n-best lists. Each is refused by
-name.
+An NLLB-200 file reads the text as plain text: a language code or other special token
+written in it is cut as text (`LiteRTTranslator` takes a leading code off and gives it as the
+source language), and a blank text is one the normalizer leaves nothing of.
+
+Not written: M2M100 models and multilingual OPUS-MT ones (>>spa<< tokens), a prefix that is
+not an NLLB-200 language code, a BPE model with byte fallback or user-defined pieces, n-best
+lists. Each is refused by name.
 """
 
 from __future__ import annotations
@@ -59,7 +71,8 @@ from keras_transformer import decoding, fast
 from keras_transformer._files import atomic_directory
 from keras_transformer._version import __version__
 from keras_transformer.decoding import search
-from keras_transformer.decoding.settings import DecodingSettings
+from keras_transformer.decoding.settings import DecodingSettings, language_codes
+from keras_transformer.export import litert_bpe
 from keras_transformer.export.savedmodel import resolve_model
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -68,7 +81,12 @@ MODEL_FILE = "model.tflite"
 MANIFEST = "manifest.json"
 # The custom ops the file may hold: tensorflow-text's, registered by its
 # `tflite_registrar.SELECT_TFTEXT_OPS`.
-TEXT_OPS = ("RaggedTensorToTensor", "TFText>FastSentencepieceTokenize", "TFText>NgramsStringJoin")
+TEXT_OPS = (
+    "RaggedTensorToTensor",
+    "TFText>ByteSplitWithOffsets",
+    "TFText>FastSentencepieceTokenize",
+    "TFText>NgramsStringJoin",
+)
 QUANTIZE = ("int8", "float16")
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
 UNK_SURFACE = " \u2047 "  # SentencePiece's text for <unk>
@@ -118,8 +136,8 @@ def export_litert(
     _check_model(model, vocabularies, settings)
     if path.exists():
         raise FileExistsError(f"{path} exists; choose a new directory")
-    function = translate_text(model, vocabularies, settings)
-    blob = convert(function, quantize)
+    functions = signatures(model, vocabularies, settings)
+    blob = convert(functions, quantize)
     ops = op_names(blob)
     check_ops(ops)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +152,10 @@ def export_litert(
             "model_config": model.config.to_dict(),
             "quantize": quantize or "float32",
             "sizes": {MODEL_FILE: len(blob)},
-            "languages": {"source": [], "target": []},
+            "languages": {
+                "source": language_codes(vocabularies.source),
+                "target": language_codes(vocabularies.target),
+            },
             "vocabulary": {
                 "source_size": vocabularies.source.vocabulary_size(),
                 "target_size": vocabularies.target.vocabulary_size(),
@@ -145,10 +166,11 @@ def export_litert(
                 "max_input_tokens": model.config.max_length - 1,
             },
             "signatures": {
-                "serving_default": {
-                    "inputs": {"text": "string [batch]"},
+                name: {
+                    "inputs": {spec.name: "string [batch]" for spec in function.input_signature},
                     "outputs": {"translations": "string [batch]"},
                 }
+                for name, function in functions.items()
             },
             "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
             **(manifest or {}),
@@ -160,42 +182,148 @@ def export_litert(
 def translate_text(model, vocabularies, settings: DecodingSettings):
     """The file's `serving_default`: a `tf.function` text `[batch]` -> `{"translations":
     [batch]}`, the model's weights in it as constants, made of ops LiteRT converts."""
+    return signatures(model, vocabularies, settings)["serving_default"]
+
+
+def signatures(model, vocabularies, settings: DecodingSettings) -> dict:
+    """The file's signatures by name, each a traced `tf.function` giving `{"translations":
+    [batch]}`: `serving_default` (text), and for a vocabulary with language codes (NLLB-200's)
+    `serving_prefix` (text, target_prefix) and `serving_languages` (text, source_prefix,
+    target_prefix), the prefixes language codes, string `[batch]`."""
     import tensorflow_text
 
     max_length = model.config.max_length
-    tokenizer = tensorflow_text.FastSentencepieceTokenizer(vocabularies.source.proto)
-    pieces = vocabularies.pieces  # SentencePiece's pieces numbered by a list (OPUS-MT)
+    source = vocabularies.source
+    pieces = vocabularies.pieces  # SentencePiece's pieces numbered by a list (OPUS-MT, NLLB)
     # SentencePiece's ids -> the vocabulary's (the same where the model is its own).
-    ours = tf.constant(_our_ids(vocabularies.source) if pieces else [], tf.int32)
+    ours = tf.constant(_our_ids(source) if pieces else [], tf.int32)
+    if _model_type(source.proto) == "BPE":
+        cut = litert_bpe.BpeCut(source.proto, max_chars=max_length * _longest_piece(source.proto))
+        # NLLB's tokenizer gives trailing whitespace a piece of its own.
+        trailing = source.token_to_id(WORD_BOUNDARY) if _trailing_piece(source) else None
+    else:
+        cut = tensorflow_text.FastSentencepieceTokenizer(source.proto)
+    target = vocabularies.target
     surfaces = surface_tables(
         *piece_surfaces(
-            vocabularies.target.get_vocabulary(),
+            target.get_vocabulary(),
             unk="" if pieces else UNK_SURFACE,
             byte_pieces=not pieces,
+            silent=target.special_tokens.values() if _is_nllb(target) else (),
         )
     )
     weights = [(variable, variable.numpy()) for variable in model.variables]
     tables = {id(table) for table in _embedding_tables(model)}
+    source_codes = _codes(source)
+    target_codes = _codes(target)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, "text")], autograph=False)
-    def serve(text):
-        source_ids = _source_ids(tokenizer, text, max_length, ours if pieces else None)
+    def translate(text, source_code, target_code):
+        """Codes: int32 `[batch]` ids, -1 for none, -2 for a code the vocabulary lacks (the
+        row answers "")."""
+        if isinstance(cut, litert_bpe.BpeCut):
+            source_ids = _bpe_source_ids(
+                cut, text, source_code, max_length, ours if pieces else None, trailing
+            )
+        else:
+            source_ids = _source_ids(cut, text, max_length, ours if pieces else None)
+        if target_code is not None:  # a row with an unknown code translates nothing
+            source_ids = _blanked(source_ids, target_code == -2)
         # Each variable read as a constant of its value: the converter freezes no variable
         # that a `while` loop reads, and the file must carry the weights.
         constants = [
             (variable, _one_table(value, text) if id(variable) in tables else tf.constant(value))
             for variable, value in weights
         ]
+        prefix = None if target_code is None else tf.maximum(target_code, 0)[:, None]
         with keras.StatelessScope(state_mapping=constants):
-            ids, _ = decoding.decode(model, source_ids, settings)
+            ids, _ = decoding.decode(model, source_ids, settings, prefix_ids=prefix)
         return {"translations": _translations(surfaces, ids, source_ids, max_length)}
 
+    def fixed(text, name):
+        """The settings' code of `name` for every row, or None."""
+        code = getattr(settings, name)
+        if code is None:
+            return None if name == "target_prefix" else tf.fill(tf.shape(text), -1)
+        codes = source_codes if name == "source_prefix" else target_codes
+        return tf.fill(tf.shape(text), codes[code])
+
+    text_spec = tf.TensorSpec([None], tf.string, "text")
+
+    def serving_default(text):
+        return translate(text, fixed(text, "source_prefix"), fixed(text, "target_prefix"))
+
+    functions = {"serving_default": (serving_default, [text_spec])}
+    if target_codes:
+
+        def serving_prefix(text, target_prefix):
+            known = _language_ids(target_prefix, target_codes)
+            return translate(text, fixed(text, "source_prefix"), known)
+
+        def serving_languages(text, source_prefix, target_prefix):
+            code = _language_ids(source_prefix, source_codes)
+            return translate(text, code, _language_ids(target_prefix, target_codes))
+
+        prefix_spec = tf.TensorSpec([None], tf.string, "target_prefix")
+        source_spec = tf.TensorSpec([None], tf.string, "source_prefix")
+        functions["serving_prefix"] = (serving_prefix, [text_spec, prefix_spec])
+        functions["serving_languages"] = (serving_languages, [text_spec, source_spec, prefix_spec])
+    traced = {}
     # Traced on the stock path: the speed switch's output projection keeps a second copy of
     # the embedding table, which a device file would carry. One loop: the file holds the
     # decoder step once, where the search's phases would each carry a copy.
     with fast.switched(False), search.loop_phases(1):
-        serve.get_concrete_function()
-    return serve
+        for name, (function, spec) in functions.items():
+            traced[name] = tf.function(function, input_signature=spec, autograph=False)
+            traced[name].get_concrete_function()
+    return traced
+
+
+def _codes(tokenizer) -> dict[str, int]:
+    """A tokenizer's language codes (NLLB-200's) and their ids."""
+    return {code: tokenizer.token_to_id(code) for code in language_codes(tokenizer)}
+
+
+def _language_ids(prefixes, codes: dict[str, int]):
+    """Language codes, string `[batch]` -> their ids, int32 `[batch]`: -1 for "" (none), -2
+    for a code not in `codes`."""
+    match = tf.equal(prefixes[:, None], tf.constant(list(codes))[None, :])  # (batch, codes)
+    index = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
+    ids = tf.gather(tf.constant(list(codes.values()), tf.int32), index)
+    none = tf.where(tf.equal(prefixes, ""), -1, -2)
+    return tf.where(tf.reduce_any(match, axis=1), ids, none)
+
+
+def _blanked(source_ids, rows):
+    """Source ids with `rows` (bool `[batch]`) made EOS alone: nothing to translate."""
+    column = tf.range(tf.shape(source_ids)[1])[None, :]
+    eos_only = tf.where(column == 0, EOS_ID, PAD_ID)
+    return tf.where(rows[:, None], eos_only, source_ids)
+
+
+def _bpe_source_ids(cut, text, code, max_length: int, ours=None, trailing=None):
+    """Strings `[batch]` -> int32 ids `[batch, len]` as the library's NLLB tokenizer and
+    preprocessor lay them out: the source language code (`code`, int32 `[batch]`, -1 for
+    none, -2 for an unknown one), the text's BPE pieces (`kt.export.litert_bpe`), the piece
+    `trailing` if the text ends with whitespace, cut to `max_length - 1`, then EOS,
+    0-padded. A blank text, or an unknown code, gives EOS alone."""
+    pieces, blank, spaced = cut(text)  # (batch, len), -1 after the end
+    ids = pieces
+    if ours is not None:
+        ids = tf.where(pieces >= 0, tf.gather(ours, tf.maximum(pieces, 0)), -1)
+    skip = blank | (code == -2)
+    ids = tf.where(skip[:, None], -1, ids)
+    none = tf.fill([tf.shape(ids)[0], 1], -1)
+    with_code = tf.concat([tf.where(skip, -1, code)[:, None], ids], 1)
+    ids = tf.where((code >= 0)[:, None], with_code, tf.concat([ids, none], 1))
+    if trailing is not None:
+        ids = tf.concat([ids, none], 1)
+        lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1, keepdims=True)
+        column = tf.range(tf.shape(ids)[1])[None, :]
+        ids = tf.where((column == lengths) & (spaced & ~skip)[:, None], trailing, ids)
+    ids = tf.concat([ids[:, : max_length - 1], none], 1)
+    lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1, keepdims=True)
+    column = tf.range(tf.shape(ids)[1])[None, :]
+    return tf.where(column == lengths, EOS_ID, tf.where(column < lengths, ids, PAD_ID))
 
 
 def _embedding_tables(model) -> list:
@@ -230,16 +358,18 @@ def _source_ids(tokenizer, text, max_length: int, ours=None):
 
 
 def piece_surfaces(
-    pieces: list[str], *, unk: str = UNK_SURFACE, byte_pieces: bool = True
+    pieces: list[str], *, unk: str = UNK_SURFACE, byte_pieces: bool = True, silent=()
 ) -> tuple[list[bytes], list[bool]]:
     """The text of each id as SentencePiece decodes it, in two parts: `(texts, spaces)`,
     each `[vocab]`: the text after the word-boundary mark a piece starts with, and whether
     it starts with one (a space inside a text; nothing as its first piece). Special ids
     give b"", `<unk>` gives `unk` (SentencePiece's " ⁇ "; "" for a piece vocabulary, which
-    leaves it out), a byte piece `<0xNN>` its byte (with `byte_pieces`)."""
+    leaves it out), a byte piece `<0xNN>` its byte (with `byte_pieces`); the ids of `silent`
+    (NLLB-200's language codes and other special tokens) give b"" too."""
+    silent = set(silent)
 
-    def surface(piece: str) -> tuple[bytes, bool]:
-        if piece in ("<pad>", "<s>", "</s>"):
+    def surface(i: int, piece: str) -> tuple[bytes, bool]:
+        if piece in ("<pad>", "<s>", "</s>") or i in silent:
             return b"", False
         if piece == "<unk>":
             return unk.encode(), False
@@ -249,23 +379,24 @@ def piece_surfaces(
         space = piece.startswith(WORD_BOUNDARY)
         return piece[space:].replace(WORD_BOUNDARY, " ").encode(), space
 
-    texts, spaces = zip(*map(surface, pieces), strict=True) if pieces else ((), ())
+    surfaces = [surface(i, piece) for i, piece in enumerate(pieces)]
+    texts, spaces = zip(*surfaces, strict=True) if pieces else ((), ())
     return list(texts), list(spaces)
 
 
 def _translations(surfaces, ids, source_ids, max_length: int):
     """Ids `[batch, out_len]` (EOS-terminated, 0-padded) -> strings `[batch]`: each id's text
-    (`piece_surfaces`, as `(texts [vocab + 2], spaces [vocab])`: the texts then "" and " "),
-    after its space (none before the first text), joined; "" where the source holds nothing
-    but EOS."""
+    (`surface_tables`: the texts then "" and " ", the spaces, and whether an id shows
+    anything), after its space (none before the first that shows), joined; "" where the
+    source holds nothing but EOS."""
     import tensorflow_text
 
-    texts, spaces = surfaces
+    texts, spaces, shown = surfaces
     vocab = tf.shape(spaces)[0]
     empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (batch,)
     ids = tf.where(empty[:, None], PAD_ID, ids)
     ids = tf.reshape(tf.pad(ids, [[0, 0], [0, max_length - tf.shape(ids)[1]]]), [-1, max_length])
-    is_text = (ids > EOS_ID) | (ids == UNK_ID)  # (batch, max_length)
+    is_text = tf.cast(tf.gather(shown, ids), tf.int32) > 0  # (batch, max_length)
     first = tf.argmax(tf.cast(is_text, tf.int32), axis=1, output_type=tf.int32)[:, None]
     column = tf.range(max_length)[None, :]
     space = tf.cast(tf.gather(spaces, ids), tf.int32) * tf.cast(column != first, tf.int32)
@@ -282,18 +413,30 @@ def _translations(surfaces, ids, source_ids, max_length: int):
 
 def surface_tables(texts: list[bytes], spaces: list[bool]):
     """`piece_surfaces`' parts as the constants `_translations` reads: the texts then ""
-    and " ", and the spaces as int8 (a byte an id)."""
-    return tf.constant([*texts, b"", b" "]), tf.constant([int(s) for s in spaces], tf.int8)
-
-
-def convert(function, quantize: str | None = None) -> bytes:
-    """The LiteRT file of a `tf.function` with an input signature: builtin ops, and
-    tensorflow-text's as custom ops; int8 (dynamic range) or float16 weights if asked."""
-    root = tf.Module()  # the function's owner (the converter's signature path needs one)
-    root.serve = function
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [function.get_concrete_function()], root
+    and " ", the spaces as int8 (a byte an id), and whether each id shows anything (a text
+    or a space), int8."""
+    shown = [int(bool(text) or space) for text, space in zip(texts, spaces, strict=True)]
+    return (
+        tf.constant([*texts, b"", b" "]),
+        tf.constant([int(s) for s in spaces], tf.int8),
+        tf.constant(shown, tf.int8),
     )
+
+
+def convert(functions, quantize: str | None = None) -> bytes:
+    """The LiteRT file of a `tf.function` with an input signature (its signature
+    `serving_default`), or of a dict of them by signature name: builtin ops, and
+    tensorflow-text's as custom ops; int8 (dynamic range) or float16 weights if asked."""
+    if not isinstance(functions, dict):
+        functions = {"serving_default": functions}
+    root = tf.Module()  # the functions' owner (the converter's signature path needs one)
+    concrete = []
+    for name, function in functions.items():
+        setattr(root, name, function)
+        traced = function.get_concrete_function()
+        traced.graph.name = name  # the converter names a signature by its graph
+        concrete.append(traced)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(concrete, root)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True  # tensorflow-text's; `check_ops` refuses any other
     if quantize is not None:
@@ -339,29 +482,64 @@ def _check_model(model, vocabularies, settings: DecodingSettings) -> None:
         )
     if settings.n_best > 1:
         raise ValueError(f"n_best={settings.n_best}: the LiteRT file gives one translation")
-    for name in ("target_prefix", "source_prefix"):
-        if getattr(settings, name) is not None:
-            raise ValueError(f"{name}={getattr(settings, name)!r}: not in LiteRT files yet")
-    if getattr(vocabularies.source, "language_codes", None):
-        raise ValueError("NLLB-200's language codes are not in LiteRT files yet")
-    from sentencepiece import sentencepiece_model_pb2
-
-    source = sentencepiece_model_pb2.ModelProto()
-    source.ParseFromString(vocabularies.source.proto)
-    kind = sentencepiece_model_pb2.TrainerSpec.ModelType.Name(source.trainer_spec.model_type)
-    if kind != "UNIGRAM":
+    source, target = vocabularies.source, vocabularies.target
+    nllb = _is_nllb(source) and _is_nllb(target)
+    if not nllb and (getattr(source, "language_codes", None) or language_codes(target)):
         raise ValueError(
-            f"the source SentencePiece model is {kind.lower()}: the file's tokenizer, "
-            "tensorflow-text's FastSentencepieceTokenizer, cuts only unigram models as "
-            "SentencePiece does"
+            f"a {type(source).__name__} vocabulary (M2M100's language codes) is not in "
+            "LiteRT files yet: NLLB-200's is"
         )
-    if vocabularies.pieces:
-        pattern = vocabularies.source.prefix_pattern
-        if pattern and any(re.fullmatch(pattern, p) for p in vocabularies.source.pieces):
+    for name, tokenizer in (("target_prefix", target), ("source_prefix", source)):
+        prefix = getattr(settings, name)
+        if prefix is not None and not (nllb and prefix in language_codes(tokenizer)):
+            raise ValueError(
+                f"{name}={prefix!r}: a LiteRT file takes a language code of an NLLB-200 "
+                "vocabulary as a prefix, nothing else"
+            )
+    if vocabularies.pieces and not nllb:
+        pattern = source.prefix_pattern
+        if pattern and any(re.fullmatch(pattern, p) for p in source.pieces):
             raise ValueError(
                 "a multilingual OPUS-MT model (target tokens such as >>spa<< in its "
                 "vocabulary) is not in LiteRT files yet"
             )
+    if _model_type(source.proto) == "BPE":
+        litert_bpe.character_model(source.proto)  # refuses pieces the cut does not make
+    elif _model_type(source.proto) != "UNIGRAM":
+        kind = _model_type(source.proto).lower()
+        raise ValueError(
+            f"the source SentencePiece model is {kind}: the file cuts unigram and BPE models"
+        )
+
+
+def _is_nllb(tokenizer) -> bool:
+    """Whether a tokenizer is NLLB-200's (not M2M100's, which decodes otherwise)."""
+    from keras_transformer.tokenizers.nllb import NllbTokenizer
+
+    return type(tokenizer) is NllbTokenizer
+
+
+def _trailing_piece(tokenizer) -> bool:
+    """Whether a tokenizer gives trailing whitespace a piece of its own (NLLB-200's)."""
+    return _is_nllb(tokenizer) and tokenizer.trailing_whitespace_piece
+
+
+def _model_type(proto: bytes) -> str:
+    """A SentencePiece model's type: "UNIGRAM", "BPE", "WORD" or "CHAR"."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(model.trainer_spec.model_type)
+
+
+def _longest_piece(proto: bytes) -> int:
+    """The characters of a SentencePiece model's longest piece."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    return max(len(piece.piece) for piece in model.pieces)
 
 
 def _our_ids(tokenizer) -> list[int]:
@@ -383,6 +561,7 @@ __all__ = [
     "export_litert",
     "op_names",
     "piece_surfaces",
+    "signatures",
     "surface_tables",
     "translate_text",
 ]

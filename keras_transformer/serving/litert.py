@@ -7,6 +7,10 @@ tensorflow-text's ops come from its compiled registrar library, loaded as a libr
 library needs TensorFlow's C++ framework library (`libtensorflow_framework.so.2`, from the
 `tensorflow` package), which is loaded as a library too: the `tensorflow` and
 `tensorflow-text` packages must be installed, and neither is imported.
+
+An NLLB-200 file takes the languages of each request (its `serving_languages` signature); the
+translator checks them against the manifest's `languages` (`check_prefixes`) before the file
+runs, which answers "" for a code it lacks rather than failing.
 """
 
 from __future__ import annotations
@@ -14,16 +18,28 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
-from keras_transformer.serving.common import Hypothesis, lines_of
+from keras_transformer.serving.common import (
+    LANGUAGE_CODE,
+    Hypothesis,
+    check_target_prefix,
+    lines_of,
+)
 
 FORMAT = "litert"
 MANIFEST = "manifest.json"
 # The tensorflow-text ops a file of `kt.export.litert` may hold, by their registrars' names.
-REGISTRARS = ("AddFastSentencepieceTokenize", "AddNgramsStringJoin", "AddRaggedTensorToTensor")
+REGISTRARS = (
+    "AddByteSplit",
+    "AddFastSentencepieceTokenize",
+    "AddNgramsStringJoin",
+    "AddRaggedTensorToTensor",
+)
 HOW_TO_REGISTER = (
     "a LiteRT file of kt.export.litert needs tensorflow-text's ops: pip install tensorflow-text, "
     "and run it with ai_edge_litert.interpreter.InterpreterWithCustomOps("
@@ -71,19 +87,77 @@ def _package(name: str) -> Path:
     return Path(spec.origin).parent
 
 
+def _manifest(path: Path) -> dict:
+    """The export's manifest beside a LiteRT file, or {} where there is none."""
+    manifest = path.parent / MANIFEST
+    return json.loads(manifest.read_text()) if manifest.is_file() else {}
+
+
+def languages(path) -> dict[str, list[str]]:
+    """The language codes a LiteRT file takes, by side ("source", "target"), from its
+    manifest: NLLB-200's; none for another model (or a file without its manifest)."""
+    path = Path(path)
+    path = path / "model.tflite" if path.is_dir() else path
+    listed = _manifest(path).get("languages", {})
+    return {side: list(listed.get(side, [])) for side in ("source", "target")}
+
+
+def check_prefixes(
+    languages: dict[str, list[str]],
+    source_prefix: str | None = None,
+    target_prefix: str | None = None,
+    *,
+    names: tuple[str, str] = ("source_prefix", "target_prefix"),
+) -> None:
+    """Refuses a prefix a LiteRT file does not take: any, where it has no language codes
+    (`languages`); else one that is not one of its codes. ValueError naming the prefix by
+    `names` (a program's flags) and the code it could have meant. None passes."""
+    for name, side, prefix in zip(
+        names, ("source", "target"), (source_prefix, target_prefix), strict=True
+    ):
+        if prefix is None:
+            continue
+        codes = languages[side]
+        if not codes:
+            raise ValueError(
+                f"{name}={prefix!r}: this LiteRT file takes no prefix (its model's "
+                "vocabulary has no language codes)"
+            )
+        # The library's check names the code it could have meant.
+        check_target_prefix(prefix, SimpleNamespace(language_codes=codes), where=name)
+        if prefix not in codes:
+            raise ValueError(
+                f"{name}={prefix!r}: a LiteRT file takes one language code as its prefix "
+                f"({', '.join(codes[:6])}, ...)"
+            )
+
+
 class LiteRTTranslator:
-    """Translates text with a LiteRT file of `kt.export.litert` (its `serving_default`
-    signature: `text` in, `translations` out), the search its export wrote into it.
+    """Translates text with a LiteRT file of `kt.export.litert`, the search its export wrote
+    into it: its `serving_default` signature (`text` in, `translations` out), or for an
+    NLLB-200 file `serving_languages` (`text`, `source_prefix`, `target_prefix`), both
+    languages given a request.
+
+    For an NLLB-200 file, each line's source language is the language code it starts with
+    (a word of its own, one of the file's codes: it is taken off the text, as the library's
+    tokenizer splits it off), else the source prefix (this call's, the translator's, or the
+    export's); the target language is the target prefix (the same order). A code is checked
+    against the manifest's `languages` before the file runs (the file answers "" for a
+    code it lacks).
 
     Args:
         path: str or path. The `.tflite` file, or the directory that holds `model.tflite`
             (and the export's `manifest.json`).
-        source_prefix: None. Source prefixes are not in LiteRT files yet.
-        target_prefix: None. Target prefixes are not in LiteRT files yet.
+        source_prefix: str or None. An NLLB-200 file's source language code ("eng_Latn");
+            None takes the export's. A file without language codes takes none.
+        target_prefix: str or None. An NLLB-200 file's target language code ("spa_Latn");
+            None takes the export's.
         threads: int. Threads of LiteRT's interpreter; 0 lets LiteRT choose. Defaults to 0.
 
     Raises:
         FileNotFoundError: no such file.
+        ValueError: a prefix the file does not take (a file without language codes, or a
+            code it lacks, naming the codes it could have meant).
         ImportError: `ai-edge-litert` or tensorflow-text's ops are missing (saying how to
             install and register them).
     """
@@ -103,24 +177,29 @@ class LiteRTTranslator:
             path = path / "model.tflite"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no LiteRT file")
-        for name, prefix in (("source_prefix", source_prefix), ("target_prefix", target_prefix)):
-            if prefix is not None:
-                raise ValueError(f"{name}={prefix!r}: not in LiteRT files yet")
+        self.path = path
+        self.manifest = _manifest(path)
+        self.languages = languages(path)
+        self._check(source_prefix, target_prefix)
+        self.source_prefix, self.target_prefix = source_prefix, target_prefix
         try:
             from ai_edge_litert.interpreter import InterpreterWithCustomOps
         except ImportError:
             raise ImportError(
                 "running a LiteRT file needs LiteRT's interpreter: pip install ai-edge-litert"
             ) from None
-        self.path = path
-        manifest = path.parent / MANIFEST
-        self.manifest = json.loads(manifest.read_text()) if manifest.is_file() else {}
         interpreter = InterpreterWithCustomOps(
             custom_op_registerers=text_op_registrars(),
             model_path=str(path),
             num_threads=threads or None,
         )
         self._run = interpreter.get_signature_runner("serving_default")
+        self._languages = None
+        if self.languages["target"]:
+            self._languages = interpreter.get_signature_runner("serving_languages")
+
+    def _check(self, source_prefix: str | None, target_prefix: str | None) -> None:
+        check_prefixes(self.languages, source_prefix, target_prefix)
 
     def n_best_problem(self, n_best: int, *, target_prefix: str | None = None) -> str | None:
         """Why `translate` cannot give `n_best` hypotheses a line, or None when it can."""
@@ -128,13 +207,24 @@ class LiteRTTranslator:
             return "must be at least 1"
         return None if n_best == 1 else "a LiteRT file gives one translation a line"
 
-    def translate(self, lines: Sequence[str | bytes], *, n_best: int = 1) -> list[list[Hypothesis]]:
+    def translate(
+        self,
+        lines: Sequence[str | bytes],
+        *,
+        n_best: int = 1,
+        source_prefix: str | None = None,
+        target_prefix: str | None = None,
+    ) -> list[list[Hypothesis]]:
         """The translation of each line, as the file gives it (`Hypothesis.ids` empty and
         `score` NaN: the file answers text alone).
 
         Args:
             lines: sequence of str or bytes (bytes go to the file as they are).
             n_best: int. 1: a LiteRT file gives one translation a line.
+            source_prefix: str or None. This call's source language code, over the
+                translator's. Defaults to None.
+            target_prefix: str or None. This call's target language code, over the
+                translator's. Defaults to None.
 
         Returns:
             A list of one-`Hypothesis` lists, one a line.
@@ -143,16 +233,56 @@ class LiteRTTranslator:
 
         if (problem := self.n_best_problem(n_best)) is not None:
             raise ValueError(f"n_best={n_best}: {problem}")
-        lines = lines_of(lines, "lines")
-        text = np.array(
-            [line if isinstance(line, bytes) else line.encode("utf-8") for line in lines],
-            dtype=object,
-        )
-        translations = self._run(text=text)["translations"]
+        self._check(source_prefix, target_prefix)
+        lines = [
+            line if isinstance(line, bytes) else line.encode("utf-8", "surrogateescape")
+            for line in lines_of(lines, "lines")
+        ]
+        if self._languages is None:
+            translations = self._run(text=np.array(lines, dtype=object))["translations"]
+        else:
+            decoding = self.manifest.get("decoding", {})
+            sources = [
+                self._source_language(line, source_prefix, decoding.get("source_prefix"))
+                for line in lines
+            ]
+            target = next(
+                (
+                    p
+                    for p in (target_prefix, self.target_prefix, decoding.get("target_prefix"))
+                    if p is not None
+                ),
+                "",
+            )
+            translations = self._languages(
+                text=np.array([text for text, _ in sources], dtype=object),
+                source_prefix=np.array([code.encode() for _, code in sources], dtype=object),
+                target_prefix=np.array([target.encode()] * len(lines), dtype=object),
+            )["translations"]
         return [
             [Hypothesis([], translation.decode("utf-8", "replace"), float("nan"))]
             for translation in translations
         ]
 
+    def _source_language(self, line: bytes, call: str | None, export: str | None):
+        """A line's text and source language code ("" for none): the code it starts with
+        (taken off), else the first prefix set of this call's, the translator's and the
+        export's, unless the line starts with a word shaped like a code (the library leaves
+        such a line as it is, `kt.decoding.with_source_prefix`)."""
+        words = line.decode("utf-8", "replace").split(maxsplit=1)
+        if words and re.fullmatch(LANGUAGE_CODE, words[0]):
+            if words[0] in self.languages["source"]:
+                return line.split(words[0].encode(), 1)[1], words[0]
+            return line, ""
+        return line, next((p for p in (call, self.source_prefix, export) if p), "")
 
-__all__ = ["FORMAT", "LiteRTTranslator", "REGISTRARS", "is_litert", "text_op_registrars"]
+
+__all__ = [
+    "FORMAT",
+    "LiteRTTranslator",
+    "REGISTRARS",
+    "check_prefixes",
+    "is_litert",
+    "languages",
+    "text_op_registrars",
+]
