@@ -8,16 +8,18 @@ people serve (Helsinki-NLP/opus-mt-en-es: d_model 512, 8 heads, d_ff 2048, 6+6 l
 
 The directory is laid out as a transformers download (config.json, generation_config.json,
 model.safetensors, vocab.json, source.spm, target.spm). The SentencePiece models are the test
-fixture's small ones (tests/fixtures/marian/shared); vocab.json numbers their pieces first,
-then filler pieces up to the full size, so the embedding table and the output projection
-have OPUS-MT's 58,101 rows. The weights are random (seeded): translations are nonsense and
-run to the length limit, which is what a per-token cost needs.
+fixture's small ones (tests/fixtures/marian/shared); vocab.json numbers their pieces first
+(but the fixture's >>es<< and >>pt<<), then filler pieces up to the full size, so the
+embedding table and the output projection have OPUS-MT's 58,101 rows. The weights are random
+(seeded): translations are nonsense and run to the length limit, which is what a per-token
+cost needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -107,9 +109,15 @@ def weights(sizes: dict, seed: int = 0) -> dict:
 
 
 def vocabulary(size: int) -> dict:
-    """The fixture's pieces (with Marian's specials) first, then fillers, <pad> last."""
+    """The fixture's pieces (with Marian's specials) first, then fillers, <pad> last. The
+    fixture's target language tokens (>>es<<, >>pt<<) are left out: opus-mt-en-es, one
+    language into one, has none (and a LiteRT file takes no multilingual vocabulary)."""
     fixture = json.loads((FIXTURE / "vocab.json").read_text(encoding="utf-8"))
-    pieces = [p for p, _ in sorted(fixture.items(), key=lambda item: item[1]) if p != "<pad>"]
+    pieces = [
+        p
+        for p, _ in sorted(fixture.items(), key=lambda item: item[1])
+        if p != "<pad>" and not re.fullmatch(r">>.+<<", p)
+    ]
     pieces += [f"\u2581filler{i}" for i in range(size - 1 - len(pieces))]
     return {piece: i for i, piece in enumerate([*pieces, "<pad>"])}
 

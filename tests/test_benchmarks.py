@@ -131,6 +131,8 @@ def test_the_opus_shaped_checkpoint_imports_at_its_sizes(tmp_path):
     assert (config.d_model, config.num_heads, config.d_ff, config.max_length) == (16, 2, 32, 64)
     assert config.target_vocab == vocabularies.target.vocabulary_size() == 2000 + 1
     assert config.activation == "silu" and config.output_bias
+    # One language into one, as opus-mt-en-es: no >>es<< target tokens (LiteRT takes it).
+    assert not [p for p in vocabularies.source.pieces if p.startswith(">>")]
 
 
 def test_the_nllb_shaped_checkpoint_imports_and_its_memory_is_reported(tmp_path, capsys):
