@@ -645,7 +645,7 @@ def test_long_outputs_decode_as_without_a_cache(random_model, search):
     model rarely ends before its limit), and every step still sees what the uncached model
     computes from the whole prefix."""
     settings = {"max_extra_length": 26}  # out_len = 6 + 26 = 32
-    ids, scores = SEARCHES[search](random_model, RANDOM_SOURCE, **settings)
+    ids, scores = decoded(SEARCHES[search], random_model, RANDOM_SOURCE, **settings)
     assert _lengths(ids).max() > 24  # past three quarters of the buffers' final length
     ids_full, scores_full = SEARCHES[search](
         random_model, RANDOM_SOURCE, use_cache=False, **settings
@@ -659,8 +659,8 @@ def test_one_loop_decodes_as_the_phases(random_model, search):
     """`loop_phases(1)` (the LiteRT export's: the step once in a traced graph) decodes as the
     phased loops, with a buffer of the whole output from the first step; the traced graph
     holds one loop instead of `PHASES`; the phases come back after the block."""
-    settings = {"max_extra_length": 26}
-    ids, scores = SEARCHES[search](random_model, RANDOM_SOURCE, **settings)
+    settings = {"max_extra_length": 26}  # the phased decode: the test above's
+    ids, scores = decoded(SEARCHES[search], random_model, RANDOM_SOURCE, **settings)
 
     def loops():
         function = tf.function(lambda s: SEARCHES[search](random_model, s, **settings))
@@ -711,7 +711,7 @@ def test_sampling_is_repeatable_with_a_seed_and_varies_across_seeds(random_model
 
 def test_top_k_sampling_draws_among_the_k_most_likely(random_model):
     source = np.tile(RANDOM_SOURCE, [4, 1])
-    ids, scores = sample(random_model, source, top_k=3, temperature=3.0, seed=0)
+    ids, scores = sample(random_model, source, top_k=3, temperature=3.0, seed=0, **SHORT)
     np.testing.assert_allclose(scores, _log_prob(random_model, source, ids), atol=1e-4)
     ids = np.asarray(ids)
     target = np.concatenate([np.full((len(ids), 1), BOS), ids[:, :-1]], axis=1)
@@ -720,7 +720,7 @@ def test_top_k_sampling_draws_among_the_k_most_likely(random_model):
     logits[:, :, [0, BOS]] = -np.inf  # padding and the start token are never drawn
     chosen = np.take_along_axis(logits, ids[:, :, None], axis=2)
     rank = (logits > chosen).sum(axis=2)  # (batch, len): 0 for the most likely token
-    limits = _source_lengths(source) + 50
+    limits = _source_lengths(source) + SHORT["max_extra_length"]
     free = (ids != 0) & ~(np.arange(ids.shape[1])[None, :] + 1 == limits[:, None])
     assert (rank[free] < 3).all()
     assert (rank[free] > 0).any()  # not always the most likely: it does sample
@@ -858,15 +858,23 @@ def test_a_target_prefix_for_every_row_under_xla(random_model):
     """One prefix `[prefix_len]` for all rows, traced once for any batch and prefix width, and
     compiled by XLA: as eagerly; an empty prefix changes nothing."""
     search = tf.function(
-        lambda source, prefix: beam_search(random_model, source, beam_size=2, target_prefix=prefix),
+        lambda source, prefix: beam_search(
+            random_model, source, beam_size=2, target_prefix=prefix, **SHORT
+        ),
         jit_compile=True,
     )
     ids, scores = search(tf.constant(RANDOM_SOURCE, tf.int32), tf.constant([9], tf.int32))
-    eager, eager_scores = beam_search(random_model, RANDOM_SOURCE, beam_size=2, target_prefix=[9])
+    eager, eager_scores = beam_search(
+        random_model, RANDOM_SOURCE, beam_size=2, target_prefix=[9], **SHORT
+    )
     np.testing.assert_array_equal(ids, eager)
     np.testing.assert_allclose(scores, eager_scores, atol=1e-5)
     assert (ids.numpy()[:, 0] == 9).all()
-    empty, _ = greedy_search(random_model, RANDOM_SOURCE, target_prefix=np.zeros((3, 0), "int32"))
-    np.testing.assert_array_equal(empty, greedy_search(random_model, RANDOM_SOURCE)[0])
+    empty, _ = greedy_search(
+        random_model, RANDOM_SOURCE, target_prefix=np.zeros((3, 0), "int32"), **SHORT
+    )
+    np.testing.assert_array_equal(
+        empty, decoded(greedy_search, random_model, RANDOM_SOURCE, **SHORT)[0]
+    )
     with pytest.raises(ValueError, match="target_prefix must be"):
         greedy_search(random_model, RANDOM_SOURCE, target_prefix=np.zeros((3, 1, 1), "int32"))
