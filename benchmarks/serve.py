@@ -21,7 +21,8 @@ default threads (all cores) unless --intra-op-threads says how many (TF Serving'
 `--tensorflow_intra_op_parallelism`); CTranslate2 runs --ct2-threads threads (1 by default, as
 CTranslate2's own benchmarks of single-core serving), LiteRT --litert-threads (1). --quantize
 adds the SavedModels of `trainers.export --quantize` (int8, bfloat16) beside the float32 ones;
---litert the LiteRT files of `trainers.export --format litert` (float32, int8, float16). XLA
+--litert the LiteRT files of `trainers.export --format litert` (float32, int8, float16;
+each converted in a process of its own). XLA
 compiles one program per shape bucket: a warm-up pass compiles them before timing. --rss adds
 each artifact's peak RSS, served alone in a new process (`benchmarks.peak_rss`; the
 SavedModels' `serving_xla`). Prints a
@@ -94,13 +95,8 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict, artifacts: dic
             if signature == "serving_xla":
                 artifacts[name, decoding] = ("saved_model", version, beam)
     for (beam, stopping, decoding), weights in itertools.product(searches, args.litert):
-        directory = export.export_litert(
-            model,
-            folder / f"litert_beam{beam}_{stopping}_{weights}",
-            vocabularies=vocabularies,
-            decoding=DecodingSettings(beam_size=beam, stopping=stopping, **settings),
-            quantize=None if weights == "float32" else weights,
-        )
+        directory = folder / f"litert_beam{beam}_{stopping}_{weights}"
+        export_litert(args, directory, beam, stopping, weights)
         name = f"LiteRT {weights}, {args.litert_threads} thread(s)"
         translator = LiteRTTranslator(directory, threads=args.litert_threads)
         found[name, decoding] = _litert_translate(translator)
@@ -121,6 +117,32 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict, artifacts: dic
             sizes[name] = _megabytes(directory)
             artifacts[name, decoding] = ("ctranslate2", directory, beam)
     return found
+
+
+def export_litert(args, directory: Path, beam: int, stopping: str, weights: str) -> None:
+    """A LiteRT file of the measured model with the SavedModels' settings, written in a
+    process of its own (`write_litert`): a conversion holds several copies of the weights
+    (gigabytes at OPUS-MT's size), which that process gives back when it ends."""
+    call = (
+        f"write_litert({str(args.model_dir)!r}, {args.model!r}, {str(directory)!r}, {beam}, "
+        f"{stopping!r}, {args.length_penalty!r}, {weights!r})"
+    )
+    command = [sys.executable, "-c", f"from benchmarks.serve import write_litert; {call}"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{call} failed:\n{done.stderr[-3000:]}")
+
+
+def write_litert(model_dir, model_file, directory, beam, stopping, length_penalty, weights):
+    """`export_litert`'s child: the run directory's model, the LiteRT file of this search."""
+    _, vocabularies, model = RunDirectory(Path(model_dir)).load_trained(model_file)
+    export.export_litert(
+        model,
+        directory,
+        vocabularies=vocabularies,
+        decoding=DecodingSettings(beam_size=beam, stopping=stopping, length_penalty=length_penalty),
+        quantize=None if weights == "float32" else weights,
+    )
 
 
 def _megabytes(folder: Path) -> float:
