@@ -5,6 +5,7 @@ it; SentencePiece's detokenization; refusals before anything is written."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -682,6 +683,47 @@ def test_the_translate_program_takes_an_nllb_file_s_languages(nllb):
         "trainers.translate", "--model", directory, "--source-prefix", "xxx_Zzzz", check=False
     )
     assert refused.returncode == 2 and "--source-prefix='xxx_Zzzz'" in refused.stderr
+
+
+def test_a_file_apart_from_its_manifest_a_broken_file_and_scores(nllb, tmp_path):
+    """An NLLB file copied without its manifest.json: a prefix is refused as that (its
+    languages unknown), not as a file without language codes; a file that is not LiteRT's
+    is named in the error; `--with-scores` on a LiteRT file (which gives no scores) is
+    refused naming the flag, before anything is written."""
+    import shutil
+
+    from keras_transformer.serving import LiteRTTranslator
+
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    alone = tmp_path / "alone.tflite"
+    shutil.copyfile(nllb[3] / "model.tflite", alone)
+    with pytest.raises(ValueError, match=r"target_prefix='spa_Latn': .*manifest.json is missing"):
+        LiteRTTranslator(alone, target_prefix="spa_Latn")
+    with pytest.raises(ValueError, match=r"source_prefix='eng_Latn': .*manifest.json is missing"):
+        LiteRTTranslator(alone).translate(["Amen."], source_prefix="eng_Latn")
+    refused = run_main(
+        "trainers.translate", "--model", alone, "--target-prefix", "spa_Latn", check=False
+    )
+    assert refused.returncode == 2 and "manifest.json is missing" in refused.stderr
+    broken = tmp_path / "broken.tflite"
+    broken.write_bytes(b"not a flatbuffer")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(broken))}: "):
+        LiteRTTranslator(broken)
+    output = tmp_path / "out.txt"
+    scores = run_main(
+        "trainers.translate",
+        "--model",
+        nllb[3],
+        "--with-scores",
+        "--output",
+        output,
+        stdin=b"Amen.\n",
+        check=False,
+    )
+    assert scores.returncode == 2 and not output.exists()
+    assert (
+        scores.stderr == "error: --with-scores: a LiteRT file gives translations without scores\n"
+    )
 
 
 def test_the_bpe_cut_refuses_pieces_it_does_not_make():

@@ -155,8 +155,8 @@ def load_translator(args):
     """The translator of --model, its prefixes checked against its vocabulary before the
     model loads (ValueError naming the flag)."""
     if serving.is_litert(args.model):
-        serving.litert.check_prefixes(
-            serving.litert.languages(args.model),
+        serving.litert.check_file_prefixes(
+            args.model,
             args.source_prefix,
             args.target_prefix,
             names=("--source-prefix", "--target-prefix"),
@@ -243,6 +243,11 @@ def main(argv=None) -> int:
     # The paths, before the model loads: a mistyped one costs no TensorFlow start-up.
     if problem := flags.first_missing(("--model", args.model), ("--input", args.input)):
         print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if args.with_scores and serving.is_litert(args.model):
+        print(
+            "error: --with-scores: a LiteRT file gives translations without scores", file=sys.stderr
+        )
         return 2
     try:
         problem = args.input and args.errors == "strict" and first_bad_line(args.input)

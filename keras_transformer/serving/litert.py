@@ -132,6 +132,29 @@ def check_prefixes(
             )
 
 
+def check_file_prefixes(
+    path,
+    source_prefix: str | None = None,
+    target_prefix: str | None = None,
+    *,
+    names: tuple[str, str] = ("source_prefix", "target_prefix"),
+) -> None:
+    """`check_prefixes` against the languages of the LiteRT file `path` (its manifest's); a
+    prefix for a file whose manifest.json is missing is refused as that (its languages are
+    unknown), not as a file without language codes."""
+    path = Path(path)
+    path = path / "model.tflite" if path.is_dir() else path
+    if not (path.parent / MANIFEST).is_file():
+        for name, prefix in zip(names, (source_prefix, target_prefix), strict=True):
+            if prefix is not None:
+                raise ValueError(
+                    f"{name}={prefix!r}: {path.parent / MANIFEST} is missing, so the file's "
+                    "languages are unknown: keep the export's manifest.json beside model.tflite"
+                )
+        return
+    check_prefixes(languages(path), source_prefix, target_prefix, names=names)
+
+
 class LiteRTTranslator:
     """Translates text with a LiteRT file of `kt.export.litert`, the search its export wrote
     into it: its `serving_default` signature (`text` in, `translations` out), or for an
@@ -188,18 +211,21 @@ class LiteRTTranslator:
             raise ImportError(
                 "running a LiteRT file needs LiteRT's interpreter: pip install ai-edge-litert"
             ) from None
-        interpreter = InterpreterWithCustomOps(
-            custom_op_registerers=text_op_registrars(),
-            model_path=str(path),
-            num_threads=threads or None,
-        )
+        try:
+            interpreter = InterpreterWithCustomOps(
+                custom_op_registerers=text_op_registrars(),
+                model_path=str(path),
+                num_threads=threads or None,
+            )
+        except ValueError as error:  # not a LiteRT file ("not a valid Flatbuffer buffer")
+            raise ValueError(f"{path}: {error}") from None
         self._run = interpreter.get_signature_runner("serving_default")
         self._languages = None
         if self.languages["target"]:
             self._languages = interpreter.get_signature_runner("serving_languages")
 
     def _check(self, source_prefix: str | None, target_prefix: str | None) -> None:
-        check_prefixes(self.languages, source_prefix, target_prefix)
+        check_file_prefixes(self.path, source_prefix, target_prefix)
 
     def n_best_problem(self, n_best: int, *, target_prefix: str | None = None) -> str | None:
         """Why `translate` cannot give `n_best` hypotheses a line, or None when it can."""
@@ -281,6 +307,7 @@ __all__ = [
     "FORMAT",
     "LiteRTTranslator",
     "REGISTRARS",
+    "check_file_prefixes",
     "check_prefixes",
     "is_litert",
     "languages",
