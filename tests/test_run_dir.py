@@ -293,3 +293,19 @@ def test_a_finished_run_and_the_metrics(tmp_path):
     assert run.finished_run(40) is None
     assert json.loads(run.summary.read_text()) == {"steps": 40, "stopped_early": "NaN"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval", "train_summary.json"]
+
+
+def test_the_metrics_of_one_model_file(tmp_path):
+    """An export's manifest holds its own model's scores: `metrics(model)` leaves out the
+    evaluations of another model file (the averaged one's BLEU is not `model.keras`'s)."""
+    run = RunDirectory(tmp_path)
+    run.write_summary({"steps": 40})
+    run.eval.mkdir()
+    run_dir.write_json(run.eval / "test.json", {"bleu": 12.1, "model": "model.averaged.keras"})
+    run_dir.write_json(run.eval / "dev.json", {"bleu": 9.0, "model": "model.keras"})
+    assert run.metrics("model.keras") == {
+        "eval/dev.json": {"bleu": 9.0, "model": "model.keras"},
+        "train_summary.json": {"steps": 40},
+    }
+    assert list(run.metrics("model.averaged.keras")) == ["eval/test.json", "train_summary.json"]
+    assert len(run.metrics()) == 3

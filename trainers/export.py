@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     manifest = {
         "experiment": experiment.to_dict(),
         "source_model": str(run.model(args.model)),
-        "metrics": run.metrics(),
+        "metrics": run.metrics(args.model),
     }
     if args.format in ("litert", "ctranslate2"):
         if args.format == "litert":

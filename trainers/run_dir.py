@@ -161,13 +161,18 @@ class RunDirectory:
         """Where trainers.evaluate writes the translations of `name` (a split)."""
         return self.eval / f"{name}.hyp"
 
-    def metrics(self) -> dict[str, dict]:
+    def metrics(self, model: str | None = None) -> dict[str, dict]:
         """The scores written so far (test and dev evaluations, the training summary), keyed
-        by their path in the directory."""
+        by their path in the directory; with `model` (a model file's name, "model.keras"),
+        the evaluations of another model file left out (an export's manifest then holds
+        only its own model's scores)."""
         found = {}
         for path in (self.eval / "test.json", self.eval / "dev.json", self.summary):
             if path.exists():
-                found[path.relative_to(self.root).as_posix()] = json.loads(path.read_text())
+                record = json.loads(path.read_text())
+                if model is not None and record.get("model", model) != model:
+                    continue
+                found[path.relative_to(self.root).as_posix()] = record
         return found
 
     # Checks made before a run starts --------------------------------------------------------
