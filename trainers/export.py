@@ -106,7 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--stopping",
         choices=["exact", "early", "k_finished"],
-        help="--format savedmodel: when beam search stops (default: the directory's "
+        help="--format savedmodel and litert: when beam search stops (default: the directory's "
         "decoding.stopping, else early: as soon as no alive "
         "hypothesis could beat the best finished one by ending at the next step, as "
         "CTranslate2, Marian and transformers stop; exact: tensor2tensor's rule, the best "
