@@ -268,6 +268,29 @@ def test_int8_holds_the_embedding_table_once_and_the_step_once(model, exported, 
     tables, subgraphs = constants(full, shape)
     assert [kind for _, kind in tables] == [0] and subgraphs == 3  # one float32 table
     assert len(blob) <= 0.3 * len(full), (len(blob), len(full))
+    # int8_table="twice": the converter's own layout, a lookup copy and the projection's int8
+    # weights (a table's bytes more; no whole-table dequantize a request).
+    twice = export.export_litert(
+        model,
+        tmp_path / "twice",
+        vocabularies=bible.vocabularies(),
+        quantize="int8",
+        int8_table="twice",
+    )
+    blob_twice = (twice / "model.tflite").read_bytes()
+    tables, subgraphs = constants(blob_twice, shape)
+    assert [kind for _, kind in tables] == [9, 9] and subgraphs == 3
+    extra = (len(blob_twice) - len(blob)) / (shape[0] * shape[1])
+    assert 0.9 < extra < 1.2, extra
+    assert json.loads((twice / "manifest.json").read_text())["int8_table"] == "twice"
+    with pytest.raises(ValueError, match="int8_table='both' must be one of"):
+        export.export_litert(
+            model,
+            tmp_path / "x",
+            vocabularies=bible.vocabularies(),
+            quantize="int8",
+            int8_table="both",
+        )
 
 
 def test_detokenization_is_sentencepiece_s():
@@ -394,6 +417,10 @@ def test_export_and_translate_programs(run_dir, tmp_path):
     [
         (["--quantize", "bfloat16"], "--quantize bfloat16: --format litert takes int8 or float16"),
         (["--quantize", "int16"], "--quantize int16: --format litert takes int8 or float16"),
+        (
+            ["--quantize", "float16", "--int8-table", "twice"],
+            "--int8-table applies to --format litert --quantize int8 only",
+        ),
     ],
 )
 def test_export_program_refuses_what_a_file_cannot_hold(tmp_path, options, message):

@@ -82,6 +82,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="default: savedmodel",
     )
     parser.add_argument(
+        "--int8-table",
+        choices=["once", "twice"],
+        help="--format litert --quantize int8: the tied embedding table stored once (the "
+        "default: the smallest file, its output projection in float32) or twice (a table's "
+        "size more, one request up to 4x faster at OPUS-MT's size: BENCHMARKS.md)",
+    )
+    parser.add_argument(
         "--quantize",
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
@@ -136,6 +143,8 @@ def main(argv=None) -> int:
             f"--quantize {args.quantize} applies to --format ctranslate2 only (a SavedModel "
             f"takes {' or '.join(SAVED_MODEL_TYPES)})"
         )
+    if args.int8_table and not (args.format == "litert" and args.quantize == "int8"):
+        return errors.fail("--int8-table applies to --format litert --quantize int8 only")
     if args.stopping and args.format == "ctranslate2":
         return errors.fail(
             ValueError(
@@ -172,7 +181,7 @@ def main(argv=None) -> int:
     if args.format in ("litert", "ctranslate2"):
         if args.format == "litert":
             write, what = export.litert.export_litert, "LiteRT file"
-            weights = {"quantize": args.quantize}
+            weights = {"quantize": args.quantize, "int8_table": args.int8_table or "once"}
         else:
             write, what = export.ctranslate2.export_ctranslate2, "CTranslate2 model"
             weights = {"quantization": args.quantize}

@@ -88,6 +88,7 @@ TEXT_OPS = (
     "TFText>NgramsStringJoin",
 )
 QUANTIZE = ("int8", "float16")
+INT8_TABLE = ("once", "twice")  # how an int8 file stores the tied embedding table
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
 UNK_SURFACE = " \u2047 "  # SentencePiece's text for <unk>
 
@@ -99,6 +100,7 @@ def export_litert(
     vocabularies=None,
     decoding: DecodingSettings | None = None,
     quantize: str | None = None,
+    int8_table: str = "once",
     manifest: dict | None = None,
 ) -> Path:
     """Writes `path/model.tflite`, text in and translations out (see the module doc), and
@@ -113,6 +115,12 @@ def export_litert(
             None takes the task's, or the defaults (the paper's) for a `Transformer`.
         quantize: str or None. "int8" (dynamic-range int8 weights) or "float16" weights;
             None keeps float32. Defaults to None.
+        int8_table: str. With int8, how the tied embedding table is stored: "once" (the
+            embedding and the output projection read one int8 copy, dequantized whole once
+            a request: the smallest file, its output projection in float32) or "twice" (a
+            lookup copy and the projection's own int8 weights: a table's size more, and
+            one request up to 4x faster at OPUS-MT's size; BENCHMARKS.md). Defaults to
+            "once".
         manifest: dict or None. Extra facts for `manifest.json`.
 
     Returns:
@@ -132,11 +140,15 @@ def export_litert(
     _check_path(path)
     if quantize is not None and quantize not in QUANTIZE:
         raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
+    if int8_table not in INT8_TABLE:
+        raise ValueError(f"int8_table={int8_table!r} must be one of {INT8_TABLE}")
     model, vocabularies, path, settings = resolve_model(model, vocabularies, path, decoding)
     _check_model(model, vocabularies, settings)
     if path.exists():
         raise FileExistsError(f"{path} exists; choose a new directory")
-    functions = signatures(model, vocabularies, settings)
+    # float32 reads the one constant from both places; float16's converter keeps one too.
+    one_table = quantize == "float16" or (quantize == "int8" and int8_table == "once")
+    functions = signatures(model, vocabularies, settings, one_table=one_table)
     blob = convert(functions, quantize)
     ops = op_names(blob)
     check_ops(ops)
@@ -151,6 +163,7 @@ def export_litert(
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "model_config": model.config.to_dict(),
             "quantize": quantize or "float32",
+            "int8_table": int8_table if quantize == "int8" else None,
             "sizes": {MODEL_FILE: len(blob)},
             "languages": {
                 "source": language_codes(vocabularies.source),
@@ -185,11 +198,12 @@ def translate_text(model, vocabularies, settings: DecodingSettings):
     return signatures(model, vocabularies, settings)["serving_default"]
 
 
-def signatures(model, vocabularies, settings: DecodingSettings) -> dict:
+def signatures(model, vocabularies, settings: DecodingSettings, *, one_table=True) -> dict:
     """The file's signatures by name, each a traced `tf.function` giving `{"translations":
     [batch]}`: `serving_default` (text), and for a vocabulary with language codes (NLLB-200's)
     `serving_prefix` (text, target_prefix) and `serving_languages` (text, source_prefix,
-    target_prefix), the prefixes language codes, string `[batch]`."""
+    target_prefix), the prefixes language codes, string `[batch]`. `one_table`: the tied
+    embedding table read through `_one_table` (int8 then stores it once)."""
     import tensorflow_text
 
     max_length = model.config.max_length
@@ -213,7 +227,7 @@ def signatures(model, vocabularies, settings: DecodingSettings) -> dict:
         )
     )
     weights = [(variable, variable.numpy()) for variable in model.variables]
-    tables = {id(table) for table in _embedding_tables(model)}
+    tables = {id(table) for table in _embedding_tables(model)} if one_table else set()
     source_codes = _codes(source)
     target_codes = _codes(target)
 
