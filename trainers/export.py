@@ -86,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=["once", "twice"],
         help="--format litert --quantize int8: the tied embedding table stored once (the "
         "default: the smallest file, its output projection in float32) or twice (a table's "
-        "size more, one request up to 4x faster at OPUS-MT's size: BENCHMARKS.md)",
+        "size more, the output projection in int8: speed in BENCHMARKS.md)",
     )
     parser.add_argument(
         "--quantize",

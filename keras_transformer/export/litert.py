@@ -119,8 +119,7 @@ def export_litert(
             embedding and the output projection read one int8 copy, dequantized whole once
             a request: the smallest file, its output projection in float32) or "twice" (a
             lookup copy and the projection's own int8 weights: a table's size more, and
-            one request up to 4x faster at OPUS-MT's size; BENCHMARKS.md). Defaults to
-            "once".
+            the projection in int8; speed in BENCHMARKS.md). Defaults to "once".
         manifest: dict or None. Extra facts for `manifest.json`.
 
     Returns:
