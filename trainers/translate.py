@@ -155,8 +155,8 @@ def load_translator(args):
     """The translator of --model, its prefixes checked against its vocabulary before the
     model loads (ValueError naming the flag)."""
     if serving.is_litert(args.model):
-        serving.litert.check_file_prefixes(
-            args.model,
+        serving.litert.check_prefixes(
+            serving.litert.languages(args.model),
             args.source_prefix,
             args.target_prefix,
             names=("--source-prefix", "--target-prefix"),

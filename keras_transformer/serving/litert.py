@@ -93,30 +93,39 @@ def _manifest(path: Path) -> dict:
     return json.loads(manifest.read_text()) if manifest.is_file() else {}
 
 
-def languages(path) -> dict[str, list[str]]:
+def languages(path) -> dict[str, list[str]] | None:
     """The language codes a LiteRT file takes, by side ("source", "target"), from its
-    manifest: NLLB-200's; none for another model (or a file without its manifest)."""
+    manifest: NLLB-200's; none for another model; None where the manifest is missing (its
+    languages unknown)."""
     path = Path(path)
     path = path / "model.tflite" if path.is_dir() else path
+    if not (path.parent / MANIFEST).is_file():
+        return None
     listed = _manifest(path).get("languages", {})
     return {side: list(listed.get(side, [])) for side in ("source", "target")}
 
 
 def check_prefixes(
-    languages: dict[str, list[str]],
+    languages: dict[str, list[str]] | None,
     source_prefix: str | None = None,
     target_prefix: str | None = None,
     *,
     names: tuple[str, str] = ("source_prefix", "target_prefix"),
 ) -> None:
     """Refuses a prefix a LiteRT file does not take: any, where it has no language codes
-    (`languages`); else one that is not one of its codes. ValueError naming the prefix by
-    `names` (a program's flags) and the code it could have meant. None passes."""
+    (`languages`) or its manifest is missing (`languages` None: they are unknown); else one
+    that is not one of its codes. ValueError naming the prefix by `names` (a program's
+    flags) and the code it could have meant. None passes."""
     for name, side, prefix in zip(
         names, ("source", "target"), (source_prefix, target_prefix), strict=True
     ):
         if prefix is None:
             continue
+        if languages is None:
+            raise ValueError(
+                f"{name}={prefix!r}: the file's {MANIFEST} is missing, so its languages are "
+                f"unknown: keep the export's {MANIFEST} beside model.tflite"
+            )
         codes = languages[side]
         if not codes:
             raise ValueError(
@@ -130,29 +139,6 @@ def check_prefixes(
                 f"{name}={prefix!r}: a LiteRT file takes one language code as its prefix "
                 f"({', '.join(codes[:6])}, ...)"
             )
-
-
-def check_file_prefixes(
-    path,
-    source_prefix: str | None = None,
-    target_prefix: str | None = None,
-    *,
-    names: tuple[str, str] = ("source_prefix", "target_prefix"),
-) -> None:
-    """`check_prefixes` against the languages of the LiteRT file `path` (its manifest's); a
-    prefix for a file whose manifest.json is missing is refused as that (its languages are
-    unknown), not as a file without language codes."""
-    path = Path(path)
-    path = path / "model.tflite" if path.is_dir() else path
-    if not (path.parent / MANIFEST).is_file():
-        for name, prefix in zip(names, (source_prefix, target_prefix), strict=True):
-            if prefix is not None:
-                raise ValueError(
-                    f"{name}={prefix!r}: {path.parent / MANIFEST} is missing, so the file's "
-                    "languages are unknown: keep the export's manifest.json beside model.tflite"
-                )
-        return
-    check_prefixes(languages(path), source_prefix, target_prefix, names=names)
 
 
 class LiteRTTranslator:
@@ -221,11 +207,11 @@ class LiteRTTranslator:
             raise ValueError(f"{path}: {error}") from None
         self._run = interpreter.get_signature_runner("serving_default")
         self._languages = None
-        if self.languages["target"]:
+        if self.languages and self.languages["target"]:
             self._languages = interpreter.get_signature_runner("serving_languages")
 
     def _check(self, source_prefix: str | None, target_prefix: str | None) -> None:
-        check_file_prefixes(self.path, source_prefix, target_prefix)
+        check_prefixes(self.languages, source_prefix, target_prefix)
 
     def n_best_problem(self, n_best: int, *, target_prefix: str | None = None) -> str | None:
         """Why `translate` cannot give `n_best` hypotheses a line, or None when it can."""
@@ -307,7 +293,6 @@ __all__ = [
     "FORMAT",
     "LiteRTTranslator",
     "REGISTRARS",
-    "check_file_prefixes",
     "check_prefixes",
     "is_litert",
     "languages",
