@@ -19,10 +19,9 @@ forced prefix included, EOS and padding left out) and the scores of the first th
 scores, within SCORE_TOLERANCE. CTranslate2 is held to this where it runs our search: greedy
 search, and its own beam search (`ranking="length"` with the fairseq finish rule and
 k_finished stopping, `kt.export.ctranslate2`); elsewhere it ranks its own hypotheses anew
-(tests/test_ctranslate2.py). Its logits differ from ours in their last bits, so it may part
-from ours where two tokens' logits, or two hypotheses' scores, are within TIE (as
-tests/test_ctranslate2.py allows, and finds rare), and its scores leave out a sliver of
-mass (SLIVER).
+(tests/test_ctranslate2.py). Its logits differ from ours in their last bits and its softmax
+leaves out a sliver of mass (SLIVER), so it may part from ours at a near tie: tests/ties.py's
+rule (`parts_at_a_tie`), which tests/test_ctranslate2.py's comparisons use too.
 
 A new door is one line of DOORS (a function from the spine and a row to an `Answer`, and
 the settings it serves), a new setting one line of SETTINGS.
@@ -51,7 +50,7 @@ from keras_transformer.decoding.settings import with_source_prefix
 from keras_transformer.evaluation import Translator
 from keras_transformer.models import TransformerSeq2SeqLM
 from keras_transformer.text import BOS_ID, EOS_ID
-from tests import bible
+from tests import bible, ties
 from tests.cli import run_main
 
 pytestmark = pytest.mark.slow
@@ -73,7 +72,6 @@ SCORE_TOLERANCE = 1e-4
 # decimals.
 SLIVER = 2e-3
 ROUNDING = 1e-4
-TIE = 1e-3  # where CTranslate2 may part from ours: two logits or two scores this close
 
 
 class Case(NamedTuple):
@@ -464,12 +462,37 @@ def reference(spine: Spine, setting: str, aspect: str) -> tuple[str, list | np.n
     return None
 
 
-def parts_at_a_tie(spine: Spine, case: Case, row: int, ours, theirs, scores) -> bool:
-    """Whether CTranslate2's hypotheses `theirs` of sentence `row` part from `ours` (ids,
-    best first, our `scores`) where two of our hypotheses' scores are within TIE, or where
-    the model's logits of the two tokens that the first pair to differ takes are."""
-    if len(scores) > 1 and np.abs(np.diff(scores)).min() < TIE:
-        return True
+def parts_at_a_tie(spine: Spine, case: Case, row: int, ours, theirs) -> bool:
+    """Whether CTranslate2's hypotheses `theirs` of sentence `row` may part from `ours` (ids,
+    best first): in greedy search, where the model's logits of the two tokens that the
+    first pair to differ takes are within ties.TIE; in beam search, where each is its own
+    softmax's search but at a choice within ties.LAST_BITS or the length limit (tests/
+    ties.py, which says why)."""
+    source = spine.source_ids(case)[row : row + 1]
+    source = source[:, : np.count_nonzero(source)]
+    task = spine.task(case.model)
+
+    def next_logits(prefixes):
+        target = np.array(prefixes, "int32")
+        return np.asarray(
+            task({"source_ids": np.repeat(source, len(target), 0), "target_ids": target})
+        )[:, -1]
+
+    settings = case.settings
+    if settings.beam_size > 1:
+        limit = source.shape[1] + settings.max_extra_length
+        return (
+            ties.beam_parts_at_a_tie(
+                next_logits,
+                ours,
+                theirs,
+                beam_size=settings.beam_size,
+                length_penalty=settings.length_penalty,
+                limit=min(limit, task.backbone.config.max_length),
+                n_best=settings.n_best,
+            )
+            is not None
+        )
     for mine, other in zip(ours, theirs, strict=False):
         if mine == other:
             continue
@@ -477,12 +500,8 @@ def parts_at_a_tie(spine: Spine, case: Case, row: int, ours, theirs, scores) -> 
             (t for t, (a, b) in enumerate(zip(mine, other, strict=False)) if a != b),
             min(len(mine), len(other)),
         )
-        source = spine.source_ids(case)[row : row + 1]
-        source = source[:, : np.count_nonzero(source)]
-        target = np.array([[BOS_ID, *mine[:step]]], "int32")
-        task = spine.task(case.model)
-        logits = np.asarray(task({"source_ids": source, "target_ids": target}))[0, -1]
-        return abs(logits[(mine + [EOS_ID])[step]] - logits[(other + [EOS_ID])[step]]) < TIE
+        logits = next_logits([[BOS_ID, *mine[:step]]])[0]
+        return ties.tokens_part_at_a_tie(logits, (mine + [EOS_ID])[step], (other + [EOS_ID])[step])
     return False
 
 
@@ -501,7 +520,6 @@ def ctranslate2_ties(spine: Spine, setting: str, door: str, answer: Answer) -> s
     case = SETTINGS[setting]
     sentences = spine.sentences(case)
     name, ours = reference(spine, setting, "ids")
-    _, scores = reference(spine, setting, "scores")
     tied = set()
     for row in range(len(sentences)):
         differs = False
@@ -515,7 +533,7 @@ def ctranslate2_ties(spine: Spine, setting: str, door: str, answer: Answer) -> s
             if answer.ids is not None
             else [target_ids(spine, case, text) for text in answer.texts[row]]
         )
-        assert parts_at_a_tie(spine, case, row, ours[row], theirs, scores[row]), difference(
+        assert parts_at_a_tie(spine, case, row, ours[row], theirs), difference(
             setting, door, name, "not at a tie", row, sentences[row], theirs, ours[row]
         )
         tied.add(row)

@@ -1,0 +1,156 @@
+"""Where two engines may part: the tie rule of the tests that compare CTranslate2's searches
+with ours (tests/test_ctranslate2.py, tests/test_every_door.py; tests/README.md lists every
+exact-output test and its rule).
+
+Two things move CTranslate2's choices away from ours. Its logits are the model's in other
+products, so they differ in their last bits (about 2e-5 here); and its softmax leaves out
+the tokens its search never generates (padding, the start token, EOS first), a sliver of
+mass that raises a hypothesis's summed log-probability by up to about 1e-3 over a sentence,
+unevenly between hypotheses. Where a choice of the search is that close, the engines may
+choose differently, and from there their translations differ. Which choices are that close
+depends on the trained weights, which depend on the CPU that trained them: the failure a
+user met was a beam whose 4th and 5th candidates were 3e-4 apart on his CPU's weights, a
+tie at the beam's cut that no rule about two tokens of one prefix could see.
+
+So the rule replays each engine's search here in NumPy, from the model's own logits, with
+each engine's softmax (`replay_beam`): where two engines' n-best differ, each must be its
+own softmax's replay, but where that replay meets a choice closer than LAST_BITS, or runs
+into the length limit (where each engine returns unfinished hypotheses of its own:
+docs/guides/serving.md). Anything else (another search, another ranking, another finish
+rule) fails. Greedy search's rule stays the simpler one: where two greedy searches first
+take different tokens, their logits are within TIE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+TIE = 1e-3  # greedy search: two tokens' logits this close may be ordered either way
+# One engine, ours, in two graphs (or a graph and this module's NumPy): float32 sums of a
+# few dozen log-probabilities differ in their last bits, about 1e-5.
+SCORE_TOLERANCE = 1e-4
+# Two engines' logits of one model differ by about 2e-5; this module's float64 sums and an
+# engine's float32 ones by a few times that over a sentence: a choice closer than LAST_BITS
+# may go either way between an engine and its replay.
+LAST_BITS = 2e-4
+BOS_ID, EOS_ID, PAD_ID = 2, 3, 0  # keras_transformer.text's
+
+
+class Replay(NamedTuple):
+    """What `replay_beam` found: the finished hypotheses, best first (`(score, ids)`, ids
+    without BOS and EOS), the smallest margin of any choice the search made, and whether it
+    ran into the length limit before `beam_size` hypotheses had finished."""
+
+    finished: list[tuple[float, tuple[int, ...]]]
+    smallest_margin: float
+    at_limit: bool
+
+
+def log_softmax(logits: np.ndarray, left_out: Sequence[int] = ()) -> np.ndarray:
+    """Log-probabilities over the last axis in float64, the tokens of `left_out` left out of
+    the normalisation (CTranslate2's way) or not (ours); padding and BOS are never chosen."""
+    logits = np.array(logits, "float64")
+    if left_out:
+        logits[..., list(left_out)] = -np.inf
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    result = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    result[..., [PAD_ID, BOS_ID]] = -np.inf
+    return result
+
+
+def replay_beam(
+    next_logits: Callable[[list[list[int]]], np.ndarray],
+    *,
+    beam_size: int,
+    length_penalty: float,
+    limit: int,
+    n_best: int,
+    ctranslate2_softmax: bool = False,
+) -> Replay:
+    """Beam search with `finish_rule="fairseq"`, `stopping="k_finished"` and `ranking=
+    "length"` (logP / |Y| ** alpha, EOS counted): the SavedModel's search that CTranslate2's
+    own beam search is (kt.decoding.beam_search), written plainly.
+
+    `next_logits(prefixes)` gives the model's logits `[rows, vocab]` of the next token after
+    each prefix (BOS first). At each step the 2k best candidates are ranked; those that end
+    (EOS, or any token at the length limit) among the first k join the finished, the first
+    k that do not stay alive. A choice is close where swapping two neighbours in that
+    ranking changes who joins or stays (their margin counts), and where two finished
+    hypotheses at the n-best's cut are close."""
+    k = beam_size
+    alive: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
+    finished: list[tuple[float, tuple[int, ...]]] = []
+    smallest, reached = math.inf, False
+    for t in range(limit):
+        logits = np.asarray(next_logits([[BOS_ID, *ids] for ids, _ in alive]))
+        left_out = (PAD_ID, BOS_ID, EOS_ID) if ctranslate2_softmax and t == 0 else (PAD_ID, BOS_ID)
+        log_probs = log_softmax(logits, left_out if ctranslate2_softmax else ())
+        at_limit = t + 1 >= limit
+        if at_limit:  # the last token a hypothesis may take is EOS (`force_stop`)
+            log_probs[:, [i for i in range(log_probs.shape[-1]) if i != EOS_ID]] = -np.inf
+            reached = True
+        candidates = []
+        for (ids, logp), row in zip(alive, log_probs, strict=True):
+            for token in np.argsort(-row, kind="stable")[: 2 * k + 1]:
+                if np.isfinite(row[token]):
+                    candidates.append((logp + float(row[token]), (*ids, int(token))))
+        candidates.sort(key=lambda candidate: -candidate[0])
+        ranked = candidates[: 2 * k + 1]
+
+        def outcome(order, at_limit=at_limit):
+            top = order[: 2 * k]
+            joins = {c[1] for i, c in enumerate(top) if (c[1][-1] == EOS_ID or at_limit) and i < k}
+            stays = [c[1] for c in top if not (c[1][-1] == EOS_ID or at_limit)][:k]
+            return joins, set(stays)
+
+        chosen = outcome(ranked)
+        for i in range(len(ranked) - 1):
+            swapped = [*ranked[:i], ranked[i + 1], ranked[i], *ranked[i + 2 :]]
+            if outcome(swapped) != chosen:
+                smallest = min(smallest, ranked[i][0] - ranked[i + 1][0])
+        for logp, ids in ranked[:k]:
+            if ids[-1] == EOS_ID or at_limit:
+                finished.append((logp / len(ids) ** length_penalty, ids))
+        keep = [c for c in ranked[: 2 * k] if not (c[1][-1] == EOS_ID or at_limit)][:k]
+        alive = [(ids, logp) for logp, ids in keep]
+        if len(finished) >= k or not alive:
+            break
+    finished.sort(key=lambda f: -f[0])
+    finished = finished[:k]
+    for a, b in zip(finished[: n_best + 1], finished[1 : n_best + 1], strict=False):
+        smallest = min(smallest, a[0] - b[0])  # the n-best's order and its cut
+    trimmed = [(score, ids[:-1] if ids[-1] == EOS_ID else ids) for score, ids in finished]
+    return Replay(trimmed, smallest, reached)
+
+
+def beam_parts_at_a_tie(next_logits, ours: list, theirs: list, *, key=list, **search) -> str | None:
+    """Why our beam search's n-best `ours` and CTranslate2's `theirs` (best first, each as
+    `key(ids)` gives it: ids by default, or texts) of one sentence may differ, as text, or
+    None where nothing allows it. Each engine's n-best must be its own softmax's replay
+    (`replay_beam`), but where that replay meets a choice within LAST_BITS or runs into the
+    length limit: then the difference comes from the two softmaxes (CTranslate2's sliver),
+    from last bits at a choice that close, or from the limit, where each engine returns
+    unfinished hypotheses of its own. `search`: `replay_beam`'s settings."""
+    reasons = []
+    for name, given, softmax in (("ours", ours, False), ("CTranslate2's", theirs, True)):
+        replay = replay_beam(next_logits, ctranslate2_softmax=softmax, **search)
+        if replay.at_limit:
+            return "the search runs into the length limit"
+        replayed = [key(list(ids)) for _, ids in replay.finished[: search["n_best"]]]
+        if replayed == list(given):
+            reasons.append(f"{name} is its softmax's search")
+        elif replay.smallest_margin < LAST_BITS:
+            reasons.append(f"{name} parts at a choice {replay.smallest_margin:.1e} apart")
+        else:
+            return None
+    return "; ".join(reasons)
+
+
+def tokens_part_at_a_tie(logits_at_step: np.ndarray, mine: int, other: int) -> bool:
+    """Greedy search's rule: where two greedy searches first take different tokens after the
+    same prefix, the model's logits of the two are within TIE."""
+    return abs(float(logits_at_step[mine]) - float(logits_at_step[other])) < TIE
