@@ -16,9 +16,9 @@ settings are the export's (`trainers.export`). --model (or its older name --save
   --target-prefix spa_Latn`), other files none; no --n-best yet.
 
 The translators are the library's (`keras_transformer.serving`: `SavedModelTranslator`,
-`CTranslate2Translator`); this program reads and writes the lines around them. For a
-CTranslate2 directory it loads that package alone, without the rest of the library: neither
-TensorFlow nor Keras starts.
+`CTranslate2Translator`, `LiteRTTranslator`); this program reads and writes the lines around
+them. For a CTranslate2 directory or a LiteRT file it loads that package alone, without the
+rest of the library: neither TensorFlow nor Keras is imported.
 
 --source-prefix puts text in front of each source line that does not start with a language
 code (NLLB-200's source language, `--source-prefix eng_Latn`; a multilingual OPUS-MT model's
