@@ -23,7 +23,7 @@ Python's warnings included, is written back as it was, after the import. With
 captured lines: `faulthandler` still reports where it happened, and the same command with
 `TF_CPP_MIN_LOG_LEVEL=0` shows everything.
 
-Later lines are left to the level, but one: tensorflow-text's own copy of SentencePiece
+Later lines are left to the level, but a few. tensorflow-text's own copy of SentencePiece
 logs through its own logger, which no setting of that copy reaches from Python (its level
 is a C++ static, not exported), and writes
 
@@ -33,6 +33,34 @@ for each vocabulary without a normalization table (every one this project learns
 normalization is the identity) when the op loads it: making a tokenizer, loading a
 SavedModel. The programs run those calls inside `native_logs()`, which holds SentencePiece's
 lines to the level as TensorFlow's (its INFO hidden from 1).
+
+The LiteRT paths write three more kinds, none of them held to any level from Python:
+
+- Running a LiteRT file without importing TensorFlow (`kt.serving.LiteRTTranslator`) loads
+  TensorFlow's framework library for tensorflow-text's op registrar, and its static
+  initializers write Abseil's notice and the oneDNN and cudart lines above.
+- LiteRT's interpreter, at its first allocation of tensors, writes through TensorFlow Lite's
+  own logger, which reads no `TF_CPP_MIN_LOG_LEVEL` (its level is set from C++ alone,
+  `tflite::LoggerOptions::SetMinimumLogSeverity`, which ai-edge-litert's Python does not
+  reach: tensorflow/tensorflow#58050, #74882)
+
+      INFO: Created TensorFlow Lite XNNPACK delegate for CPU.
+
+- LiteRT's converter (`kt.export.litert.convert`), on any graph with `tf.repeat` (the search's
+  `ops.repeat` of its hypotheses), writes an ERROR that is none: TensorFlow's repeat casts its
+  int32 `repeats` to int32, the converter folds that Cast into an Identity that keeps the
+  Cast's `Truncate` attribute, and TensorFlow's check of the new node logs that it ignores the
+  attribute (no upstream issue found; `tf.repeat` in any converted function shows it)
+
+      E0000 00:00:1796540241.551491    5668 node_def_util.cc:682] NodeDef mentions attribute
+      Truncate which is not in the op definition: Op<name=Identity; ...> This may be expected
+      if your graph generating binary is newer  than this binary. Unknown attributes will be
+      ignored. NodeDef: {{node unnamed}}
+
+  (one line). The translator and the converter run those calls inside `native_logs()`, where
+  TensorFlow Lite's INFO lines are held to the level as TensorFlow's (from 1; its WARNING and
+  ERROR lines are always shown), and this one line of `node_def_util.cc` counts as the warning
+  it is (from 2, as the failed cuInit); any other attribute, or another op, is shown.
 
 TensorFlow's `util.cc:131] oneDNN supports DT_INT64 only on platforms with AVX-512` (an
 ERROR, once a process, for the first int64 Transpose in a graph, whatever the CPU) has its
@@ -52,15 +80,23 @@ import sys
 import tempfile
 
 # Abseil's "I0000 00:00:1795580723.601126   14929 port.cc:153] ...", TensorFlow's older
-# "2025-01-01 00:00:00.000000: I tensorflow/core/...cc:42] ..." and tensorflow-text's
-# SentencePiece's "normalizer.cc(51) LOG(INFO) precompiled_charsmap is ...": the severity.
+# "2025-01-01 00:00:00.000000: I tensorflow/core/...cc:42] ...", tensorflow-text's
+# SentencePiece's "normalizer.cc(51) LOG(INFO) precompiled_charsmap is ..." and TensorFlow
+# Lite's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." (its INFO alone): the
+# severity.
 _LOG_LINE = re.compile(
     rb"^(?:(?:(?P<absl>[IWEF])\d{4} [\d:.]+ +\d+ |[\d-]+ [\d:.]+: (?P<tf>[IWEF]) )\S+:\d+\] "
-    rb"|\S+\.cc\(\d+\) LOG\((?P<piece>[IWEF])(?:NFO|ARNING|RROR|ATAL)\) )"
+    rb"|\S+\.cc\(\d+\) LOG\((?P<piece>[IWEF])(?:NFO|ARNING|RROR|ATAL)\) "
+    rb"|(?P<lite>I)NFO: )"
 )
 _SEVERITY = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
 _ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called"
-_NO_GPU = b"failed call to cuInit"
+# ERROR lines that are warnings (the module doc): a machine without a GPU, and the converter's
+# Cast folded into an Identity.
+_WARNINGS_AS_ERRORS = (
+    b"failed call to cuInit",
+    b"] NodeDef mentions attribute Truncate which is not in the op definition: Op<name=Identity;",
+)
 
 
 def min_log_level() -> int:
@@ -78,8 +114,8 @@ def hidden(line: bytes, level: int) -> bool:
     match = _LOG_LINE.match(line)
     if match is None:
         return False
-    severity = _SEVERITY[match["absl"] or match["tf"] or match["piece"]]
-    if severity == _SEVERITY[b"E"] and _NO_GPU in line:
+    severity = _SEVERITY[match["absl"] or match["tf"] or match["piece"] or match["lite"]]
+    if severity == _SEVERITY[b"E"] and any(known in line for known in _WARNINGS_AS_ERRORS):
         severity = _SEVERITY[b"W"]
     return severity < min(level, _SEVERITY[b"F"])
 
@@ -120,10 +156,11 @@ def filtered_stderr(level: int):
 
 
 def native_logs():
-    """A block whose C++ log lines (TensorFlow's and tensorflow-text's SentencePiece's) are
-    held to `TF_CPP_MIN_LOG_LEVEL` (`filtered_stderr`), or left alone at level 0. For the
-    calls that load a SentencePiece model: they take milliseconds, and anything else written
-    to standard error meanwhile is written back after them."""
+    """A block whose C++ log lines (TensorFlow's, TensorFlow Lite's and tensorflow-text's
+    SentencePiece's) are held to `TF_CPP_MIN_LOG_LEVEL` (`filtered_stderr`), or left alone
+    at level 0. For the calls that load a SentencePiece model or a LiteRT file (milliseconds)
+    and for a LiteRT conversion (seconds): anything else written to standard error meanwhile
+    is written back after them."""
     level = min_log_level()
     return filtered_stderr(level) if level > 0 else contextlib.nullcontext()
 

@@ -3,6 +3,7 @@ that takes no argument (as a console script calls it) and returns the exit statu
 prints its usage under the name it was run by. A mistyped path is refused before TensorFlow
 starts, and the wheel carries the shipped configs that `kt-train --config NAME` names."""
 
+import argparse
 import importlib
 import inspect
 import json
@@ -77,6 +78,36 @@ def test_the_usage_names_the_command_the_user_ran(script, capsys, monkeypatch):
         with pytest.raises(SystemExit):
             target(script)(["--help"])
         assert capsys.readouterr().out.startswith(f"usage: {name} "), argv0
+
+
+# Every program of trainers/: the modules that run as `python -m trainers.NAME`.
+PROGRAMS = sorted(
+    f"trainers.{path.stem}"
+    for path in (ROOT / "trainers").glob("*.py")
+    if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+)
+
+
+def test_every_script_is_a_program():
+    assert {value.partition(":")[0] for value in SCRIPTS.values()} <= set(PROGRAMS)
+
+
+@pytest.mark.parametrize("module", PROGRAMS)
+def test_ctrl_c_is_one_line_and_exit_status_130(module, capsys, monkeypatch):
+    """Ctrl-C anywhere in a program's `main` (here: as it reads its flags) ends it with the
+    line `interrupted` and status 130 (`trainers.errors.program`), no traceback."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", interrupted)
+    try:
+        status = importlib.import_module(module).main(["--help"])
+    except KeyboardInterrupt:  # not let out: pytest would stop the whole run
+        pytest.fail(f"{module}.main let the KeyboardInterrupt out (a traceback)")
+    assert status == 130
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "interrupted\n")
 
 
 def run_program(module: str, *args, cwd=ROOT):

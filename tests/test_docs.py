@@ -226,18 +226,65 @@ def test_every_checkpoint_family_is_named_where_the_docs_list_them():
     assert set(re.findall(r"`(\w+)`", refused.group(1))) == set(FAMILIES), refused.group()
 
 
-def test_the_training_pair_count_is_the_corpus():
-    """README.md and Getting started give the number of training pairs `make demo` reads
-    (trainers/configs/demo.yaml's `data.train`)."""
+# The Markdown that quotes the bundled corpus's sizes: the README, the site's pages, the
+# benchmarks and the corpus's own README.
+QUOTING_THE_CORPUS = [
+    ROOT / "README.md",
+    ROOT / "BENCHMARKS.md",
+    ROOT / "data" / "bible-en-es" / "README.md",
+    *sorted(DOCS.rglob("*.md")),
+]
+# A number and the split it counts, as the pages write them: "29,397 training pairs", "316
+# dev and 1,020 test pairs", "Test split: 1,020 verses", "Dev BLEU (greedy, 316 verses)",
+# the corpus README's table ("| dev | 316 |") and its example ('dev.tsv.xz", ...)  # 316').
+SPLIT_COUNTS = [
+    re.compile(r"(?P<n>\d[\d,]*) (?P<split>training|train|dev|test)\b", re.IGNORECASE),
+    re.compile(
+        r"\b(?P<split>training|train|dev|test)\b(?: split)?[^.;|]{0,25}?\b(?P<n>\d[\d,]*) "
+        r"(?:pairs|verses|sentences)\b",
+        re.IGNORECASE,
+    ),
+    re.compile(r"\| (?P<split>train|dev|test) \| (?P<n>\d[\d,]*) \|"),
+    re.compile(r"\b(?P<split>train|dev|test)\.tsv\S* [^#]{0,40}# (?P<n>\d[\d,]*) pairs\b"),
+]
+SPLITS = {"train": "train", "training": "train", "dev": "dev", "test": "test"}  # word -> split
+
+
+def corpus_sizes() -> dict[str, int]:
+    """The pairs of each split of the corpus `make demo` reads (trainers/configs/demo.yaml's
+    `data`), as the library's reader counts them."""
     import yaml
 
     from keras_transformer.corpus import read_tsv
 
     data = yaml.safe_load((ROOT / "trainers" / "configs" / "demo.yaml").read_text())["data"]
-    train = read_tsv(ROOT / data["train"], data["source_language"], data["target_language"])
-    for page in ("README.md", "docs/getting-started.md"):
-        text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
-        assert f"{len(train):,} training pairs" in text, page
+    languages = data["source_language"], data["target_language"]
+    return {
+        split: len(read_tsv(ROOT / data[split], *languages)) for split in ("train", "dev", "test")
+    }
+
+
+def test_every_count_of_the_corpus_quoted_is_the_corpus():
+    """Each number the pages give with a split's name ("29,397 training pairs") that is
+    within a tenth of the split's size names that size, and must be it; one far from it
+    counts a part of the split ("the first 32 test verses") and is not checked here."""
+    sizes = corpus_sizes()
+    quoted, wrong = {split: 0 for split in sizes}, []
+    for page in QUOTING_THE_CORPUS:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for pattern in SPLIT_COUNTS:
+            for match in pattern.finditer(text):
+                split = SPLITS[match["split"].lower()]
+                number = int(match["n"].replace(",", ""))
+                if abs(number - sizes[split]) <= sizes[split] / 10:
+                    quoted[split] += 1
+                    if number != sizes[split]:
+                        where = page.relative_to(ROOT).as_posix()
+                        wrong.append(
+                            f"{where}: {match[0]!r}: the {split} split has {sizes[split]:,}"
+                        )
+    assert not wrong, "\n".join(wrong)
+    assert all(quoted.values()), quoted  # the patterns still find the pages' counts
 
 
 def test_the_serving_guides_table_lists_every_signature_and_its_inputs():

@@ -555,6 +555,53 @@ def test_a_sigterm_leaves_no_partial_output_and_the_previous_file_intact(exporte
     assert output.read_text() == "the translations of yesterday\n"
 
 
+# `python -m trainers.translate ARGS` with SIGINT turned into KeyboardInterrupt, as Python
+# does for a program started from a terminal (a test run in the background would start it
+# with SIGINT ignored).
+AS_FROM_A_TERMINAL = (
+    "import runpy, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "sys.argv = ['trainers.translate', *sys.argv[1:]]\n"
+    "runpy.run_module('trainers.translate', run_name='__main__', alter_sys=True)\n"
+)
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_partial_output(exported, tmp_path):
+    """Ctrl-C (SIGINT) while translate writes --output, reading a pipe that stays open: the
+    line `interrupted` alone on stderr, exit status 130, the hidden partial file removed and
+    the existing output as it was."""
+    directory, _ = exported
+    output = tmp_path / "out.txt"
+    output.write_text("the translations of yesterday\n")
+    process = subprocess.Popen(
+        [sys.executable, "-c", AS_FROM_A_TERMINAL, "--model", str(directory)]
+        + ["--output", str(output), "--batch-size", "1"],
+        cwd=ROOT,
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        process.stdin.write(b"Amen.\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 240
+        # Its first line translated and written: it waits for the next one.
+        while not any(p.stat().st_size for p in tmp_path.glob(".partial-*")):
+            assert process.poll() is None, process.stderr.read().decode()
+            assert time.monotonic() < deadline, "no partial output appeared"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+        process.stdin.close()
+    assert (process.returncode, process.stderr.read().decode()) == (130, "interrupted\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    assert output.read_text() == "the translations of yesterday\n"
+
+
 def test_translate_cli_n_best(exported):
     directory, _ = exported
     translate = ("trainers.translate", "--model", directory)

@@ -1,6 +1,7 @@
 """TensorFlow's start-up lines: hidden from the command-line programs and from library use by
 default, shown with TF_CPP_MIN_LOG_LEVEL=0; errors and Python's warnings still shown
-(keras_transformer/_logs.py, which trainers/startup_logs.py loads)."""
+(keras_transformer/_logs.py, which trainers/startup_logs.py loads). The LiteRT paths too:
+TensorFlow Lite's INFO lines, and the converter's one ERROR line that is none."""
 
 import os
 import re
@@ -31,16 +32,33 @@ PIECE_INFO = (
     b"normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty. use identity normalization.\n"
 )
 PIECE_ERROR = b"model_interface.cc(80) LOG(ERROR) a SentencePiece error\n"
-TEXT = NOTICE + INFO + OLD_FORMAT + PIECE_INFO + WARNING + NO_GPU + ERROR + PIECE_ERROR + PYTHON
+# TensorFlow Lite's own logger: the interpreter's first allocation, and an error of its.
+LITE_INFO = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n"
+LITE_ERROR = b"ERROR: Didn't find op for builtin opcode 'SOMETHING' version '9'.\n"
+# The converter's Cast of tf.repeat folded into an Identity (keras_transformer/_logs.py), and
+# another attribute that the check ignores: an error that is shown.
+TRUNCATE = (
+    b"E0000 00:00:1796540241.551491    5668 node_def_util.cc:682] NodeDef mentions attribute "
+    b"Truncate which is not in the op definition: Op<name=Identity; signature=input:T -> "
+    b"output:T; attr=T:type> This may be expected if your graph generating binary is newer  "
+    b"than this binary. Unknown attributes will be ignored. NodeDef: {{node unnamed}}\n"
+)
+OTHER_ATTRIBUTE = (
+    b"E0000 00:00:1796540241.5   5668 node_def_util.cc:682] NodeDef mentions attribute "
+    b"debug_name which is not in the op definition: Op<name=VarHandleOp; ...>\n"
+)
+INFOS = INFO + OLD_FORMAT + PIECE_INFO + LITE_INFO
+ERRORS = ERROR + OTHER_ATTRIBUTE + PIECE_ERROR
+TEXT = NOTICE + INFOS + WARNING + NO_GPU + TRUNCATE + ERRORS + LITE_ERROR + PYTHON
 
 
 @pytest.mark.parametrize(
     "level, kept",
     [
         (0, TEXT),
-        (1, WARNING + NO_GPU + ERROR + PIECE_ERROR + PYTHON),
-        (2, ERROR + PIECE_ERROR + PYTHON),
-        (3, PYTHON),
+        (1, WARNING + NO_GPU + TRUNCATE + ERRORS + LITE_ERROR + PYTHON),
+        (2, ERRORS + LITE_ERROR + PYTHON),
+        (3, LITE_ERROR + PYTHON),
     ],
 )
 def test_each_level_hides_what_tensorflow_would(level, kept):
@@ -86,15 +104,16 @@ def test_install_does_nothing_once_tensorflow_is_loaded(monkeypatch):
     assert not any(isinstance(f, startup_logs._logs._FirstTensorFlowImport) for f in sys.meta_path)
 
 
-def run_cli(*args, **env):
+def run_cli(*args, stdin: str | None = None, **env):
     """A command-line program in a fresh process, with TF_CPP_MIN_LOG_LEVEL unset unless
-    given: what a user's shell gives it."""
+    given: what a user's shell gives it; `stdin` its input."""
     args = [str(arg) for arg in args]
     environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     return subprocess.run(
         [sys.executable, "-m", *args],
         cwd=ROOT,
         env={**environ, **env},
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=300,
@@ -124,6 +143,50 @@ def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again(refused):
     assert "error: --last=0 must be >= 1" in result.stderr
     if not any(START_UP_LINE.match(line) for line in result.stderr.splitlines()):
         pytest.skip("TensorFlow writes no start-up line on this machine")
+
+
+@pytest.fixture(scope="module")
+def litert_export(tmp_path_factory):
+    """A model directory briefly trained (`trainers.train`), and `trainers.export --format
+    litert` of it run as a user runs it: `(its CompletedProcess, the LiteRT file)`."""
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    from tests.test_trainer import slice_config, train_cli
+
+    tmp = tmp_path_factory.mktemp("litert-logs")
+    config = slice_config(tmp, dev=False, steps=2, steps_per_epoch=2, jit_compile="false")
+    train_cli(config, tmp / "model", "--verbose", "0")
+    out = tmp / "litert"
+    exported = run_cli(
+        "trainers.export", "--model-dir", tmp / "model", "--format", "litert", "--out", out
+    )
+    return exported, out / "model.tflite"
+
+
+@pytest.mark.slow
+def test_a_litert_export_is_quiet(litert_export):
+    """No line of the converter's (its ERROR about the `Truncate` attribute it ignores)."""
+    exported, _ = litert_export
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert exported.stderr == "", exported.stderr
+    assert exported.stdout.startswith("wrote ")
+
+
+@pytest.mark.slow
+def test_translating_with_a_litert_file_is_quiet_unless_asked(litert_export):
+    """TensorFlow's start-up lines (its framework library loaded for tensorflow-text's ops)
+    and TensorFlow Lite's XNNPACK line are hidden; TF_CPP_MIN_LOG_LEVEL=0 shows them."""
+    _, model = litert_export
+    quiet, shown = (
+        run_cli("trainers.translate", "--model", model, stdin="Jesus wept.\n", **env)
+        for env in ({}, {"TF_CPP_MIN_LOG_LEVEL": "0"})
+    )
+    for result in (quiet, shown):
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert len(result.stdout.splitlines()) == 1
+    assert len(quiet.stderr.splitlines()) == 1, quiet.stderr
+    assert quiet.stderr.startswith("translated 1 sentence in "), quiet.stderr
+    assert "INFO: Created TensorFlow Lite XNNPACK delegate" in shown.stderr
+    assert any(START_UP_LINE.match(line) for line in shown.stderr.splitlines()), shown.stderr
 
 
 LOAD_A_VOCABULARY = """

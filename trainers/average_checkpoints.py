@@ -51,6 +51,7 @@ def average_checkpoints(model, paths) -> None:
     model.set_weights([t / len(paths) for t in total])
 
 
+@errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
     run = RunDirectory(args.model_dir)

@@ -8,8 +8,12 @@
                          found before any work starts
     3  EXIT_LOST_WORKER  under multi_worker, contact with another worker was lost (one of
                          `LOST_WORKER_ERRORS`): start the same command again on every worker
+  130  EXIT_INTERRUPTED  Ctrl-C (128 + SIGINT, as a shell reports it): the program stopped
+                         where it was, its files handled as on any error (what it had saved
+                         stays; an output it was writing is not left half written in its place)
 
-Every error is printed to stderr as one line, `error: MESSAGE`.
+Every error is printed to stderr as one line, `error: MESSAGE`; Ctrl-C as `interrupted`
+(`program`, around every program's `main`, instead of Python's traceback).
 
 The module is plain Python until `CorpusError`, `USER_ERRORS` or `LOST_WORKER_ERRORS` is
 first read (they bring the library and TensorFlow): a program checks its arguments and paths,
@@ -18,9 +22,11 @@ and reports them with `fail`, before TensorFlow starts.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "EXIT_LOST_WORKER",
     "EXIT_OK",
     "EXIT_STOPPED",
@@ -30,12 +36,14 @@ __all__ = [
     "ConfigError",
     "CorpusError",  # noqa: F822  (__getattr__ below)
     "fail",
+    "program",
 ]
 
 EXIT_OK = 0
 EXIT_STOPPED = 1
 EXIT_USER_ERROR = 2
 EXIT_LOST_WORKER = 3
+EXIT_INTERRUPTED = 130
 
 
 class ConfigError(ValueError):
@@ -63,3 +71,22 @@ def fail(error: BaseException | str, status: int = EXIT_USER_ERROR) -> int:
     """Prints `error: ERROR` to stderr and returns `status`, for `main` to return."""
     print(f"error: {error}", file=sys.stderr)
     return status
+
+
+def program(main):
+    """A program's `main`, with Ctrl-C reported as one line, `interrupted`, and the exit status
+    `EXIT_INTERRUPTED`, instead of Python's traceback of a `KeyboardInterrupt`.
+
+    The interrupt passes through the program's code first, as any exception does: its
+    `finally` blocks and the library's atomic writes remove what they had half written, and
+    what was saved before stays."""
+
+    @functools.wraps(main)
+    def interruptible(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+    return interruptible

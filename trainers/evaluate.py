@@ -90,6 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+@errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:  # the paths first: a mistyped one costs no TensorFlow start-up

@@ -125,6 +125,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.quantization:

@@ -127,6 +127,7 @@ def _path_or_hub_id(text: str):
     return text if text.startswith(HUB_PREFIX) else Path(text)
 
 
+@errors.program
 def main(argv=None, prog: str | None = None) -> int:
     args = parse_args(argv, prog)
     # Before TensorFlow starts: a mistyped path costs no start-up. A Hugging Face id

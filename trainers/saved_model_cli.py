@@ -19,7 +19,7 @@ import os
 import sys
 from importlib.metadata import entry_points
 
-from trainers import flags
+from trainers import errors, flags
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -38,6 +38,7 @@ def usage_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+@errors.program
 def main(argv=None) -> int:
     """Runs the `saved_model_cli` command that the tensorflow package declares (its console
     script entry point) in this process, where tensorflow-text's ops are registered;

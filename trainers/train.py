@@ -107,6 +107,7 @@ def config_path(name: str) -> Path:
     )
 
 
+@errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:  # the paths first: a mistyped one costs no TensorFlow start-up

@@ -16,9 +16,9 @@ settings are the export's (`trainers.export`). --model (or its older name --save
   --target-prefix spa_Latn`), other files none; no --n-best yet.
 
 The translators are the library's (`keras_transformer.serving`: `SavedModelTranslator`,
-`CTranslate2Translator`); this program reads and writes the lines around them. For a
-CTranslate2 directory it loads that package alone, without the rest of the library: neither
-TensorFlow nor Keras starts.
+`CTranslate2Translator`, `LiteRTTranslator`); this program reads and writes the lines around
+them. For a CTranslate2 directory or a LiteRT file it loads that package alone, without the
+rest of the library: neither TensorFlow nor Keras is imported.
 
 --source-prefix puts text in front of each source line that does not start with a language
 code (NLLB-200's source language, `--source-prefix eng_Latn`; a multilingual OPUS-MT model's
@@ -34,9 +34,9 @@ input lines from 0).
 Input must be UTF-8: a line that is not is refused (exit status 2), naming the file (or
 stdin) and the line, and nothing is written to --output; a file is checked whole before the
 model loads. `--errors replace` translates such lines instead, their bad bytes read as U+FFFD,
-with a warning that names the first one. With --output, a SIGTERM (or Ctrl-C) removes the
+with a warning that names the first one. With --output, a SIGTERM or Ctrl-C removes the
 partial output and leaves an existing file as it was; the process then ends as SIGTERM ends
-it (exit status 143 in a shell).
+it (exit status 143 in a shell), or after Ctrl-C prints `interrupted` (exit status 130).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import time
 import warnings
 from pathlib import Path
 
-from trainers import flags
+from trainers import errors, flags
 from trainers.library import light_module
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -231,6 +231,7 @@ def _raise_terminated(signum, frame):
     raise _Terminated
 
 
+@errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.input and args.output and _same_file(args.input, args.output):

@@ -118,6 +118,7 @@ def draw(source, target, weights, path: Path, title: str) -> None:
     plt.close(figure)
 
 
+@errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:  # the paths first: a mistyped one costs no TensorFlow start-up

@@ -67,7 +67,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_transformer import decoding, fast
+from keras_transformer import _logs, decoding, fast
 from keras_transformer._files import atomic_directory
 from keras_transformer._version import __version__
 from keras_transformer.decoding import search
@@ -456,7 +456,8 @@ def convert(functions, quantize: str | None = None) -> bytes:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
-    return converter.convert()
+    with _logs.native_logs():  # its ERROR line that is none, held to the level (_logs)
+        return converter.convert()
 
 
 def op_names(blob: bytes) -> list[str]:

@@ -28,6 +28,7 @@ from keras_transformer.serving.common import (
     LANGUAGE_CODE,
     Hypothesis,
     check_target_prefix,
+    library_module,
     lines_of,
 )
 
@@ -72,10 +73,12 @@ def text_op_registrars() -> list:
             )
         except (ImportError, StopIteration):
             raise ImportError(HOW_TO_REGISTER) from None
-        ctypes.CDLL(str(tensorflow / "libtensorflow_framework.so.2"), ctypes.RTLD_GLOBAL)
-        spec = importlib.util.spec_from_file_location("tflite_registrar", library)
-        registrar = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(registrar)
+        # TensorFlow's start-up lines, held to the level (keras_transformer._logs).
+        with library_module("keras_transformer._logs").native_logs():
+            ctypes.CDLL(str(tensorflow / "libtensorflow_framework.so.2"), ctypes.RTLD_GLOBAL)
+            spec = importlib.util.spec_from_file_location("tflite_registrar", library)
+            registrar = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(registrar)
     return [getattr(registrar, name) for name in REGISTRARS]
 
 
@@ -197,12 +200,17 @@ class LiteRTTranslator:
             raise ImportError(
                 "running a LiteRT file needs LiteRT's interpreter: pip install ai-edge-litert"
             ) from None
+        registrars = text_op_registrars()
         try:
-            interpreter = InterpreterWithCustomOps(
-                custom_op_registerers=text_op_registrars(),
-                model_path=str(path),
-                num_threads=threads or None,
-            )
+            # The first allocation applies the XNNPACK delegate, which says so on stderr:
+            # done here, with the line held to the level (keras_transformer._logs).
+            with library_module("keras_transformer._logs").native_logs():
+                interpreter = InterpreterWithCustomOps(
+                    custom_op_registerers=registrars,
+                    model_path=str(path),
+                    num_threads=threads or None,
+                )
+                interpreter.allocate_tensors()
         except ValueError as error:  # not a LiteRT file ("not a valid Flatbuffer buffer")
             raise ValueError(f"{path}: {error}") from None
         self._run = interpreter.get_signature_runner("serving_default")
