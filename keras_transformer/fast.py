@@ -132,9 +132,9 @@ def output_projection(embedding, rows):
     switch on and at most `FEW_ROWS` rows (a beam-4 request of one sentence, say), `E^T` is
     laid out once (a `[d_model, vocab]` copy, taken where this is called) and each step
     multiplies by the copy: the same logits (LoRA's update included: the table's
-    `embeddings` carry it). With more rows the copy does not pay (BENCHMARKS.md). Whenever
-    the projection is more than that product, Keras's own call stays: untied, quantized,
-    with a reverse dtype or soft-capped logits.
+    `embeddings` carry it). With more rows the copy does not pay (docs/guides/performance.md,
+    "Tried and dropped"). Whenever the projection is more than that product, Keras's own call
+    stays: untied, quantized, with a reverse dtype or soft-capped logits.
 
     Args:
         embedding: the decoder's `TransformerEmbedding`.
