@@ -162,6 +162,27 @@ def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
         assert heavy == [], (args, heavy)
 
 
+def test_a_saved_model_is_never_replaced_by_an_average(tmp_path):
+    """docs/guides/training.md: a program never replaces what is saved. An average already
+    there, under the default name or --output's, is refused in one line (exit status 2) before
+    TensorFlow starts, and kept; --overwrite replaces it (tests/test_trainer.py)."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / "experiment.yaml").write_text("model: {}\n")
+    for name in ("model.averaged.keras", "mine.keras"):
+        (model_dir / name).write_bytes(b"saved before")
+    for name, output in (("model.averaged.keras", ()), ("mine.keras", ("--output", "mine.keras"))):
+        status, stderr, heavy = run_program(
+            "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "5", *output
+        )
+        assert (status, heavy) == (2, []), stderr
+        assert stderr.splitlines() == [
+            f"error: {model_dir / name} exists (a model saved before): give another --output "
+            "NAME.keras, or --overwrite to replace it"
+        ]
+        assert (model_dir / name).read_bytes() == b"saved before"
+
+
 def test_a_hugging_face_id_is_not_refused_as_a_missing_path(tmp_path):
     """`hf://ORG/NAME` is no local path: the import's own reader takes it (or refuses it)."""
     status, stderr, _ = run_program(

@@ -236,9 +236,20 @@ def test_averaging_the_last_checkpoints(trained):
     for weight, first, second in zip(averaged.weights, *checkpoints, strict=True):
         np.testing.assert_allclose(weight.numpy(), (first + second) / 2, rtol=1e-6, atol=1e-7)
     result = run_main(
-        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "3", check=False
-    )
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "3", "--overwrite",
+        check=False,
+    )  # fmt: skip
     assert result.returncode == 2 and "has 2 checkpoints; --last 3 needs that many" in result.stderr
+    # The average saved is kept, unless --overwrite asks for it to be replaced.
+    saved = model_dir / "model.averaged.keras"
+    before = saved.stat().st_ino
+    again = ("trainers.average_checkpoints", "--model-dir", model_dir, "--last", "2")
+    result = run_main(*again, check=False)
+    assert result.returncode == 2 and f"{saved} exists (a model saved before)" in result.stderr
+    assert saved.stat().st_ino == before
+    run_main(*again, "--overwrite")
+    assert saved.stat().st_ino != before  # renamed over it, complete
+    assert len(keras.saving.load_model(saved).weights) == len(averaged.weights)
 
 
 def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
@@ -367,6 +378,11 @@ def test_the_ranking_flags_reach_evaluate_and_both_exports(trained, tmp_path):
         ),
         ("visualize", ["--text", "x", "--out", "x.txt"], "the heat map is a PNG file"),
         ("average_checkpoints", ["--output", "model.keras"], "other than model.keras"),
+        (
+            "average_checkpoints",
+            ["--output", "model.pretrained.keras", "--overwrite"],
+            "and model.pretrained.keras, an imported one",
+        ),
     ],
 )
 def test_bad_flags_are_refused_before_any_work(trained, program, args, message):

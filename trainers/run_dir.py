@@ -20,7 +20,8 @@ and how the programs read and write it.
     DIR/model.pretrained.keras the imported model, kept when fine-tuning replaces model.keras:
                                fine-tuning starts from it while backup/ holds no state (a
                                new fine-tuning, or one started over: `untrained_import`)
-    DIR/model.averaged.keras   written by trainers.average_checkpoints
+    DIR/model.averaged.keras   written by trainers.average_checkpoints (never replaced
+                               without its --overwrite)
     DIR/train_summary.json     strategy, replicas, steps, losses, tokens/s, dev BLEU
     DIR/eval/                  hypotheses (SPLIT.hyp) and scores (SPLIT.json) from
                                trainers.evaluate
@@ -74,11 +75,12 @@ def write_json(path, value) -> None:
     atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def save_model(model: keras.Model, path) -> None:
-    """`model.save`, written atomically, with no second copy of the weights in memory."""
+def save_model(model: keras.Model, path, *, replace: bool = True) -> None:
+    """`model.save`, written atomically, with no second copy of the weights in memory;
+    `replace=False`: FileExistsError rather than replace an existing file."""
     from keras_transformer._files import atomic_write, save_keras_file
 
-    atomic_write(path, lambda temporary: save_keras_file(model, temporary))
+    atomic_write(path, lambda temporary: save_keras_file(model, temporary), replace=replace)
 
 
 def _numbered(folder: Path, prefix: str, suffix: str) -> list[Path]:
@@ -329,8 +331,8 @@ class RunDirectory:
     def write_summary(self, summary: dict) -> None:
         write_json(self.summary, summary)
 
-    def save_model(self, model: keras.Model, name: str = MODEL) -> Path:
-        save_model(model, self.model(name))
+    def save_model(self, model: keras.Model, name: str = MODEL, *, replace: bool = True) -> Path:
+        save_model(model, self.model(name), replace=replace)
         return self.model(name)
 
     def save_trained(self, model: keras.Model, vocabularies: Vocabularies) -> None:
