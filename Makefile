@@ -33,11 +33,13 @@ $(STAMP): requirements.txt pyproject.toml
 
 # Train the tiny preset on the bundled corpus, average its last checkpoints, score the test
 # split with sacrebleu, export a SavedModel for TF Serving, and translate through the export.
-# Evaluate and export decode as the experiment's `decoding` section says (demo.yaml).
+# Evaluate and export decode as the experiment's `decoding` section says (demo.yaml). The
+# average is the demo's own: `make demo` again makes it again from the run's last
+# checkpoints (--overwrite; without it, average_checkpoints keeps a model saved before).
 demo: $(STAMP)
 	$(BIN)/python -m trainers.train --config trainers/configs/demo.yaml --model-dir $(DEMO_DIR) \
 		--verbose 2
-	$(BIN)/python -m trainers.average_checkpoints --model-dir $(DEMO_DIR) --last 2
+	$(BIN)/python -m trainers.average_checkpoints --model-dir $(DEMO_DIR) --last 2 --overwrite
 	$(BIN)/python -m trainers.evaluate --model-dir $(DEMO_DIR) --model model.averaged.keras \
 		--split test
 	$(BIN)/python -m trainers.export --model-dir $(DEMO_DIR) --model model.averaged.keras \

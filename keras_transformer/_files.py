@@ -46,7 +46,9 @@ def is_temporary(path) -> bool:
     return Path(path).name.startswith(TEMPORARY_PREFIX)
 
 
-def atomic_write(path, data: bytes | str | Callable[[Path], object]) -> Path:
+def atomic_write(
+    path, data: bytes | str | Callable[[Path], object], *, replace: bool = True
+) -> Path:
     """Writes `path` through a temporary file, an fsync and a rename.
 
     Args:
@@ -54,11 +56,19 @@ def atomic_write(path, data: bytes | str | Callable[[Path], object]) -> Path:
             replaced only once the new one is complete.
         data: bytes, str (encoded as UTF-8), or a callable that writes the file at the path it
             is given (e.g. `model.save`).
+        replace: bool. False: an existing `path` is never replaced (as `atomic_directory`).
+            Defaults to True.
 
     Returns:
         `path`, as a `Path`.
+
+    Raises:
+        FileExistsError: with `replace=False`, `path` exists, before the write or when it
+            ends.
     """
     path = Path(path)
+    if not replace and path.exists():
+        raise FileExistsError(f"{path} exists; it is never replaced")
     temporary = temporary_path(path)
     try:
         if callable(data):
@@ -67,6 +77,8 @@ def atomic_write(path, data: bytes | str | Callable[[Path], object]) -> Path:
             temporary.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
         with open(temporary, "rb") as file:
             os.fsync(file.fileno())
+        if not replace and path.exists():
+            raise FileExistsError(f"{path} appeared while it was written; it is never replaced")
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

@@ -193,6 +193,56 @@ def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
         assert heavy == [], (args, heavy)
 
 
+def test_a_saved_model_is_never_replaced_by_an_average(tmp_path):
+    """docs/guides/training.md: a program never replaces what is saved. An average already
+    there, under the default name or --output's, is refused in one line (exit status 2) before
+    TensorFlow starts, and kept; --overwrite replaces it (tests/test_trainer.py)."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / "experiment.yaml").write_text("model: {}\n")
+    for name in ("model.averaged.keras", "mine.keras"):
+        (model_dir / name).write_bytes(b"saved before")
+    for name, output in (("model.averaged.keras", ()), ("mine.keras", ("--output", "mine.keras"))):
+        status, stderr, heavy = run_program(
+            "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "5", *output
+        )
+        assert (status, heavy) == (2, []), stderr
+        assert stderr.splitlines() == [
+            f"error: {model_dir / name} exists (a model saved before): give another --output "
+            "NAME.keras, or --overwrite to replace it"
+        ]
+        assert (model_dir / name).read_bytes() == b"saved before"
+
+
+def test_an_evaluation_never_replaces_another_models_scores(tmp_path):
+    """An --output whose scores (NAME.json) are another model file's, or not an evaluation's,
+    is refused in one line before TensorFlow starts, and kept (the default names are each
+    model file's own: tests/test_trainer.py)."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    (model_dir / "experiment.yaml").write_text("model: {}\n")
+    (model_dir / "model.keras").write_bytes(b"")  # there: refused before it is read
+    another = {"model": "model.averaged.keras", "model_dir": str(model_dir), "bleu": 12.1}
+    cases = [
+        (another, f"holds the scores of model.averaged.keras in {model_dir}; name another"),
+        ({"model": "model.keras", "model_dir": str(tmp_path / "other")}, "model.keras in"),
+        (["not", "scores"], "is there and is not trainers.evaluate's scores"),
+    ]
+    for record, message in cases:
+        scores = tmp_path / "scored.json"
+        scores.write_text(json.dumps(record))
+        status, stderr, heavy = run_program(
+            "trainers.evaluate", "--model-dir", model_dir, "--split", "test",
+            "--output", tmp_path / "scored.hyp",
+        )  # fmt: skip
+        assert (status, heavy) == (2, []), stderr
+        assert len(stderr.splitlines()) == 1 and stderr.startswith(
+            f"error: --output {tmp_path / 'scored.hyp'}: {scores} "
+        )
+        assert message in stderr, stderr
+        assert json.loads(scores.read_text()) == record
+
+
 def test_a_hugging_face_id_is_not_refused_as_a_missing_path(tmp_path):
     """`hf://ORG/NAME` is no local path: the import's own reader takes it (or refuses it)."""
     status, stderr, _ = run_program(

@@ -85,6 +85,27 @@ def test_an_existing_directory_is_never_replaced(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2"]
 
 
+def test_an_existing_file_is_kept_when_it_may_not_be_replaced(tmp_path):
+    """`replace=False` (trainers.average_checkpoints without --overwrite): an existing file is
+    kept, whether it was there before the write or appeared while it was written."""
+    path = tmp_path / "model.averaged.keras"
+    path.write_text("saved before")
+    with pytest.raises(FileExistsError, match="model.averaged.keras exists; it is never repla"):
+        atomic_write(path, "new", replace=False)
+
+    def another_writer(temporary):
+        temporary.write_text("new")
+        (tmp_path / "mine.keras").write_text("another writer's")
+
+    with pytest.raises(FileExistsError, match="appeared while it was written"):
+        atomic_write(tmp_path / "mine.keras", another_writer, replace=False)
+    assert path.read_text() == "saved before"
+    assert (tmp_path / "mine.keras").read_text() == "another writer's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.keras", path.name]
+    atomic_write(tmp_path / "new.keras", "new", replace=False)  # a new name is written
+    assert (tmp_path / "new.keras").read_text() == "new"
+
+
 def test_stale_temporaries_are_removed(tmp_path):
     (tmp_path / ".tmp-99999-ckpt-00003.weights.h5").write_bytes(b"torn")
     (tmp_path / ".tmp-99999-2").mkdir()

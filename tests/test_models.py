@@ -410,6 +410,29 @@ def test_from_preset_reads_a_model_directory_written_before_presets(model, vocab
     assert other.decoding == task.decoding.replace(beam_size=1)
 
 
+def test_a_keyword_from_preset_does_not_take_is_refused_by_name(task, tmp_path):
+    """Keras's functional models drop an unknown keyword without a word: `model_fil=` loaded
+    model.keras, and so did keras-hub's loader given `model_file=`, which it cannot read (it
+    loads a preset's own weights). Each is refused by name, before anything is read."""
+    task.save_to_preset(tmp_path / "preset")
+    preset = str(tmp_path / "preset")
+    with pytest.raises(ValueError, match=r"no keyword argument 'model_fil' \(did you mean 'mo"):
+        TransformerSeq2SeqLM.from_preset(preset, model_fil="model.averaged.keras")
+    with pytest.raises(ValueError, match="from_preset takes no keyword argument 'foo'; it tak"):
+        TransformerSeq2SeqLM.from_preset(preset, foo=3)
+    with pytest.raises(ValueError, match="no keyword argument 'foo'"):  # before a download
+        TransformerSeq2SeqLM.from_preset("hf://Helsinki-NLP/opus-mt-en-es", foo=3)
+    with pytest.raises(ValueError, match="keras-hub's loader .* reads no other model file; lo"):
+        keras_hub.models.Seq2SeqLM.from_preset(preset, model_file="model.averaged.keras")
+    with pytest.raises(ValueError, match="TransformerSeq2SeqLM takes no keyword argument 'foo'"):
+        keras_hub.models.Seq2SeqLM.from_preset(preset, foo=3)
+    with pytest.raises(ValueError, match="takes no keyword argument 'nam' \\(did you mean 'na"):
+        TransformerSeq2SeqLM(task.backbone, nam="mine")
+    # What keras-hub's loader takes still reaches the task.
+    loaded = TransformerSeq2SeqLM.from_preset(preset, name="mine", decoding={"beam_size": 1})
+    assert loaded.name == "mine" and loaded.decoding.beam_size == 1
+
+
 def test_from_preset_refuses_what_it_cannot_load_by_name(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such preset or model directory"):
         TransformerSeq2SeqLM.from_preset(tmp_path / "missing")

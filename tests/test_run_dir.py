@@ -31,7 +31,9 @@ def test_the_layout_is_the_readmes(tmp_path):
     assert run.model() == tmp_path / "model.keras"
     assert run.model(run_dir.AVERAGED) == tmp_path / "model.averaged.keras"
     assert run.summary == tmp_path / "train_summary.json"
-    assert run.hypotheses("test") == tmp_path / "eval" / "test.hyp"
+    assert run.hypotheses("test") == tmp_path / "eval" / "model" / "test.hyp"
+    averaged = run.hypotheses("test", run_dir.AVERAGED)
+    assert averaged == tmp_path / "eval" / "model.averaged" / "test.hyp"
     assert list(tmp_path.iterdir()) == []  # naming paths creates nothing
 
 
@@ -309,3 +311,31 @@ def test_the_metrics_of_one_model_file(tmp_path):
     }
     assert list(run.metrics("model.averaged.keras")) == ["eval/test.json", "train_summary.json"]
     assert len(run.metrics()) == 3
+
+
+def test_each_model_file_keeps_its_own_scores(tmp_path):
+    """trainers.evaluate writes each model file's results in its own folder of eval/: the
+    README's `--split test` (model.keras) no longer takes the place of `make demo`'s
+    (model.averaged.keras), and each export's manifest holds its own model's. Scores written
+    in eval/ itself by an earlier version count for the model they record, until that
+    model's folder holds the split's."""
+    run = RunDirectory(tmp_path)
+    run.write_summary({"steps": 40})
+    for model, bleu in (("model.averaged.keras", 12.1), ("model.keras", 11.0)):
+        scores = run.hypotheses("test", model).with_suffix(".json")
+        scores.parent.mkdir(parents=True)
+        run_dir.write_json(scores, {"bleu": bleu, "model": model})
+    run_dir.write_json(run.eval / "dev.json", {"bleu": 9.0, "model": "model.averaged.keras"})
+    run_dir.write_json(run.eval / "test.json", {"bleu": 10.0, "model": "model.averaged.keras"})
+    assert run.metrics("model.averaged.keras") == {
+        "eval/model.averaged/test.json": {"bleu": 12.1, "model": "model.averaged.keras"},
+        "eval/dev.json": {"bleu": 9.0, "model": "model.averaged.keras"},
+        "train_summary.json": {"steps": 40},
+    }
+    assert list(run.metrics("model.keras")) == ["eval/model/test.json", "train_summary.json"]
+    assert list(run.metrics()) == [
+        "eval/model/test.json",
+        "eval/model.averaged/test.json",
+        "eval/dev.json",
+        "train_summary.json",
+    ]

@@ -236,9 +236,20 @@ def test_averaging_the_last_checkpoints(trained):
     for weight, first, second in zip(averaged.weights, *checkpoints, strict=True):
         np.testing.assert_allclose(weight.numpy(), (first + second) / 2, rtol=1e-6, atol=1e-7)
     result = run_main(
-        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "3", check=False
-    )
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "3", "--overwrite",
+        check=False,
+    )  # fmt: skip
     assert result.returncode == 2 and "has 2 checkpoints; --last 3 needs that many" in result.stderr
+    # The average saved is kept, unless --overwrite asks for it to be replaced.
+    saved = model_dir / "model.averaged.keras"
+    before = saved.stat().st_ino
+    again = ("trainers.average_checkpoints", "--model-dir", model_dir, "--last", "2")
+    result = run_main(*again, check=False)
+    assert result.returncode == 2 and f"{saved} exists (a model saved before)" in result.stderr
+    assert saved.stat().st_ino == before
+    run_main(*again, "--overwrite")
+    assert saved.stat().st_ino != before  # renamed over it, complete
+    assert len(keras.saving.load_model(saved).weights) == len(averaged.weights)
 
 
 def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
@@ -262,14 +273,15 @@ def test_evaluate_scores_the_test_split_with_sacrebleu(trained):
     assert scores["sentences"] == 12 and scores["beam_size"] == 2  # the flag
     assert scores["length_penalty"] == 0.8 and scores["stopping"] == "early"  # the directory's
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-    hypotheses = (model_dir / "eval" / "test.hyp").read_text(encoding="utf-8").split("\n")
+    hypotheses = (model_dir / "eval" / "model" / "test.hyp").read_text(encoding="utf-8")
+    hypotheses = hypotheses.split("\n")
     assert len(hypotheses) == 13 and hypotheses[-1] == ""  # one a line
     # The scores are sacrebleu's, of the written hypotheses against the untouched references.
     references = list(bible.pairs("test").targets[:12])
     bleu = sacrebleu.corpus_bleu(hypotheses[:-1], [references]).score
     chrf = sacrebleu.corpus_chrf(hypotheses[:-1], [references]).score
     assert (scores["bleu"], scores["chrf"]) == (round(bleu, 2), round(chrf, 2))
-    assert json.loads((model_dir / "eval" / "test.json").read_text()) == scores
+    assert json.loads((model_dir / "eval" / "model" / "test.json").read_text()) == scores
     assert scores["code"]["git"]["commit"] == git_commit()
     assert scores["code"]["packages"]["sacrebleu"] == sacrebleu.__version__
 
@@ -306,9 +318,41 @@ def test_evaluate_own_files(trained, tmp_path):
     (tmp_path / "test.ref").write_text("Dijo Dios.\n")
     sources = ("--source", tmp_path / "test", "--reference", tmp_path / "test.ref")
     run_main("trainers.evaluate", "--model-dir", model_dir, *sources)
-    assert json.loads((model_dir / "eval" / "source-test.json").read_text())["sentences"] == 1
-    split = model_dir / "eval" / "test.json"
+    own = model_dir / "eval" / "model"  # model.keras's results
+    assert json.loads((own / "source-test.json").read_text())["sentences"] == 1
+    split = own / "test.json"
     assert not split.exists() or json.loads(split.read_text())["data"] == "test"
+
+
+def test_each_model_file_keeps_its_own_evaluation(trained):
+    """The README's `evaluate --split test` (model.keras) after `make demo`'s `--model
+    model.averaged.keras`, each in a process of its own: each model file's hypotheses and
+    scores stay, in its own folder of eval/, and an export's manifest takes its own model's.
+    The same model file scored again replaces its own; an --output whose scores are another
+    model's is refused and kept."""
+    from trainers.run_dir import RunDirectory
+
+    model_dir, _, _ = trained
+    if not (model_dir / "model.averaged.keras").exists():  # test_averaging... makes it
+        run_main("trainers.average_checkpoints", "--model-dir", model_dir, "--last", "2")
+    split = ("-m", "trainers.evaluate", "--model-dir", model_dir, "--split", "test")
+    run(*split, "--model", "model.averaged.keras", "--limit", "4")
+    averaged = model_dir / "eval" / "model.averaged"
+    kept = {path.name: path.read_bytes() for path in averaged.iterdir()}
+    assert sorted(kept) == ["test.hyp", "test.json"]
+    run(*split, "--limit", "4")  # the README's command: model.keras
+    assert {path.name: path.read_bytes() for path in averaged.iterdir()} == kept
+    own = json.loads((model_dir / "eval" / "model" / "test.json").read_text())
+    assert (own["model"], own["sentences"]) == ("model.keras", 4)
+    metrics = RunDirectory(model_dir).metrics("model.averaged.keras")  # the export's manifest
+    assert metrics["eval/model.averaged/test.json"]["model"] == "model.averaged.keras"
+    assert {record.get("model") for record in metrics.values()} == {"model.averaged.keras", None}
+    run_main(*split[1:], "--limit", "2")  # the same model file again: its own, replaced
+    assert json.loads((model_dir / "eval" / "model" / "test.json").read_text())["sentences"] == 2
+    result = run_main(*split[1:], "--limit", "2", "--output", averaged / "test.hyp", check=False)
+    assert result.returncode == 2, result.stderr
+    assert "test.json holds the scores of model.averaged.keras in" in result.stderr
+    assert {path.name: path.read_bytes() for path in averaged.iterdir()} == kept
 
 
 def test_the_ranking_flags_reach_evaluate_and_both_exports(trained, tmp_path):
@@ -367,6 +411,11 @@ def test_the_ranking_flags_reach_evaluate_and_both_exports(trained, tmp_path):
         ),
         ("visualize", ["--text", "x", "--out", "x.txt"], "the heat map is a PNG file"),
         ("average_checkpoints", ["--output", "model.keras"], "other than model.keras"),
+        (
+            "average_checkpoints",
+            ["--output", "model.pretrained.keras", "--overwrite"],
+            "and model.pretrained.keras, an imported one",
+        ),
     ],
 )
 def test_bad_flags_are_refused_before_any_work(trained, program, args, message):

@@ -3,7 +3,9 @@
 
 "For the base models, we used a single model obtained by averaging the last 5 checkpoints ...
 For the big models, we averaged the last 20 checkpoints." The average is written to
-DIR/model.averaged.keras (or --output); evaluate and export it with `--model`.
+DIR/model.averaged.keras (or --output); evaluate and export it with `--model`. A model saved
+before under that name is refused before any work, and replaced only with --overwrite (once
+the new average is complete).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from trainers import errors, flags
 from trainers.errors import ConfigError
-from trainers.run_dir import AVERAGED, MODEL, RunDirectory
+from trainers.run_dir import AVERAGED, MODEL, PRETRAINED_MODEL, RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -28,11 +30,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=AVERAGED,
         help=f"a new .keras file name in the model directory (default: {AVERAGED})",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the --output file if it exists (once the new average is complete)",
+    )
     args = parser.parse_args(argv)
-    if args.output == MODEL or not args.output.endswith(".keras") or "/" in args.output:
+    kept = (MODEL, PRETRAINED_MODEL)  # the trained model, an imported model's weights
+    if args.output in kept or not args.output.endswith(".keras") or "/" in args.output:
         parser.error(
             f"--output {args.output}: name a .keras file in the model directory other than "
-            f"{MODEL}, the trained model"
+            f"{MODEL}, the trained model, and {PRETRAINED_MODEL}, an imported one"
         )
     return args
 
@@ -57,6 +65,11 @@ def main(argv=None) -> int:
     run = RunDirectory(args.model_dir)
     try:  # the directory first: a mistyped one costs no TensorFlow start-up
         run.check_trained(model_file=None)  # checkpoints, not a model file, are averaged
+        if run.model(args.output).exists() and not args.overwrite:
+            raise ConfigError(
+                f"{run.model(args.output)} exists (a model saved before): give another "
+                "--output NAME.keras, or --overwrite to replace it"
+            )
     except ConfigError as error:
         return errors.fail(error)
     import keras_transformer as kt
@@ -79,7 +92,10 @@ def main(argv=None) -> int:
         average_checkpoints(model, paths)
     except ConfigError as error:
         return errors.fail(error)
-    output = run.save_model(model, args.output)
+    try:
+        output = run.save_model(model, args.output, replace=args.overwrite)
+    except FileExistsError as error:  # saved by another process while this one averaged
+        return errors.fail(error)
     print(f"averaged {', '.join(p.name for p in paths)} into {output}")
     return errors.EXIT_OK
 

@@ -11,9 +11,13 @@ stopping and finish rules, extra length: the ones `trainers.export` serves; the 
 4 and length penalty 0.6, and early stopping, where it says nothing; the flags override
 them), detokenizes, and scores with sacrebleu against the untouched
 references: BLEU, chrF and their signatures, printed as JSON (on stdout, alone: the progress
-goes to stderr). Hypotheses go to DIR/eval/SPLIT.hyp (for --source FILE: DIR/eval/FILE.hyp,
-DIR/eval/source-FILE.hyp for a file named dev or test), or --output, one a line, and the
-scores beside them (DIR/eval/SPLIT.json, or NAME.json beside --output NAME).
+goes to stderr). Hypotheses go to DIR/eval/MODEL/SPLIT.hyp, a folder for each model file
+(MODEL: its name without .keras: eval/model/test.hyp for model.keras,
+eval/model.averaged/test.hyp for model.averaged.keras; for --source FILE: FILE.hyp there,
+source-FILE.hyp for a file named dev or test), or --output, one a line, and the scores beside
+them (SPLIT.json, or NAME.json beside --output NAME). An evaluation never replaces another
+model's: each model file keeps its own results, which evaluating the same file again
+replaces, and an --output whose NAME.json holds another model's scores is refused.
 """
 
 from __future__ import annotations
@@ -48,7 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--split", choices=("dev", "test"), help="a split of the experiment")
     parser.add_argument("--source", type=Path, help="source sentences, one a line")
     parser.add_argument("--reference", type=Path, help="reference translations, one a line")
-    parser.add_argument("--output", type=Path, help="hypotheses file (default DIR/eval/...)")
+    parser.add_argument(
+        "--output", type=Path, help="hypotheses file (default DIR/eval/MODEL/NAME.hyp)"
+    )
     parser.add_argument(
         "--beam-size",
         type=flags.positive_int,
@@ -99,6 +105,8 @@ def main(argv=None) -> int:
         return errors.fail(error)
     if problem := flags.first_missing(("--source", args.source), ("--reference", args.reference)):
         return errors.fail(problem)
+    if args.output and (problem := _scores_of_another_model(args)):
+        return errors.fail(f"--output {args.output}: {problem}")
     from keras_transformer import evaluation, export, fast
     from keras_transformer._files import atomic_write
     from keras_transformer.corpus import read_text_pair
@@ -130,7 +138,7 @@ def main(argv=None) -> int:
                 name = f"source-{name}"
     except errors.USER_ERRORS as error:
         return errors.fail(error)
-    output = args.output or run.hypotheses(name)
+    output = args.output or run.hypotheses(name, args.model)  # the model file's own
     try:  # before any work: where the results go
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -174,6 +182,25 @@ def main(argv=None) -> int:
     write_json(output.with_suffix(".json"), result)
     print(json.dumps(result, indent=2))
     return errors.EXIT_OK
+
+
+def _scores_of_another_model(args) -> str | None:
+    """What keeps `--output NAME` from being written: a NAME.json there that is not the
+    scores of the same model file (`--model`) of the same model directory, or None."""
+    scores = args.output.with_suffix(".json")
+    if not scores.exists():
+        return None
+    try:
+        record = json.loads(scores.read_text(encoding="utf-8"))
+        model, model_dir = record["model"], Path(record["model_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{scores} is there and is not trainers.evaluate's scores; name another --output"
+    if model == args.model and model_dir.resolve() == args.model_dir.resolve():
+        return None  # the same model scored again
+    return (
+        f"{scores} holds the scores of {model} in {model_dir}; name another --output (an "
+        "evaluation never replaces another model's)"
+    )
 
 
 if __name__ == "__main__":

@@ -20,10 +20,14 @@ and how the programs read and write it.
     DIR/model.pretrained.keras the imported model, kept when fine-tuning replaces model.keras:
                                fine-tuning starts from it while backup/ holds no state (a
                                new fine-tuning, or one started over: `untrained_import`)
-    DIR/model.averaged.keras   written by trainers.average_checkpoints
+    DIR/model.averaged.keras   written by trainers.average_checkpoints (never replaced
+                               without its --overwrite)
     DIR/train_summary.json     strategy, replicas, steps, losses, tokens/s, dev BLEU
-    DIR/eval/                  hypotheses (SPLIT.hyp) and scores (SPLIT.json) from
-                               trainers.evaluate
+    DIR/eval/MODEL/            hypotheses (SPLIT.hyp) and scores (SPLIT.json) from
+                               trainers.evaluate, a folder for each model file it scored
+                               (MODEL: its name without .keras, eval/model/ for model.keras,
+                               eval/model.averaged/ for model.averaged.keras); directories
+                               written before hold one model's in eval/ itself
 
 NNNNNNNN counts the optimizer updates done (not epochs, whose size a resumed run may
 change). Every file is written with `keras_transformer._files`'s
@@ -47,7 +51,7 @@ import json
 import os
 import shutil
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import yaml
@@ -74,11 +78,12 @@ def write_json(path, value) -> None:
     atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def save_model(model: keras.Model, path) -> None:
-    """`model.save`, written atomically, with no second copy of the weights in memory."""
+def save_model(model: keras.Model, path, *, replace: bool = True) -> None:
+    """`model.save`, written atomically, with no second copy of the weights in memory;
+    `replace=False`: FileExistsError rather than replace an existing file."""
     from keras_transformer._files import atomic_write, save_keras_file
 
-    atomic_write(path, lambda temporary: save_keras_file(model, temporary))
+    atomic_write(path, lambda temporary: save_keras_file(model, temporary), replace=replace)
 
 
 def _numbered(folder: Path, prefix: str, suffix: str) -> list[Path]:
@@ -157,22 +162,41 @@ class RunDirectory:
         """A model file in the directory: `model.keras`, `model.averaged.keras`..."""
         return self.root / name
 
-    def hypotheses(self, name: str) -> Path:
-        """Where trainers.evaluate writes the translations of `name` (a split)."""
-        return self.eval / f"{name}.hyp"
+    def evaluations(self, model: str = MODEL) -> Path:
+        """DIR/eval/MODEL/, where trainers.evaluate writes the results of the model file
+        `model` (MODEL: its name without .keras): each model file keeps its own."""
+        return self.eval / PurePosixPath(model).with_suffix("")
+
+    def hypotheses(self, name: str, model: str = MODEL) -> Path:
+        """Where trainers.evaluate writes the translations of `name` (a split, or a source
+        file's name) by the model file `model`; the scores go beside them (.json)."""
+        return self.evaluations(model) / f"{name}.hyp"
 
     def metrics(self, model: str | None = None) -> dict[str, dict]:
         """The scores written so far (test and dev evaluations, the training summary), keyed
         by their path in the directory; with `model` (a model file's name, "model.keras"),
         the evaluations of another model file left out (an export's manifest then holds
-        only its own model's scores)."""
+        only its own model's scores). A split's scores written in eval/ itself, before each
+        model file had its folder, count for the model they record, unless that model's
+        folder holds newer ones."""
         found = {}
-        for path in (self.eval / "test.json", self.eval / "dev.json", self.summary):
-            if path.exists():
-                record = json.loads(path.read_text())
-                if model is not None and record.get("model", model) != model:
+        for split in ("test", "dev"):
+            own = sorted(self.eval.glob(f"*/**/{split}.json"))  # in a model file's folder
+            scored = set()  # the model files whose folder holds scores of this split
+            for path in [*own, self.eval / f"{split}.json"]:
+                if not path.exists():
                     continue
+                record = json.loads(path.read_text())
+                recorded = record.get("model", model)
+                if model is not None and recorded != model:
+                    continue
+                if path.parent != self.eval:
+                    scored.add(recorded)
+                elif recorded in scored:
+                    continue  # superseded by the model's own folder
                 found[path.relative_to(self.root).as_posix()] = record
+        if self.summary.exists():
+            found[self.summary.name] = json.loads(self.summary.read_text())
         return found
 
     # Checks made before a run starts --------------------------------------------------------
@@ -329,8 +353,8 @@ class RunDirectory:
     def write_summary(self, summary: dict) -> None:
         write_json(self.summary, summary)
 
-    def save_model(self, model: keras.Model, name: str = MODEL) -> Path:
-        save_model(model, self.model(name))
+    def save_model(self, model: keras.Model, name: str = MODEL, *, replace: bool = True) -> Path:
+        save_model(model, self.model(name), replace=replace)
         return self.model(name)
 
     def save_trained(self, model: keras.Model, vocabularies: Vocabularies) -> None:

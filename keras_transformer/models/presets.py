@@ -4,6 +4,7 @@ Hub), or a `trainers.train` model directory, told apart by their files."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -24,6 +25,11 @@ VOCABULARY = "vocab"
 # What generation_config.json does not set, transformers' Marian decodes with: 4 beams (our
 # default) and a length penalty exponent of 1.0.
 MARIAN_LENGTH_PENALTY = 1.0
+# What `from_preset` takes beside `load_weights`: `decoding` whatever the preset, `model_file`
+# for a model directory, and for a keras-hub preset what keras-hub's loader takes: its
+# `dtype` (the backbone's) and the task's own constructor arguments.
+KEYWORDS = ("decoding", "model_file")
+KERAS_HUB_KEYWORDS = ("dtype", "preprocessor", "sampling", "compile", "name", "trainable")
 
 
 def kind(preset, model_file: str | None = None) -> str:
@@ -70,7 +76,9 @@ def kind(preset, model_file: str | None = None) -> str:
 
 def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_file=None, **kwargs):
     """`cls.from_preset`: the task of a preset, checkpoint or model directory, with
-    `decoding` (settings or a dict of some settings) over the one it stores."""
+    `decoding` (settings or a dict of some settings) over the one it stores. A keyword it
+    does not take is refused by name before anything is read or downloaded."""
+    check_keywords(kwargs, KERAS_HUB_KEYWORDS, f"{cls.__name__}.from_preset", KEYWORDS)
     if hub.is_hub_id(preset):
         preset = _from_hub(preset, model_file)
     found = kind(preset, model_file)
@@ -97,6 +105,33 @@ def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_fi
             raise ValueError(f"decoding={decoding!r} must be a DecodingSettings or a dict")
         task.decoding = decoding
     return task
+
+
+def check_keywords(given, known, where: str, others=()) -> None:
+    """ValueError naming each keyword of `given` that is none of `known` (nor of `others`,
+    which are taken elsewhere), with the one a misspelling may mean, and those taken.
+
+    Keras's functional models drop a keyword they do not know without a word, so a
+    mistyped one (`model_fil=`) would load something other than what was asked for.
+
+    Examples:
+        >>> from keras_transformer.models.presets import check_keywords
+        >>> check_keywords({"model_fil": "x"}, ["dtype"], "from_preset", ["model_file"])
+        Traceback (most recent call last):
+        ValueError: from_preset takes no keyword argument 'model_fil' (did you mean ...
+    """
+    names = [*others, *known]
+    unknown = [name for name in given if name not in names]
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    plural = "s" if len(unknown) > 1 else ""
+    raise ValueError(
+        f"{where} takes no keyword argument{plural} {', '.join(hints)}; it takes {', '.join(names)}"
+    )
 
 
 def task_from_transformer(cls, model, vocabularies, decoding=None, share_weights=False, **kwargs):
@@ -213,4 +248,4 @@ def _model_directory(path: Path, model_file: str):
     return model, Vocabularies.load(path / VOCABULARY), decoding
 
 
-__all__ = ["M2M100", "MARIAN", "MODEL_DIRECTORY", "PRESET", "kind"]
+__all__ = ["M2M100", "MARIAN", "MODEL_DIRECTORY", "PRESET", "check_keywords", "kind"]

@@ -25,6 +25,10 @@ from keras_transformer.schedule import WarmupSchedule
 # keras-hub's sampler names, as a keras-hub user passes them to `compile(sampler=...)`.
 SAMPLING = {"top_k", "top_p", "random"}
 UNSUPPORTED_SAMPLERS = {"contrastive", "speculative"}
+# The constructor's keywords, and `keras.Model`'s that it passes on (Keras's functional
+# models drop any other without a word: the constructor refuses them by name).
+ARGUMENTS = ("backbone", "preprocessor", "decoding", "sampling", "compile")
+MODEL_ARGUMENTS = ("name", "trainable")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -106,6 +110,7 @@ class TransformerSeq2SeqLM(
             raise ValueError(
                 f"backbone must be a TransformerBackbone, got {type(backbone).__name__}"
             )
+        _check_arguments(kwargs)
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
@@ -440,7 +445,12 @@ class TransformerSeq2SeqLM(
             load_weights: bool. False leaves the weights initialized (presets only).
             **kwargs: `decoding` (settings over the preset's), `model_file` (a model
                 directory's `.keras` file other than model.keras, e.g.
-                "model.averaged.keras"), and keras-hub's arguments (`dtype`...).
+                "model.averaged.keras"), and for a keras-hub preset what keras-hub's loader
+                takes: `dtype` and the constructor's `preprocessor`, `sampling`, `compile`,
+                `name` and `trainable`. Any other keyword is refused by name (ValueError),
+                before anything is read. keras-hub's own
+                `keras_hub.models.Seq2SeqLM.from_preset` loads a model directory's preset
+                (its model.keras) and refuses `model_file`, which only this method reads.
         """
         return presets.load_task(cls, preset, load_weights, **kwargs)
 
@@ -517,6 +527,21 @@ def _search_settings(sampler, settings: DecodingSettings):
         f"sampler {name} is not one this model's searches run; use GreedySampler, "
         "BeamSampler, TopKSampler, TopPSampler, RandomSampler or a kt.decoding.DecodingSettings"
     )
+
+
+def _check_arguments(kwargs) -> None:
+    """Refuses a keyword the constructor does not take, by name. keras-hub's loader
+    (`keras_hub.models.Seq2SeqLM.from_preset(directory, **kwargs)`) passes its keywords on to
+    the constructor, so `model_file` is told where it is taken."""
+    if "model_file" in kwargs:
+        raise ValueError(
+            f"model_file={kwargs['model_file']!r}: keras-hub's loader "
+            "(keras_hub.models.Seq2SeqLM.from_preset) loads a preset's own weights and reads "
+            "no other model file; load another .keras file of a model directory with "
+            "keras_transformer.models.TransformerSeq2SeqLM.from_preset(directory, "
+            f"model_file={kwargs['model_file']!r})"
+        )
+    presets.check_keywords(kwargs, MODEL_ARGUMENTS, "TransformerSeq2SeqLM", ARGUMENTS)
 
 
 def _check_pairs(x, y) -> None:
