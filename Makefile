@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := runs/demo
 DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 
-.PHONY: demo test test-quick docs lint format clean
+.PHONY: demo test test-quick test-numerics docs lint format clean
 
 # uv fills the virtualenv: it fetches and unpacks the wheels in parallel, where pip does one
 # at a time. It writes the bytecode (`--compile-bytecode`) as pip does, because where
@@ -65,6 +65,15 @@ test: $(STAMP) lint
 
 test-quick:
 	$(MAKE) test PYTEST_SELECT='-m "not slow"'
+
+# The tests that compare exact outputs (marked `exact`: tests/README.md lists them with their
+# rules) again on another numeric path than this machine's own: oneDNN off, XLA's and
+# CTranslate2's instruction sets capped at AVX2, LiteRT's builtin kernels for XNNPACK's
+# (tests/numeric_path.py, which first prints what each engine used and fails if one is not
+# capped). A test that holds only on one CPU's last bits fails here, not on a user's machine
+# (STYLE.md 22). CI runs it after `make test`.
+test-numerics: $(STAMP)
+	$(BIN)/python -m tests.numeric_path --run-exact-tests $(PYTEST_SELECT)
 
 # The documentation site (docs/, mkdocs.yml) into site/: the guides and the API reference
 # from the docstrings. --strict: a broken link or a docstring mkdocstrings cannot read fails.

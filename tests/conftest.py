@@ -49,6 +49,25 @@ elif BACKEND == "jax":
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+if os.environ.get("KT_TEST_NUMERIC_PATH") == "capped":  # `make test-numerics`
+    # LiteRT's second numeric path: its builtin kernels instead of XNNPACK's delegate, which
+    # has no instruction-set cap (the other engines' caps are NUMERIC_PATH's variables,
+    # tests/numeric_path.py). Set before the test modules import the interpreter; a program
+    # a test starts in a process of its own keeps XNNPACK.
+    try:
+        from ai_edge_litert import interpreter as _litert
+    except ImportError:
+        pass
+    else:
+
+        class _BuiltinKernels(_litert.InterpreterWithCustomOps):
+            def __init__(self, *args, **kwargs):
+                builtin = _litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+                kwargs.setdefault("experimental_op_resolver_type", builtin)
+                super().__init__(*args, **kwargs)
+
+        _litert.InterpreterWithCustomOps = _BuiltinKernels
+
 # tests/jax/ is the JAX pass's own: `make test` runs it with KERAS_BACKEND=jax.
 collect_ignore = [] if BACKEND == "jax" else ["jax"]
 

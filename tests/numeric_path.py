@@ -15,7 +15,9 @@ engine then used, each read from the engine itself in a process of its own:
 - LiteRT: XNNPACK's delegate (the default; it has no cap) or LiteRT's builtin kernels, which
   tests/conftest.py picks under KT_TEST_NUMERIC_PATH=capped.
 
-With `--check capped` it exits 1 naming each engine that did not take the capped path.
+With `--check capped` it exits 1 naming each engine that did not take the capped path;
+`--run-exact-tests` sets NUMERIC_PATH's variables, checks them so, and runs the `exact` tests
+on TensorFlow (two workers) and then on JAX (tests/jax), as `make test-numerics` does.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ NUMERIC_PATH = {
     "CT2_FORCE_CPU_ISA": "AVX2",
     "KT_TEST_NUMERIC_PATH": "capped",
 }
-CAPPED = os.environ.get("KT_TEST_NUMERIC_PATH") == "capped"
 
 _TENSORFLOW = """
 import tensorflow as tf
@@ -96,7 +97,9 @@ def ctranslate2(directory: Path | None = None) -> str:
 
 
 def litert() -> str:
-    return "builtin kernels, no XNNPACK" if CAPPED else "XNNPACK's delegate"
+    """What tests/conftest.py gives the tests' LiteRT interpreters."""
+    capped = os.environ.get("KT_TEST_NUMERIC_PATH") == "capped"
+    return "builtin kernels, no XNNPACK" if capped else "XNNPACK's delegate"
 
 
 def _tiny_ctranslate2_model(root: Path) -> Path:
@@ -132,16 +135,46 @@ def not_capped(found: dict[str, str]) -> list[str]:
     return [name for name, text in wanted.items() if not found[name].startswith(text)]
 
 
+def run_exact_tests(pytest_args: list[str]) -> int:
+    """The `exact` tests on NUMERIC_PATH, on TensorFlow then on JAX: the first failing
+    pass's exit status, or 0."""
+    environment = {**os.environ, **NUMERIC_PATH}
+    passes = [
+        ["-n", "2", "--dist", "loadfile"],
+        ["tests/jax", "tests/test_layer_contracts.py"],
+    ]
+    for backend, arguments in zip(("tensorflow", "jax"), passes, strict=True):
+        print(f"The exact tests on the capped numeric path, KERAS_BACKEND={backend}:", flush=True)
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "exact"]
+        status = subprocess.run(
+            [*command, *arguments, *pytest_args], env={**environment, "KERAS_BACKEND": backend}
+        ).returncode
+        if status not in (0, 5):  # 5: no test of that pass is marked
+            return status
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", choices=["capped"], help="fail unless every engine is capped")
+    parser.add_argument(
+        "--run-exact-tests",
+        nargs=argparse.REMAINDER,
+        metavar="PYTEST_ARGS",
+        help="check the capped path, then run the exact tests on it",
+    )
     args = parser.parse_args(argv)
+    if args.run_exact_tests is not None:
+        os.environ.update(NUMERIC_PATH)  # for the probes' processes
+        args.check = "capped"
     found = report()
     for name, text in found.items():
         print(f"{name:12} {text}")
     if args.check and not_capped(found):
         print(f"not on the capped path: {', '.join(not_capped(found))}", file=sys.stderr)
         return 1
+    if args.run_exact_tests is not None:
+        return run_exact_tests(args.run_exact_tests)
     return 0
 
 
