@@ -19,7 +19,7 @@ from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
 from keras_transformer.model import TokenLossTraining
 from keras_transformer.models import presets
 from keras_transformer.models.backbone import TransformerBackbone
-from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
+from keras_transformer.models.preprocessor import NEEDS_TARGETS, TransformerSeq2SeqLMPreprocessor
 from keras_transformer.schedule import WarmupSchedule
 
 # keras-hub's sampler names, as a keras-hub user passes them to `compile(sampler=...)`.
@@ -520,16 +520,19 @@ def _search_settings(sampler, settings: DecodingSettings):
 
 
 def _check_pairs(x, y) -> None:
-    """`fit`'s text given as lists or arrays (or keras-hub's dict of them): one target a
-    source, and at least one pair. ValueError naming the arguments, before TensorFlow's
-    shape errors; other inputs are left to Keras."""
+    """`fit`'s text given as lists or arrays (or keras-hub's dict of them): targets given,
+    one a source, and at least one pair. ValueError naming the arguments, before TensorFlow
+    traces the preprocessor (whose own refusal would come wrapped in Keras's traceback of
+    the traced function); other inputs (a tuple of sources and targets) are left to Keras."""
     if isinstance(x, dict):
         if y is not None or "encoder_text" not in x:
             return
         sides = [("x['encoder_text']", x["encoder_text"])]
         sides.append(("x['decoder_text']", x.get("decoder_text")))
-    elif y is None:
+    elif y is None and isinstance(x, tuple):
         return
+    elif y is None:
+        raise ValueError(f"y=None: {NEEDS_TARGETS}")
     else:
         sides = [("x", x), ("y", y)]
     counts = []
