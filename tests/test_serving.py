@@ -8,6 +8,7 @@ tests/test_export.py, tests/test_import_pretrained.py."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,28 @@ def test_the_former_names_in_trainers_translate_warn_and_are_the_librarys():
     assert CTranslate2Translator is serving.CTranslate2Translator
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         translate.nothing  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "kind, files",
+    [("litert", ["model.tflite"]), ("ctranslate2", ["model.bin", "shared.model"])],
+)
+def test_a_damaged_manifest_is_named_by_the_translators_and_the_program(tmp_path, kind, files):
+    """An export whose manifest.json is not valid JSON (a LiteRT file's, a CTranslate2
+    directory's): the translator and `trainers.translate` (in a process of its own) name the
+    file and what is wrong with it, in one line (issue 66), before the model loads."""
+    from tests.test_trainer import run
+
+    directory = tmp_path / kind
+    directory.mkdir()
+    for name in files:
+        (directory / name).write_bytes(b"not read")
+    manifest = directory / "manifest.json"
+    manifest.write_text('{"format": "keras-transformer/ctranslate2",}')
+    expected = f"{manifest}: not valid JSON (Expecting property name enclosed in double quotes"
+    translator = serving.LiteRTTranslator if kind == "litert" else serving.CTranslate2Translator
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
+        translator(directory)
+    result = run("-m", "trainers.translate", "--model", directory, check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {expected}") and len(result.stderr.splitlines()) == 1

@@ -1,6 +1,6 @@
 """What the translators of the exported directories share: `Hypothesis`, the prefixes'
-rules, and `ExportedVocabulary`, the view of an export's vocabulary they check prefixes
-against.
+rules, `ExportedVocabulary`, the view of an export's vocabulary they check prefixes
+against, and `read_manifest`, the reader of an export's manifest (`keras_transformer._manifest`).
 
 The source prefix is put in front of each sentence by `with_source_prefix` and the prefixes
 are checked by `check_source_prefix` and `check_target_prefix`, all three
@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # what `library_module` loads below, for readers and the import graph
-    from keras_transformer import _logs, special_ids  # noqa: F401
+    from keras_transformer import _logs, _manifest, special_ids  # noqa: F401
     from keras_transformer.decoding import settings  # noqa: F401
 
 
 def library_module(name: str) -> types.ModuleType:
     """Module `name` of this library, one that imports nothing but the standard library at
     its top (`keras_transformer.decoding.settings`, `keras_transformer.special_ids`,
-    `keras_transformer._logs`).
+    `keras_transformer._logs`, `keras_transformer._manifest`).
 
     The package's own module once `keras_transformer` is imported (or the module itself
     is). Otherwise its file runs on its own, without the package's `__init__`, which imports
@@ -63,6 +63,8 @@ LANGUAGE_CODE = _settings.LANGUAGE_CODE
 check_source_prefix = _settings.check_source_prefix
 check_target_prefix = _settings.check_target_prefix
 with_source_prefix = _settings.with_source_prefix
+# The one reader of an export's manifest.json: a damaged one is named, with what is wrong.
+read_manifest = library_module("keras_transformer._manifest").read_manifest
 
 
 class Hypothesis(NamedTuple):
@@ -151,4 +153,5 @@ __all__ = [
     "library_module",
     "lines_of",
     "prefixed",
+    "read_manifest",
 ]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import json
 import re
 import sys
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from keras_transformer.serving.common import (
     Hypothesis,
     check_target_prefix,
     lines_of,
+    read_manifest,
 )
 
 FORMAT = "litert"
@@ -88,9 +88,10 @@ def _package(name: str) -> Path:
 
 
 def _manifest(path: Path) -> dict:
-    """The export's manifest beside a LiteRT file, or {} where there is none."""
+    """The export's manifest beside a LiteRT file, or {} where there is none (ValueError
+    naming a damaged one: `read_manifest`)."""
     manifest = path.parent / MANIFEST
-    return json.loads(manifest.read_text()) if manifest.is_file() else {}
+    return read_manifest(manifest) if manifest.is_file() else {}
 
 
 def languages(path) -> dict[str, list[str]] | None:
