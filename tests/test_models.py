@@ -248,7 +248,7 @@ def test_generate_refuses_what_it_cannot_do(task):
 @pytest.mark.parametrize(
     "inputs, message",
     [
-        (None, "inputs=None: generate takes a str"),
+        (None, "inputs=None: expected a str, a list of str or a dataset of str, got NoneType"),
         (123, "inputs=123: expected text \\(str\\), got int"),
         (["a", None], "inputs\\[1\\]=None: expected text \\(str\\), got NoneType"),
         ([b"\xff"], "inputs\\[0\\]: bytes that are not UTF-8"),

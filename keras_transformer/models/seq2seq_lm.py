@@ -25,6 +25,7 @@ from keras_transformer.schedule import WarmupSchedule
 # keras-hub's sampler names, as a keras-hub user passes them to `compile(sampler=...)`.
 SAMPLING = {"top_k", "top_p", "random"}
 UNSUPPORTED_SAMPLERS = {"contrastive", "speculative"}
+TAKES = "a str, a list of str or a dataset of str"  # what generate translates
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -535,6 +536,9 @@ def _check_pairs(x, y) -> None:
         raise ValueError(f"y=None: {NEEDS_TARGETS}")
     else:
         sides = [("x", x), ("y", y)]
+    # Here, not at the top: `import keras_transformer` leaves kt.serving to its first use.
+    from keras_transformer.serving.common import text_of
+
     counts = []
     for name, side in sides:
         if side is None:
@@ -549,7 +553,7 @@ def _check_pairs(x, y) -> None:
             ) from None
     for name, side in sides:
         for index, sentence in enumerate(side):
-            _text(sentence.item() if hasattr(sentence, "item") else sentence, f"{name}[{index}]")
+            text_of(sentence.item() if hasattr(sentence, "item") else sentence, f"{name}[{index}]")
     (x_name, x_count), (y_name, y_count) = zip((n for n, _ in sides), counts, strict=True)
     if x_count != y_count:
         raise ValueError(
@@ -569,7 +573,11 @@ def _scores(scores, source_ids) -> list:
 
 
 def _texts(inputs) -> tuple[list[str], bool]:
-    """`generate`'s inputs as a list of str, and whether one str was given."""
+    """`generate`'s inputs as a list of str, and whether one str was given: each sentence
+    checked as the translators check theirs (`kt.serving.common.text_of`)."""
+    # Here, not at the top: `import keras_transformer` leaves kt.serving to its first use.
+    from keras_transformer.serving.common import lines_of, text_of
+
     if isinstance(inputs, dict):
         if "encoder_text" not in inputs:
             raise ValueError(
@@ -578,45 +586,30 @@ def _texts(inputs) -> tuple[list[str], bool]:
             )
         prompts = inputs.get("decoder_text", "")
         prompts = [prompts] if isinstance(prompts, (str, bytes)) else list(prompts)
-        if any(_text(p) for p in prompts):
+        if any(text_of(p) for p in prompts):
             raise ValueError(
                 "generate continues no target prompt: give 'encoder_text' alone, or empty "
                 "'decoder_text' (a forced target prefix is not supported yet)"
             )
         inputs = inputs["encoder_text"]
     if isinstance(inputs, (str, bytes)):
-        return [_text(inputs)], True
-    if inputs is None:
-        raise ValueError("inputs=None: generate takes a str, a list of str or a dataset of str")
+        return [text_of(inputs)], True
     if type(inputs).__name__.endswith("Dataset") and hasattr(inputs, "as_numpy_iterator"):
         texts = []
         for element in inputs.as_numpy_iterator():
             element = np.asarray(element)
-            texts.extend(_text(t, f"inputs[{len(texts)}]") for t in element.reshape(-1))
+            texts.extend(text_of(t, f"inputs[{len(texts)}]") for t in element.reshape(-1))
         return texts, False
-    if isinstance(inputs, (list, tuple)):
-        return [_text(t, f"inputs[{i}]") for i, t in enumerate(inputs)], False
+    if inputs is None or isinstance(inputs, (list, tuple)):  # checked as the translators check
+        return lines_of(inputs, "inputs", decode=True, takes=TAKES), False
     array = np.asarray(keras.ops.convert_to_numpy(inputs) if hasattr(inputs, "numpy") else inputs)
     if array.ndim == 0:
-        return [_text(array.item())], True
+        return [text_of(array.item())], True
     if array.ndim != 1:
         raise ValueError(f"generate takes text [batch]; got an array of shape {array.shape}")
     return [
-        _text(t.item() if hasattr(t, "item") else t, f"inputs[{i}]") for i, t in enumerate(array)
+        text_of(t.item() if hasattr(t, "item") else t, f"inputs[{i}]") for i, t in enumerate(array)
     ], False
-
-
-def _text(value, where: str = "inputs") -> str:
-    """One sentence: str, or UTF-8 bytes; ValueError naming `where` for anything else (None,
-    a number), which would otherwise be translated as its repr."""
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{where}: bytes that are not UTF-8 ({error})") from None
-    if not isinstance(value, str):
-        raise ValueError(f"{where}={value!r}: expected text (str), got {type(value).__name__}")
-    return value
 
 
 __all__ = ["TransformerSeq2SeqLM"]

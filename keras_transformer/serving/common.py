@@ -1,5 +1,6 @@
-"""What the translators of the exported directories share: `Hypothesis`, the prefixes'
-rules, `ExportedVocabulary`, the view of an export's vocabulary they check prefixes
+"""What the translators of the exported directories share: `Hypothesis`, the check of the
+sentences they are given (`lines_of`, `text_of`: `TransformerSeq2SeqLM.generate`'s too), the
+prefixes' rules, `ExportedVocabulary`, the view of an export's vocabulary they check prefixes
 against, and `read_manifest`, the reader of an export's manifest (`keras_transformer._manifest`).
 
 The source prefix is put in front of each sentence by `with_source_prefix` and the prefixes
@@ -127,12 +128,56 @@ def check_prefixes(
     check_target_prefix(target_prefix, target, where=names[1])
 
 
-def lines_of(sentences, name: str = "sentences") -> list:
-    """`sentences` as a list, refusing one str or bytes (which would be read as a sequence of
-    one-character sentences): ValueError naming `name`."""
+def text_of(value, where: str = "inputs", *, decode: bool = True) -> str | bytes:
+    """One sentence, as every door checks it (`TransformerSeq2SeqLM.generate` and the
+    translators): a str, or bytes, decoded from UTF-8 with `decode` (bytes that are not are
+    refused) or else kept as they are (a translator hands them on: its model reads a byte
+    that is not UTF-8 as U+FFFD). Anything else (None, a number, a list) is refused: it would
+    be translated as its repr, or fail deep inside a runtime.
+
+    Raises:
+        ValueError: naming `where` ("inputs[1]") and the value.
+
+    Examples:
+        >>> from keras_transformer.serving.common import text_of
+        >>> text_of("Amén.".encode()), text_of("Amén.".encode("latin-1"), decode=False)
+        ('Amén.', b'Am\\xe9n.')
+        >>> text_of(None, "lines[0]")
+        Traceback (most recent call last):
+        ValueError: lines[0]=None: expected text (str), got NoneType
+    """
+    if isinstance(value, bytes):
+        if not decode:
+            return value
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{where}: bytes that are not UTF-8 ({error})") from None
+    if not isinstance(value, str):
+        raise ValueError(f"{where}={value!r}: expected text (str), got {type(value).__name__}")
+    return value
+
+
+def lines_of(
+    sentences, name: str = "sentences", *, decode: bool = False, takes: str = "a list of str"
+) -> list:
+    """`sentences`, a list (or another iterable) of sentences, as a list, each one checked by
+    `text_of` (named `name[i]`, decoded with `decode`).
+
+    Raises:
+        ValueError: naming `name` for one str or bytes (which would be read as a sequence of
+            one-character sentences), or for what is no sequence (None, a number), saying
+            what the caller `takes`.
+    """
     if isinstance(sentences, (str, bytes)):
         raise ValueError(f"{name}: give a list of sentences, not one {type(sentences).__name__}")
-    return list(sentences)
+    try:
+        sentences = list(sentences)
+    except TypeError:
+        raise ValueError(
+            f"{name}={sentences!r}: expected {takes}, got {type(sentences).__name__}"
+        ) from None
+    return [text_of(s, f"{name}[{i}]", decode=decode) for i, s in enumerate(sentences)]
 
 
 def prefixed(sentence: str | bytes, prefix: str | None) -> str | bytes:
@@ -154,4 +199,5 @@ __all__ = [
     "lines_of",
     "prefixed",
     "read_manifest",
+    "text_of",
 ]

@@ -244,13 +244,13 @@ class LiteRTTranslator:
         """
         import numpy as np
 
-        if (problem := self.n_best_problem(n_best)) is not None:
-            raise ValueError(f"n_best={n_best}: {problem}")
-        self._check(source_prefix, target_prefix)
         lines = [
             line if isinstance(line, bytes) else line.encode("utf-8", "surrogateescape")
             for line in lines_of(lines, "lines")
         ]
+        if (problem := self.n_best_problem(n_best)) is not None:
+            raise ValueError(f"n_best={n_best}: {problem}")
+        self._check(source_prefix, target_prefix)
         if self._languages is None:
             translations = self._run(text=np.array(lines, dtype=object))["translations"]
         else:

@@ -90,6 +90,8 @@ class SavedModelTranslator:
             it to the SavedModel. Defaults to None.
 
     Raises:
+        FileNotFoundError: no such folder, or no saved_model.pb in it (a model folder: its
+            version folder is `resolve_version`'s).
         ValueError: the folder is not a translation SavedModel of `trainers.export`, or a
             prefix names a language its vocabulary lacks.
     """
@@ -98,6 +100,13 @@ class SavedModelTranslator:
         self, version, *, source_prefix: str | None = None, target_prefix: str | None = None
     ):
         version = Path(version)
+        if not (version / "saved_model.pb").is_file():
+            problem = "no saved_model.pb in it" if version.is_dir() else "no such folder"
+            problem = "a file, not a folder" if version.is_file() else problem
+            raise FileNotFoundError(
+                f"{version}: {problem}; SavedModelTranslator takes a SavedModel's version "
+                "folder (kt.serving.resolve_version gives a model folder's highest)"
+            )
         self.version = version
         self._vocabularies = None
         self._check(source_prefix, target_prefix)
