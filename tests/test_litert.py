@@ -533,6 +533,26 @@ def test_without_tensorflow_text_the_error_says_how_to_register_its_ops(monkeypa
         runtime.text_op_registrars()
 
 
+def test_without_tensorflow_text_the_program_says_so_in_one_line(tmp_path):
+    """`trainers.translate` on a LiteRT file where tensorflow-text cannot be imported (a
+    package on PYTHONPATH that fails to import stands for it, in a process of its own): one
+    line saying how to install its ops, no traceback (issue 66)."""
+    from keras_transformer.serving.litert import HOW_TO_REGISTER
+    from tests.test_trainer import run
+
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    broken = tmp_path / "path" / "tensorflow_text"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('tensorflow_text is broken')\n")
+    model = tmp_path / "model.tflite"
+    model.write_bytes(b"not read")  # the ops are looked for first
+    paths = [str(broken.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(paths)}
+    result = run("-m", "trainers.translate", "--model", model, env=env, check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: {HOW_TO_REGISTER}"]
+
+
 NLLB = FIXTURES / "m2m100" / "nllb-tiny"
 # Verses, a line that names its own source language, trailing whitespace (a piece of its
 # own), characters the vocabulary lacks, blank lines, and one longer than the model's

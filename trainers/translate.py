@@ -258,7 +258,7 @@ def main(argv=None) -> int:
         return 2
     try:
         translator = load_translator(args)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, ImportError) as error:  # ImportError: a runtime's package
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.output:  # its missing folders, as trainers.evaluate makes them
