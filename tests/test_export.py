@@ -145,6 +145,39 @@ def test_endpoints_of_ones_own_are_written_beside_the_translation_ones(model, tm
     np.testing.assert_array_equal(ids, expected)
 
 
+def test_every_signature_refuses_a_batch_of_another_shape(model, tmp_path):
+    """Neither TF Serving nor a loaded SavedModel holds a request to its signature's shape: a
+    `[2, 2]` (or scalar) `text`, `target_prefix` or `source_prefix`, or `[batch, 1, len]`
+    ids, fails the request with INVALID_ARGUMENT naming the input and its shape, where
+    `serving_default` answered a `[2, 2]` batch with four translations (issue 66)."""
+    vocabularies = bible.vocabularies()
+    endpoints = export.translation_endpoints(
+        model, vocabularies, beam_size=1, prefix_signature=True
+    )
+    tokenizers = [vocabularies.source, vocabularies.target]
+    export.write_saved_model(tmp_path / "every", endpoints, model, tokenizers)
+    signatures = tf.saved_model.load(str(tmp_path / "every")).signatures
+    square, scalar = tf.constant([["Amen.", "x"], ["y", "z"]]), tf.constant("Amen.")
+    four = tf.constant(["Amen.", "x", "y", "z"])  # as many entries as `square`
+    text_inputs = {
+        "serving_default": ["text"],
+        "serving_xla": ["text"],
+        "n_best": ["text"],
+        "serving_prefix": ["text", "target_prefix"],
+        "serving_languages": ["text", "source_prefix", "target_prefix"],
+    }
+    for name, inputs in text_inputs.items():
+        assert signatures[name](**dict.fromkeys(inputs, four))  # [batch]: translated
+        for wrong in inputs:
+            for bad, shape in ((square, r"\[2 2\]"), (scalar, r"\[\]")):
+                request = {**dict.fromkeys(inputs, four), wrong: bad}
+                refused = rf"{wrong} must be \[batch\]; got the shape\] {shape}"
+                with pytest.raises(tf.errors.InvalidArgumentError, match=refused):
+                    signatures[name](**request)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"must be \[batch, src_len\]"):
+        signatures["translate_ids"](source_ids=tf.constant([[[5, 3]], [[6, 3]]], tf.int32))
+
+
 def test_serving_gives_the_library_translations(loaded, model):
     served = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     vocabularies = bible.vocabularies()
