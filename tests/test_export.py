@@ -466,6 +466,43 @@ def test_saved_model_cli_show_and_run(exported):
     assert "Result for output key score" in run.stdout
 
 
+THREADS_SEEN = """
+import runpy, sys
+sys.argv = ["trainers.translate", *sys.argv[1:]]
+try:
+    runpy.run_module("trainers.translate", run_name="__main__")
+except SystemExit as exit:
+    import tensorflow as tf
+    pool = tf.config.threading
+    intra, inter = pool.get_intra_op_parallelism_threads(), pool.get_inter_op_parallelism_threads()
+    print("status:", exit.code, "threads:", intra, inter)
+"""
+
+
+def test_translate_cli_gives_a_saved_model_its_threads(exported):
+    """`--threads N` on a SavedModel is TensorFlow's intra-op and inter-op pools, N threads
+    each, set before TensorFlow starts (it was ignored: issue 66); the library's translator
+    takes them too, and refuses them once TensorFlow runs with others."""
+    directory, version = exported
+    result = subprocess.run(
+        [sys.executable, "-c", THREADS_SEEN, "--model", str(directory), "--threads", "2"],
+        input="Amen.\n",
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    *translations, seen = result.stdout.splitlines()
+    assert len(translations) == 1 and seen == "status: 0 threads: 2 2", result.stderr[-3000:]
+    started = tf.config.threading.get_intra_op_parallelism_threads()  # conftest's
+    with pytest.raises(RuntimeError, match=f"^threads={started + 1}: TensorFlow has started"):
+        kt.serving.SavedModelTranslator(version, threads=started + 1)
+    with pytest.raises(ValueError, match="^threads=-1: a number of threads, 0 or more"):
+        kt.serving.SavedModelTranslator(version, threads=-1)
+
+
 def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     """One output line an input line: lines end at "\\n" only (a lone "\\r" stays inside its
     line, a CRLF's "\\r" is dropped, a UTF-8 byte order mark too), from a file as from

@@ -143,8 +143,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--threads",
         type=int,
         default=0,
-        help="CTranslate2 and LiteRT only: threads of its one translator or interpreter (0: "
-        "its default)",
+        help="threads of the CTranslate2 translator, of LiteRT's interpreter, or of "
+        "TensorFlow's intra-op and inter-op pools for a SavedModel (0: its default)",
     )
     # A SavedModel takes --target-prefix by its serving_prefix signature.
     flags.add_prefixes(parser, "the export manifest's decoding")
@@ -169,6 +169,8 @@ def load_translator(args):
         )
     ctranslate2 = serving.is_ctranslate2(args.model)
     version = None if ctranslate2 else serving.resolve_version(args.model)
+    if not ctranslate2:  # before TensorFlow starts, which the prefix check below may start
+        serving.savedmodel.set_threads(args.threads)
     prefixes = {"source_prefix": args.source_prefix, "target_prefix": args.target_prefix}
     if args.source_prefix is not None or args.target_prefix is not None:
         module = serving.ctranslate2 if ctranslate2 else serving.savedmodel
@@ -179,7 +181,7 @@ def load_translator(args):
         )
     if ctranslate2:
         return serving.CTranslate2Translator(args.model, threads=args.threads, **prefixes)
-    return serving.SavedModelTranslator(version, **prefixes)
+    return serving.SavedModelTranslator(version, threads=args.threads, **prefixes)
 
 
 def batches(lines, size: int):
