@@ -283,7 +283,7 @@ def test_int8_holds_the_embedding_table_once_and_the_step_once(model, exported, 
     extra = (len(blob_twice) - len(blob)) / (shape[0] * shape[1])
     assert 0.9 < extra < 1.2, extra
     assert json.loads((twice / "manifest.json").read_text())["int8_table"] == "twice"
-    with pytest.raises(ValueError, match="int8_table='both' must be one of"):
+    with pytest.raises(ValueError, match="int8_table='both' must be None or one of"):
         export.export_litert(
             model,
             tmp_path / "x",
@@ -329,6 +329,9 @@ def test_refusals_before_anything_is_written(model, tmp_path):
         ({"quantize": "int4"}, r"quantize='int4' must be None or one of"),
         ({"decoding": decoding.DecodingSettings(n_best=2)}, "n_best=2"),
         ({"decoding": decoding.DecodingSettings(target_prefix="hola")}, "target_prefix="),
+        # As trainers.export refuses --int8-table: it wrote a float32 file (issue 66).
+        ({"int8_table": "twice"}, "int8_table='twice' applies to quantize='int8' only"),
+        ({"int8_table": "once", "quantize": "float16"}, r"only \(quantize='float16'\)"),
     ]
     for arguments, message in cases:
         with pytest.raises(ValueError, match=message):

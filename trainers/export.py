@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     if args.format in ("litert", "ctranslate2"):
         if args.format == "litert":
             write, what = export.litert.export_litert, "LiteRT file"
-            weights = {"quantize": args.quantize, "int8_table": args.int8_table or "once"}
+            weights = {"quantize": args.quantize, "int8_table": args.int8_table}
         else:
             write, what = export.ctranslate2.export_ctranslate2, "CTranslate2 model"
             weights = {"quantization": args.quantize}
