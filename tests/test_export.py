@@ -667,6 +667,33 @@ def test_translate_cli_reports_a_missing_export(tmp_path):
     assert result.returncode == 2 and "no saved_model.pb, no version folder" in result.stderr
 
 
+def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
+    """`--model` naming a folder that holds no export names the three formats; a training
+    run directory (model.keras, experiment.yaml) gets the command that exports it (it named
+    neither LiteRT nor the export: issue 66). In a process of its own, as a user runs it."""
+    run = tmp_path / "runs" / "demo"
+    run.mkdir(parents=True)
+    formats = (
+        f"error: {run}: not an exported model: no SavedModel (no saved_model.pb, no version "
+        "folder), no CTranslate2 model (model.bin and manifest.json) and no LiteRT file "
+        "(model.tflite) in it"
+    )
+    for name in (None, "model.keras", "experiment.yaml"):
+        if name is not None:
+            (run / name).write_text("")
+        result = _cli(sys.executable, "-m", "trainers.translate", "--model", str(run), input="")
+        assert result.returncode == 2 and result.stderr.startswith(formats), result.stderr
+        if name is None:
+            assert result.stderr == f"{formats}\n"
+            continue
+        assert result.stderr == (
+            f"{formats}; it is a training run directory (model.keras, experiment.yaml): "
+            f"export it first, python -m trainers.export --model-dir {run} --out "
+            "saved_models/demo (a SavedModel; --format ctranslate2 or --format litert for "
+            "the others), then --model saved_models/demo\n"
+        )
+
+
 @pytest.mark.parametrize(
     "options, message",
     [

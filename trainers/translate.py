@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -53,6 +54,7 @@ from pathlib import Path
 
 from trainers import flags
 from trainers.library import light_module
+from trainers.run_dir import RunDirectory
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -168,7 +170,20 @@ def load_translator(args):
             threads=args.threads,
         )
     ctranslate2 = serving.is_ctranslate2(args.model)
-    version = None if ctranslate2 else serving.resolve_version(args.model)
+    try:
+        version = None if ctranslate2 else serving.resolve_version(args.model)
+    except FileNotFoundError as error:  # a training run directory: say how to export it
+        run = RunDirectory(args.model)
+        if not (run.model().exists() or run.experiment_file.exists()):
+            raise
+        out = f"saved_models/{args.model.resolve().name}"
+        command = ["python", "-m", "trainers.export", "--model-dir", str(args.model), "--out"]
+        raise FileNotFoundError(
+            f"{error}; it is a training run directory ({run.model().name}, "
+            f"{run.experiment_file.name}): export it first, {shlex.join(command)} {out} (a "
+            f"SavedModel; --format ctranslate2 or --format litert for the others), then "
+            f"--model {out}"
+        ) from None
     if not ctranslate2:  # before TensorFlow starts, which the prefix check below may start
         serving.savedmodel.set_threads(args.threads)
     prefixes = {"source_prefix": args.source_prefix, "target_prefix": args.target_prefix}

@@ -31,14 +31,16 @@ PIECES = "pieces.json"  # kt.text.PIECES: the piece lists of an imported model's
 
 def resolve_version(path) -> Path:
     """A version folder: `path` itself if it holds saved_model.pb, else its highest version.
-    FileNotFoundError when it has neither."""
+    FileNotFoundError when it has neither, naming the three formats an export may be."""
     path = Path(path)
     if (path / "saved_model.pb").exists():
         return path
     versions = sorted((p for p in path.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
     if not versions:
         raise FileNotFoundError(
-            f"{path}: no saved_model.pb, no version folder and no CTranslate2 model in it"
+            f"{path}: not an exported model: no SavedModel (no saved_model.pb, no version "
+            "folder), no CTranslate2 model (model.bin and manifest.json) and no LiteRT file "
+            "(model.tflite) in it"
         )
     return versions[-1]
 
