@@ -36,6 +36,7 @@ from keras_transformer import _backends as backends
 from keras_transformer import _logs
 from keras_transformer import _workarounds as workarounds
 from keras_transformer._files import atomic_write
+from keras_transformer._manifest import read_manifest
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:
@@ -261,7 +262,7 @@ class Vocabularies:
         """
         directory = Path(directory)
         if (directory / MANIFEST).exists():
-            manifest = json.loads((directory / MANIFEST).read_text())
+            manifest = read_manifest(directory / MANIFEST)
             for name, expected in manifest.items():
                 path = directory / name
                 if not path.exists():

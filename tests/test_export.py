@@ -145,6 +145,39 @@ def test_endpoints_of_ones_own_are_written_beside_the_translation_ones(model, tm
     np.testing.assert_array_equal(ids, expected)
 
 
+def test_every_signature_refuses_a_batch_of_another_shape(model, tmp_path):
+    """Neither TF Serving nor a loaded SavedModel holds a request to its signature's shape: a
+    `[2, 2]` (or scalar) `text`, `target_prefix` or `source_prefix`, or `[batch, 1, len]`
+    ids, fails the request with INVALID_ARGUMENT naming the input and its shape, where
+    `serving_default` answered a `[2, 2]` batch with four translations (issue 66)."""
+    vocabularies = bible.vocabularies()
+    endpoints = export.translation_endpoints(
+        model, vocabularies, beam_size=1, prefix_signature=True
+    )
+    tokenizers = [vocabularies.source, vocabularies.target]
+    export.write_saved_model(tmp_path / "every", endpoints, model, tokenizers)
+    signatures = tf.saved_model.load(str(tmp_path / "every")).signatures
+    square, scalar = tf.constant([["Amen.", "x"], ["y", "z"]]), tf.constant("Amen.")
+    four = tf.constant(["Amen.", "x", "y", "z"])  # as many entries as `square`
+    text_inputs = {
+        "serving_default": ["text"],
+        "serving_xla": ["text"],
+        "n_best": ["text"],
+        "serving_prefix": ["text", "target_prefix"],
+        "serving_languages": ["text", "source_prefix", "target_prefix"],
+    }
+    for name, inputs in text_inputs.items():
+        assert signatures[name](**dict.fromkeys(inputs, four))  # [batch]: translated
+        for wrong in inputs:
+            for bad, shape in ((square, r"\[2 2\]"), (scalar, r"\[\]")):
+                request = {**dict.fromkeys(inputs, four), wrong: bad}
+                refused = rf"{wrong} must be \[batch\]; got the shape\] {shape}"
+                with pytest.raises(tf.errors.InvalidArgumentError, match=refused):
+                    signatures[name](**request)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"must be \[batch, src_len\]"):
+        signatures["translate_ids"](source_ids=tf.constant([[[5, 3]], [[6, 3]]], tf.int32))
+
+
 def test_serving_gives_the_library_translations(loaded, model):
     served = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     vocabularies = bible.vocabularies()
@@ -433,6 +466,43 @@ def test_saved_model_cli_show_and_run(exported):
     assert "Result for output key score" in run.stdout
 
 
+THREADS_SEEN = """
+import runpy, sys
+sys.argv = ["trainers.translate", *sys.argv[1:]]
+try:
+    runpy.run_module("trainers.translate", run_name="__main__")
+except SystemExit as exit:
+    import tensorflow as tf
+    pool = tf.config.threading
+    intra, inter = pool.get_intra_op_parallelism_threads(), pool.get_inter_op_parallelism_threads()
+    print("status:", exit.code, "threads:", intra, inter)
+"""
+
+
+def test_translate_cli_gives_a_saved_model_its_threads(exported):
+    """`--threads N` on a SavedModel is TensorFlow's intra-op and inter-op pools, N threads
+    each, set before TensorFlow starts (it was ignored: issue 66); the library's translator
+    takes them too, and refuses them once TensorFlow runs with others."""
+    directory, version = exported
+    result = subprocess.run(
+        [sys.executable, "-c", THREADS_SEEN, "--model", str(directory), "--threads", "2"],
+        input="Amen.\n",
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    *translations, seen = result.stdout.splitlines()
+    assert len(translations) == 1 and seen == "status: 0 threads: 2 2", result.stderr[-3000:]
+    started = tf.config.threading.get_intra_op_parallelism_threads()  # conftest's
+    with pytest.raises(RuntimeError, match=f"^threads={started + 1}: TensorFlow has started"):
+        kt.serving.SavedModelTranslator(version, threads=started + 1)
+    with pytest.raises(ValueError, match="^threads=-1: a number of threads, 0 or more"):
+        kt.serving.SavedModelTranslator(version, threads=-1)
+
+
 def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     """One output line an input line: lines end at "\\n" only (a lone "\\r" stays inside its
     line, a CRLF's "\\r" is dropped, a UTF-8 byte order mark too), from a file as from
@@ -642,6 +712,33 @@ def test_translate_cli_prefixes_the_sources_and_asks_for_the_prefix_signature(ex
 def test_translate_cli_reports_a_missing_export(tmp_path):
     result = run_main("trainers.translate", "--saved-model", tmp_path, check=False)
     assert result.returncode == 2 and "no saved_model.pb, no version folder" in result.stderr
+
+
+def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
+    """`--model` naming a folder that holds no export names the three formats; a training
+    run directory (model.keras, experiment.yaml) gets the command that exports it (it named
+    neither LiteRT nor the export: issue 66). In a process of its own, as a user runs it."""
+    run = tmp_path / "runs" / "demo"
+    run.mkdir(parents=True)
+    formats = (
+        f"error: {run}: not an exported model: no SavedModel (no saved_model.pb, no version "
+        "folder), no CTranslate2 model (model.bin and manifest.json) and no LiteRT file "
+        "(model.tflite) in it"
+    )
+    for name in (None, "model.keras", "experiment.yaml"):
+        if name is not None:
+            (run / name).write_text("")
+        result = _cli(sys.executable, "-m", "trainers.translate", "--model", str(run), input="")
+        assert result.returncode == 2 and result.stderr.startswith(formats), result.stderr
+        if name is None:
+            assert result.stderr == f"{formats}\n"
+            continue
+        assert result.stderr == (
+            f"{formats}; it is a training run directory (model.keras, experiment.yaml): "
+            f"export it first, python -m trainers.export --model-dir {run} --out "
+            "saved_models/demo (a SavedModel; --format ctranslate2 or --format litert for "
+            "the others), then --model saved_models/demo\n"
+        )
 
 
 @pytest.mark.parametrize(

@@ -283,7 +283,7 @@ def test_int8_holds_the_embedding_table_once_and_the_step_once(model, exported, 
     extra = (len(blob_twice) - len(blob)) / (shape[0] * shape[1])
     assert 0.9 < extra < 1.2, extra
     assert json.loads((twice / "manifest.json").read_text())["int8_table"] == "twice"
-    with pytest.raises(ValueError, match="int8_table='both' must be one of"):
+    with pytest.raises(ValueError, match="int8_table='both' must be None or one of"):
         export.export_litert(
             model,
             tmp_path / "x",
@@ -329,6 +329,9 @@ def test_refusals_before_anything_is_written(model, tmp_path):
         ({"quantize": "int4"}, r"quantize='int4' must be None or one of"),
         ({"decoding": decoding.DecodingSettings(n_best=2)}, "n_best=2"),
         ({"decoding": decoding.DecodingSettings(target_prefix="hola")}, "target_prefix="),
+        # As trainers.export refuses --int8-table: it wrote a float32 file (issue 66).
+        ({"int8_table": "twice"}, "int8_table='twice' applies to quantize='int8' only"),
+        ({"int8_table": "once", "quantize": "float16"}, r"only \(quantize='float16'\)"),
     ]
     for arguments, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -531,6 +534,26 @@ def test_without_tensorflow_text_the_error_says_how_to_register_its_ops(monkeypa
     monkeypatch.setattr(runtime, "_package", missing)
     with pytest.raises(ImportError, match=r"pip install tensorflow-text, .*SELECT_TFTEXT_OPS"):
         runtime.text_op_registrars()
+
+
+def test_without_tensorflow_text_the_program_says_so_in_one_line(tmp_path):
+    """`trainers.translate` on a LiteRT file where tensorflow-text cannot be imported (a
+    package on PYTHONPATH that fails to import stands for it, in a process of its own): one
+    line saying how to install its ops, no traceback (issue 66)."""
+    from keras_transformer.serving.litert import HOW_TO_REGISTER
+    from tests.test_trainer import run
+
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    broken = tmp_path / "path" / "tensorflow_text"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('tensorflow_text is broken')\n")
+    model = tmp_path / "model.tflite"
+    model.write_bytes(b"not read")  # the ops are looked for first
+    paths = [str(broken.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(paths)}
+    result = run("-m", "trainers.translate", "--model", model, env=env, check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: {HOW_TO_REGISTER}"]
 
 
 NLLB = FIXTURES / "m2m100" / "nllb-tiny"

@@ -248,7 +248,7 @@ def test_generate_refuses_what_it_cannot_do(task):
 @pytest.mark.parametrize(
     "inputs, message",
     [
-        (None, "inputs=None: generate takes a str"),
+        (None, "inputs=None: expected a str, a list of str or a dataset of str, got NoneType"),
         (123, "inputs=123: expected text \\(str\\), got int"),
         (["a", None], "inputs\\[1\\]=None: expected text \\(str\\), got NoneType"),
         ([b"\xff"], "inputs\\[0\\]: bytes that are not UTF-8"),
@@ -272,6 +272,11 @@ def test_fit_refuses_unpaired_or_empty_text_naming_the_arguments(task):
         task.fit([b"\xff\xfe"], [b"x"])
     with pytest.raises(ValueError, match="^x=None: fit takes text pairs"):
         task.fit(None, None)
+    # Refused before Keras traces the preprocessor, which would wrap its own refusal in
+    # "in user code:" and the traced function's traceback.
+    for call in (task.fit, task.evaluate):
+        with pytest.raises(ValueError, match="^y=None: training needs targets: give fit"):
+            call(["a b"], None)
     with pytest.raises(ValueError, match="^x has 3 sentences and y 2"):
         task.evaluate(["a b", "c d", "e"], ["x", "y"])
     with pytest.raises(ValueError, match="a dict takes keras-hub's 'encoder_text'"):

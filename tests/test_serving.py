@@ -8,6 +8,7 @@ tests/test_export.py, tests/test_import_pretrained.py."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,115 @@ def test_translate_help_names_every_translator(capsys):
     translators = [name for name in serving.__all__ if name.endswith("Translator")]
     assert {"SavedModelTranslator", "CTranslate2Translator", "LiteRTTranslator"} <= set(translators)
     assert [name for name in translators if f"`{name}`" not in usage] == []
+
+
+@pytest.mark.parametrize(
+    "kind, files",
+    [("litert", ["model.tflite"]), ("ctranslate2", ["model.bin", "shared.model"])],
+)
+def test_a_damaged_manifest_is_named_by_the_translators_and_the_program(tmp_path, kind, files):
+    """An export whose manifest.json is not valid JSON (a LiteRT file's, a CTranslate2
+    directory's): the translator and `trainers.translate` (in a process of its own) name the
+    file and what is wrong with it, in one line (issue 66), before the model loads."""
+    from tests.test_trainer import run
+
+    directory = tmp_path / kind
+    directory.mkdir()
+    for name in files:
+        (directory / name).write_bytes(b"not read")
+    manifest = directory / "manifest.json"
+    manifest.write_text('{"format": "keras-transformer/ctranslate2",}')
+    expected = f"{manifest}: not valid JSON (Expecting property name enclosed in double quotes"
+    translator = serving.LiteRTTranslator if kind == "litert" else serving.CTranslate2Translator
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
+        translator(directory)
+    result = run("-m", "trainers.translate", "--model", directory, check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {expected}") and len(result.stderr.splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """An untrained tiny task (seed 3, greedy search) and a translator of each of its three
+    exports: `(task, {format: translator})`."""
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer import export
+    from tests import bible
+
+    pytest.importorskip("ctranslate2", reason="CTranslate2 (requirements.txt)")
+    pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+    keras.utils.set_random_seed(3)
+    vocabularies = bible.vocabularies()
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=vocabularies.target.vocabulary_size(),
+        max_length=24,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    task = kt.models.TransformerSeq2SeqLM.from_transformer(
+        kt.build_transformer(config),
+        vocabularies,
+        decoding=kt.decoding.DecodingSettings(beam_size=1),
+    )
+    root = tmp_path_factory.mktemp("exports")
+    translators = {
+        "savedmodel": serving.SavedModelTranslator(
+            export.export_saved_model(task, None, root / "savedmodel")
+        ),
+        "ctranslate2": serving.CTranslate2Translator(
+            export.ctranslate2.export_ctranslate2(task, None, root / "ctranslate2")
+        ),
+        "litert": serving.LiteRTTranslator(export.litert.export_litert(task, root / "litert")),
+    }
+    return task, translators
+
+
+# Not text, and what each door answers: ARGUMENT stands for the door's argument's name.
+NOT_TEXT = [
+    (None, "ARGUMENT=None: expected TAKES, got NoneType"),
+    ([None], "ARGUMENT[0]=None: expected text (str), got NoneType"),
+    ([1, 2], "ARGUMENT[0]=1: expected text (str), got int"),
+    ([["a", "b"], ["c", "d"]], "ARGUMENT[0]=['a', 'b']: expected text (str), got list"),
+]
+
+
+@pytest.mark.parametrize("inputs, message", NOT_TEXT)
+def test_every_translator_refuses_what_is_not_text_as_generate_does(exports, inputs, message):
+    """`generate` and the three translators check their sentences with one function
+    (`common.lines_of`): the same message, naming each door's argument, where a translator
+    raised the runtime's own error (AttributeError, TypeError) or translated a 2-D batch
+    (issue 66)."""
+    from keras_transformer.models.seq2seq_lm import TAKES
+
+    task, translators = exports
+    with pytest.raises(ValueError) as refused:
+        task.generate(inputs)
+    assert str(refused.value) == message.replace("ARGUMENT", "inputs").replace("TAKES", TAKES)
+    for kind, translator in translators.items():
+        name = "sentences" if kind == "ctranslate2" else "lines"
+        with pytest.raises(ValueError) as refused:
+            translator.translate(inputs)
+        expected = message.replace("ARGUMENT", name).replace("TAKES", "a list of str")
+        assert str(refused.value) == expected, kind
+    # Text still translates, one hypothesis a line.
+    assert [len(found) for found in translators["litert"].translate(["Amen.", b"x"])] == [1, 1]
+
+
+def test_a_saved_model_translator_names_a_path_that_is_no_version_folder(tmp_path):
+    """A missing path, a model folder (its versions inside) or a file: FileNotFoundError
+    naming it, before TensorFlow's own OSError (issue 66)."""
+    missing = tmp_path / "on_device" / "demo"
+    (tmp_path / "models" / "1").mkdir(parents=True)
+    (tmp_path / "file").write_text("")
+    cases = [
+        (missing, "no such folder"),
+        (tmp_path / "models", "no saved_model.pb in it"),
+        (tmp_path / "file", "a file, not a folder"),
+    ]
+    for path, problem in cases:
+        expected = f"{path}: {problem}; SavedModelTranslator takes a SavedModel's version folder"
+        with pytest.raises(FileNotFoundError, match=f"^{re.escape(expected)}"):
+            serving.SavedModelTranslator(path)

@@ -116,6 +116,10 @@ def test_a_replaced_or_missing_vocabulary_file_is_refused_by_name(tmp_path):
         text.Vocabularies.load(tmp_path / "vocab")
     target.write_bytes(original)
     assert text.Vocabularies.load(tmp_path / "vocab").target.proto == original
+    manifest = tmp_path / "vocab" / "manifest.json"
+    manifest.write_text(manifest.read_text()[:-1])  # cut short: its closing brace lost
+    with pytest.raises(ValueError, match=re.escape(f"{manifest}: not valid JSON (Expecting")):
+        text.Vocabularies.load(tmp_path / "vocab")
 
 
 def test_separate_vocabularies_differ_per_language():

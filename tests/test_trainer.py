@@ -626,6 +626,20 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
     assert result.returncode == 2 and "--layer=1: the decoder has 1 layer (0 to 0" in result.stderr
 
 
+@pytest.mark.parametrize("text", ["", " \t "])
+def test_visualize_refuses_blank_text_before_any_work(tmp_path, text):
+    """Nothing to translate draws nothing: refused naming the flag, where a 1 x 1 picture
+    was drawn (issue 66); before the model directory is read."""
+    out = tmp_path / "attention.png"
+    args = ("--model-dir", tmp_path / "run", "--text", text, "--out", out)
+    result = run("-m", "trainers.visualize", *args, check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].endswith(
+        f"--text {text!r}: nothing to translate; give a sentence"
+    )
+    assert not out.exists()
+
+
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path, capsys):
     # No dev split: validation under MirroredStrategy is test_model's
     # test_fit_and_evaluate_report_the_loss_per_token[mirrored].

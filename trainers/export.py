@@ -42,7 +42,6 @@ does. int8 is dynamic-range int8 weights.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import warnings
@@ -161,6 +160,7 @@ def main(argv=None) -> int:
         return errors.fail(error)
     from keras_transformer import export, fast
     from keras_transformer._files import atomic_write
+    from keras_transformer._manifest import read_manifest
 
     try:  # the flags over the directory's decoding settings
         experiment, task = run.load_task(
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     if args.format in ("litert", "ctranslate2"):
         if args.format == "litert":
             write, what = export.litert.export_litert, "LiteRT file"
-            weights = {"quantize": args.quantize, "int8_table": args.int8_table or "once"}
+            weights = {"quantize": args.quantize, "int8_table": args.int8_table}
         else:
             write, what = export.ctranslate2.export_ctranslate2, "CTranslate2 model"
             weights = {"quantization": args.quantize}
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     finally:
         for warning in caught:
             print(f"warning: {warning.message}", file=sys.stderr)
-    weights = json.loads((version / "assets.extra" / export.MANIFEST).read_text())["quantize"]
+    weights = read_manifest(version / "assets.extra" / export.MANIFEST, "quantize")["quantize"]
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)
     # The model file itself (a kt.Transformer, as model.fit fine-tunes it), and its vocabulary.

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -53,6 +54,7 @@ from pathlib import Path
 
 from trainers import errors, flags
 from trainers.library import light_module
+from trainers.run_dir import RunDirectory
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -143,8 +145,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--threads",
         type=int,
         default=0,
-        help="CTranslate2 and LiteRT only: threads of its one translator or interpreter (0: "
-        "its default)",
+        help="threads of the CTranslate2 translator, of LiteRT's interpreter, or of "
+        "TensorFlow's intra-op and inter-op pools for a SavedModel (0: its default)",
     )
     # A SavedModel takes --target-prefix by its serving_prefix signature.
     flags.add_prefixes(parser, "the export manifest's decoding")
@@ -168,7 +170,22 @@ def load_translator(args):
             threads=args.threads,
         )
     ctranslate2 = serving.is_ctranslate2(args.model)
-    version = None if ctranslate2 else serving.resolve_version(args.model)
+    try:
+        version = None if ctranslate2 else serving.resolve_version(args.model)
+    except FileNotFoundError as error:  # a training run directory: say how to export it
+        run = RunDirectory(args.model)
+        if not (run.model().exists() or run.experiment_file.exists()):
+            raise
+        out = f"saved_models/{args.model.resolve().name}"
+        command = ["python", "-m", "trainers.export", "--model-dir", str(args.model), "--out"]
+        raise FileNotFoundError(
+            f"{error}; it is a training run directory ({run.model().name}, "
+            f"{run.experiment_file.name}): export it first, {shlex.join(command)} {out} (a "
+            f"SavedModel; --format ctranslate2 or --format litert for the others), then "
+            f"--model {out}"
+        ) from None
+    if not ctranslate2:  # before TensorFlow starts, which the prefix check below may start
+        serving.savedmodel.set_threads(args.threads)
     prefixes = {"source_prefix": args.source_prefix, "target_prefix": args.target_prefix}
     if args.source_prefix is not None or args.target_prefix is not None:
         module = serving.ctranslate2 if ctranslate2 else serving.savedmodel
@@ -179,7 +196,7 @@ def load_translator(args):
         )
     if ctranslate2:
         return serving.CTranslate2Translator(args.model, threads=args.threads, **prefixes)
-    return serving.SavedModelTranslator(version, **prefixes)
+    return serving.SavedModelTranslator(version, threads=args.threads, **prefixes)
 
 
 def batches(lines, size: int):
@@ -259,7 +276,7 @@ def main(argv=None) -> int:
         return 2
     try:
         translator = load_translator(args)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, ImportError) as error:  # ImportError: a runtime's package
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.output:  # its missing folders, as trainers.evaluate makes them

@@ -42,6 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "too)",
     )
     args = parser.parse_args(argv)
+    if not args.text.strip():  # its source would be EOS alone, its translation nothing
+        parser.error(f"--text {args.text!r}: nothing to translate; give a sentence")
     if args.out.suffix not in ("", ".png"):
         parser.error(f"--out {args.out}: the heat map is a PNG file (.png)")
     if not args.out.suffix:  # as matplotlib names a file without one: PNG, ".png" added

@@ -100,7 +100,7 @@ def export_litert(
     vocabularies=None,
     decoding: DecodingSettings | None = None,
     quantize: str | None = None,
-    int8_table: str = "once",
+    int8_table: str | None = None,
     manifest: dict | None = None,
 ) -> Path:
     """Writes `path/model.tflite`, text in and translations out (see the module doc), and
@@ -115,11 +115,12 @@ def export_litert(
             None takes the task's, or the defaults (the paper's) for a `Transformer`.
         quantize: str or None. "int8" (dynamic-range int8 weights) or "float16" weights;
             None keeps float32. Defaults to None.
-        int8_table: str. With int8, how the tied embedding table is stored: "once" (the
-            embedding and the output projection read one int8 copy, dequantized whole once
-            a request: the smallest file, its output projection in float32) or "twice" (a
-            lookup copy and the projection's own int8 weights: a table's size more, and
-            the projection in int8; speed in BENCHMARKS.md). Defaults to "once".
+        int8_table: str or None. With `quantize="int8"` only, how the tied embedding table
+            is stored: "once" (the embedding and the output projection read one int8 copy,
+            dequantized whole once a request: the smallest file, its output projection in
+            float32) or "twice" (a lookup copy and the projection's own int8 weights: a
+            table's size more, and the projection in int8; speed in BENCHMARKS.md). None
+            is "once" with int8. Defaults to None.
         manifest: dict or None. Extra facts for `manifest.json`.
 
     Returns:
@@ -139,8 +140,13 @@ def export_litert(
     _check_path(path)
     if quantize is not None and quantize not in QUANTIZE:
         raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
-    if int8_table not in INT8_TABLE:
-        raise ValueError(f"int8_table={int8_table!r} must be one of {INT8_TABLE}")
+    if int8_table is not None and int8_table not in INT8_TABLE:
+        raise ValueError(f"int8_table={int8_table!r} must be None or one of {INT8_TABLE}")
+    if int8_table is not None and quantize != "int8":  # as trainers.export's --int8-table
+        raise ValueError(
+            f"int8_table={int8_table!r} applies to quantize='int8' only (quantize={quantize!r})"
+        )
+    int8_table = int8_table or "once"
     model, vocabularies, path, settings = resolve_model(model, vocabularies, path, decoding)
     _check_model(model, vocabularies, settings)
     if path.exists():

@@ -44,6 +44,9 @@ and `tensorflow_text`. Input rules, so that no request can crash the server:
   output may be up to 50 tokens longer than the (cut) input, within `max_length`.
 - An input with nothing to translate (empty, or only spaces) gives an empty translation
   with score 0; an empty batch gives an empty batch.
+- A batch of another shape than its signature's (`text` `[2, 2]` or a scalar, ids
+  `[batch, 1, src_len]`) fails the request with an InvalidArgument error naming the input
+  and the shape it was given (HTTP 400): TF Serving does not check a request's shape.
 
 With `quantize="int8"` (or "bfloat16") the signatures run a copy of the model with
 reduced-precision weights (`kt.export.precision`), made of the same Keras layers: the export
@@ -88,10 +91,27 @@ BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 CHUNK_ROWS = 32
 
 
+def _check_shape(tensor, name: str, shape: str = "[batch]"):
+    """An op that fails the request (INVALID_ARGUMENT: TF Serving answers HTTP 400) unless
+    `tensor` has the rank of its signature's `shape` ("[batch]": one sentence an entry).
+    Neither TF Serving nor a loaded SavedModel holds a request to its signature's shape, and
+    a graph traced for `[batch]` reads a batch of another rank as flat sentences (a `[2, 2]`
+    batch answered with four translations). The rank is counted from the request's own
+    shape: `tf.rank` and `tf.debugging.assert_rank` read the traced shape, and Grappler folds
+    them away."""
+    runtime_shape = tf.shape(tensor)
+    rank = tf.reduce_sum(tf.cast(runtime_shape >= 0, tf.int32))  # len(runtime_shape)
+    return tf.debugging.Assert(
+        tf.equal(rank, shape.count(",") + 1),
+        [f"{name} must be {shape}; got the shape", runtime_shape],
+    )
+
+
 def _checked_ids(source_ids, max_length: int, vocab_size: int):
     """A `translate_ids` request's ids, validated, with over-long rows cut to
     `max_length - 1` ids and EOS (a row's length: up to its last non-zero id)."""
-    in_vocabulary = (source_ids >= 0) & (source_ids < vocab_size)
+    with tf.control_dependencies([_check_shape(source_ids, "source_ids", "[batch, src_len]")]):
+        in_vocabulary = (source_ids >= 0) & (source_ids < vocab_size)
     check = tf.debugging.Assert(
         tf.reduce_all(in_vocabulary),
         [
@@ -281,6 +301,8 @@ def translation_endpoints(
         )
 
     def source_ids(text, prefix=source_prefix):
+        with tf.control_dependencies([_check_shape(text, "text")]):  # before any text op
+            text = tf.identity(text)
         return preprocessor.generate_preprocess(text, source_prefix=prefix)["source_ids"]
 
     def answer(source_ids, ids, score, plural=""):
@@ -340,12 +362,14 @@ def translation_endpoints(
             return decoding.decode(model, source_ids, settings, prefix_ids=prefix_ids)
 
         def per_request(text, target_prefix, prefix=source_prefix, checks=()):
-            check = tf.debugging.assert_equal(
-                tf.size(text),
-                tf.size(target_prefix),
-                message="text and target_prefix must have one entry per sentence",
-            )
-            known = _check_language_codes(vocabularies.target, target_prefix)
+            shapes = [_check_shape(text, "text"), _check_shape(target_prefix, "target_prefix")]
+            with tf.control_dependencies(shapes):  # before the checks that count entries
+                check = tf.debugging.assert_equal(
+                    tf.size(text),
+                    tf.size(target_prefix),
+                    message="text and target_prefix must have one entry per sentence",
+                )
+                known = _check_language_codes(vocabularies.target, target_prefix)
             with tf.control_dependencies([check, known, *checks]):  # before any text op
                 prefix_ids = _prefix_ids(vocabularies.target, target_prefix)
                 text = tf.identity(text)
@@ -358,14 +382,19 @@ def translation_endpoints(
             return per_request(text, target_prefix)
 
         def serve_languages(text, source_prefix, target_prefix):
-            check = tf.debugging.assert_equal(
-                tf.size(text),
-                tf.size(source_prefix),
-                message="text and source_prefix must have one entry per sentence",
-            )
-            known = _check_language_codes(
-                vocabularies.source, source_prefix, "source_prefix", _source_codes(vocabularies)
-            )
+            shapes = [_check_shape(text, "text"), _check_shape(source_prefix, "source_prefix")]
+            with tf.control_dependencies(shapes):
+                check = tf.debugging.assert_equal(
+                    tf.size(text),
+                    tf.size(source_prefix),
+                    message="text and source_prefix must have one entry per sentence",
+                )
+                known = _check_language_codes(
+                    vocabularies.source,
+                    source_prefix,
+                    "source_prefix",
+                    _source_codes(vocabularies),
+                )
             return per_request(text, target_prefix, source_prefix, checks=(check, known))
 
         endpoints["serving_prefix"] = (

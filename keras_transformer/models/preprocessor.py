@@ -14,6 +14,11 @@ from keras_transformer.models.tokenizer import TransformerTokenizer
 from keras_transformer.text import BOS_ID, EOS_ID, detokenize
 
 MODEL_INPUTS = ("source_ids", "target_ids")
+# Text without its targets: what `call` and `TransformerSeq2SeqLM.fit` answer.
+NEEDS_TARGETS = (
+    "training needs targets: give fit (source, target) text pairs, x and y, "
+    "or x={'encoder_text': ..., 'decoder_text': ...}"
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -99,10 +104,7 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
             sources, targets = x["encoder_text"], x["decoder_text"]
         else:
             if y is None:
-                raise ValueError(
-                    "training needs targets: give fit (source, target) text pairs, x and y, "
-                    "or x={'encoder_text': ..., 'decoder_text': ...}"
-                )
+                raise ValueError(NEEDS_TARGETS)
             sources, targets = x, y
         source_ids = self.source_ids(sources)
         target = _ragged(self.tokenizer.tokenize_target(_strings(targets)))

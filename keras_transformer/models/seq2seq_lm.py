@@ -19,7 +19,7 @@ from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
 from keras_transformer.model import TokenLossTraining
 from keras_transformer.models import presets
 from keras_transformer.models.backbone import TransformerBackbone
-from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
+from keras_transformer.models.preprocessor import NEEDS_TARGETS, TransformerSeq2SeqLMPreprocessor
 from keras_transformer.schedule import WarmupSchedule
 
 # keras-hub's sampler names, as a keras-hub user passes them to `compile(sampler=...)`.
@@ -29,6 +29,7 @@ UNSUPPORTED_SAMPLERS = {"contrastive", "speculative"}
 # models drop any other without a word: the constructor refuses them by name).
 ARGUMENTS = ("backbone", "preprocessor", "decoding", "sampling", "compile")
 MODEL_ARGUMENTS = ("name", "trainable")
+TAKES = "a str, a list of str or a dataset of str"  # what generate translates
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -545,18 +546,24 @@ def _check_arguments(kwargs) -> None:
 
 
 def _check_pairs(x, y) -> None:
-    """`fit`'s text given as lists or arrays (or keras-hub's dict of them): one target a
-    source, and at least one pair. ValueError naming the arguments, before TensorFlow's
-    shape errors; other inputs are left to Keras."""
+    """`fit`'s text given as lists or arrays (or keras-hub's dict of them): targets given,
+    one a source, and at least one pair. ValueError naming the arguments, before TensorFlow
+    traces the preprocessor (whose own refusal would come wrapped in Keras's traceback of
+    the traced function); other inputs (a tuple of sources and targets) are left to Keras."""
     if isinstance(x, dict):
         if y is not None or "encoder_text" not in x:
             return
         sides = [("x['encoder_text']", x["encoder_text"])]
         sides.append(("x['decoder_text']", x.get("decoder_text")))
-    elif y is None:
+    elif y is None and isinstance(x, tuple):
         return
+    elif y is None:
+        raise ValueError(f"y=None: {NEEDS_TARGETS}")
     else:
         sides = [("x", x), ("y", y)]
+    # Here, not at the top: `import keras_transformer` leaves kt.serving to its first use.
+    from keras_transformer.serving.common import text_of
+
     counts = []
     for name, side in sides:
         if side is None:
@@ -571,7 +578,7 @@ def _check_pairs(x, y) -> None:
             ) from None
     for name, side in sides:
         for index, sentence in enumerate(side):
-            _text(sentence.item() if hasattr(sentence, "item") else sentence, f"{name}[{index}]")
+            text_of(sentence.item() if hasattr(sentence, "item") else sentence, f"{name}[{index}]")
     (x_name, x_count), (y_name, y_count) = zip((n for n, _ in sides), counts, strict=True)
     if x_count != y_count:
         raise ValueError(
@@ -591,7 +598,11 @@ def _scores(scores, source_ids) -> list:
 
 
 def _texts(inputs) -> tuple[list[str], bool]:
-    """`generate`'s inputs as a list of str, and whether one str was given."""
+    """`generate`'s inputs as a list of str, and whether one str was given: each sentence
+    checked as the translators check theirs (`kt.serving.common.text_of`)."""
+    # Here, not at the top: `import keras_transformer` leaves kt.serving to its first use.
+    from keras_transformer.serving.common import lines_of, text_of
+
     if isinstance(inputs, dict):
         if "encoder_text" not in inputs:
             raise ValueError(
@@ -600,45 +611,30 @@ def _texts(inputs) -> tuple[list[str], bool]:
             )
         prompts = inputs.get("decoder_text", "")
         prompts = [prompts] if isinstance(prompts, (str, bytes)) else list(prompts)
-        if any(_text(p) for p in prompts):
+        if any(text_of(p) for p in prompts):
             raise ValueError(
                 "generate continues no target prompt: give 'encoder_text' alone, or empty "
                 "'decoder_text' (a forced target prefix is not supported yet)"
             )
         inputs = inputs["encoder_text"]
     if isinstance(inputs, (str, bytes)):
-        return [_text(inputs)], True
-    if inputs is None:
-        raise ValueError("inputs=None: generate takes a str, a list of str or a dataset of str")
+        return [text_of(inputs)], True
     if type(inputs).__name__.endswith("Dataset") and hasattr(inputs, "as_numpy_iterator"):
         texts = []
         for element in inputs.as_numpy_iterator():
             element = np.asarray(element)
-            texts.extend(_text(t, f"inputs[{len(texts)}]") for t in element.reshape(-1))
+            texts.extend(text_of(t, f"inputs[{len(texts)}]") for t in element.reshape(-1))
         return texts, False
-    if isinstance(inputs, (list, tuple)):
-        return [_text(t, f"inputs[{i}]") for i, t in enumerate(inputs)], False
+    if inputs is None or isinstance(inputs, (list, tuple)):  # checked as the translators check
+        return lines_of(inputs, "inputs", decode=True, takes=TAKES), False
     array = np.asarray(keras.ops.convert_to_numpy(inputs) if hasattr(inputs, "numpy") else inputs)
     if array.ndim == 0:
-        return [_text(array.item())], True
+        return [text_of(array.item())], True
     if array.ndim != 1:
         raise ValueError(f"generate takes text [batch]; got an array of shape {array.shape}")
     return [
-        _text(t.item() if hasattr(t, "item") else t, f"inputs[{i}]") for i, t in enumerate(array)
+        text_of(t.item() if hasattr(t, "item") else t, f"inputs[{i}]") for i, t in enumerate(array)
     ], False
-
-
-def _text(value, where: str = "inputs") -> str:
-    """One sentence: str, or UTF-8 bytes; ValueError naming `where` for anything else (None,
-    a number), which would otherwise be translated as its repr."""
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{where}: bytes that are not UTF-8 ({error})") from None
-    if not isinstance(value, str):
-        raise ValueError(f"{where}={value!r}: expected text (str), got {type(value).__name__}")
-    return value
 
 
 __all__ = ["TransformerSeq2SeqLM"]

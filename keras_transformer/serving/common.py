@@ -1,6 +1,7 @@
-"""What the translators of the exported directories share: `Hypothesis`, the prefixes'
-rules, and `ExportedVocabulary`, the view of an export's vocabulary they check prefixes
-against.
+"""What the translators of the exported directories share: `Hypothesis`, the check of the
+sentences they are given (`lines_of`, `text_of`: `TransformerSeq2SeqLM.generate`'s too), the
+prefixes' rules, `ExportedVocabulary`, the view of an export's vocabulary they check prefixes
+against, and `read_manifest`, the reader of an export's manifest (`keras_transformer._manifest`).
 
 The source prefix is put in front of each sentence by `with_source_prefix` and the prefixes
 are checked by `check_source_prefix` and `check_target_prefix`, all three
@@ -18,14 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # what `library_module` loads below, for readers and the import graph
-    from keras_transformer import _logs, special_ids  # noqa: F401
+    from keras_transformer import _logs, _manifest, special_ids  # noqa: F401
     from keras_transformer.decoding import settings  # noqa: F401
 
 
 def library_module(name: str) -> types.ModuleType:
     """Module `name` of this library, one that imports nothing but the standard library at
     its top (`keras_transformer.decoding.settings`, `keras_transformer.special_ids`,
-    `keras_transformer._logs`).
+    `keras_transformer._logs`, `keras_transformer._manifest`).
 
     The package's own module once `keras_transformer` is imported (or the module itself
     is). Otherwise its file runs on its own, without the package's `__init__`, which imports
@@ -63,6 +64,8 @@ LANGUAGE_CODE = _settings.LANGUAGE_CODE
 check_source_prefix = _settings.check_source_prefix
 check_target_prefix = _settings.check_target_prefix
 with_source_prefix = _settings.with_source_prefix
+# The one reader of an export's manifest.json: a damaged one is named, with what is wrong.
+read_manifest = library_module("keras_transformer._manifest").read_manifest
 
 
 class Hypothesis(NamedTuple):
@@ -125,12 +128,56 @@ def check_prefixes(
     check_target_prefix(target_prefix, target, where=names[1])
 
 
-def lines_of(sentences, name: str = "sentences") -> list:
-    """`sentences` as a list, refusing one str or bytes (which would be read as a sequence of
-    one-character sentences): ValueError naming `name`."""
+def text_of(value, where: str = "inputs", *, decode: bool = True) -> str | bytes:
+    """One sentence, as every door checks it (`TransformerSeq2SeqLM.generate` and the
+    translators): a str, or bytes, decoded from UTF-8 with `decode` (bytes that are not are
+    refused) or else kept as they are (a translator hands them on: its model reads a byte
+    that is not UTF-8 as U+FFFD). Anything else (None, a number, a list) is refused: it would
+    be translated as its repr, or fail deep inside a runtime.
+
+    Raises:
+        ValueError: naming `where` ("inputs[1]") and the value.
+
+    Examples:
+        >>> from keras_transformer.serving.common import text_of
+        >>> text_of("Amén.".encode()), text_of("Amén.".encode("latin-1"), decode=False)
+        ('Amén.', b'Am\\xe9n.')
+        >>> text_of(None, "lines[0]")
+        Traceback (most recent call last):
+        ValueError: lines[0]=None: expected text (str), got NoneType
+    """
+    if isinstance(value, bytes):
+        if not decode:
+            return value
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{where}: bytes that are not UTF-8 ({error})") from None
+    if not isinstance(value, str):
+        raise ValueError(f"{where}={value!r}: expected text (str), got {type(value).__name__}")
+    return value
+
+
+def lines_of(
+    sentences, name: str = "sentences", *, decode: bool = False, takes: str = "a list of str"
+) -> list:
+    """`sentences`, a list (or another iterable) of sentences, as a list, each one checked by
+    `text_of` (named `name[i]`, decoded with `decode`).
+
+    Raises:
+        ValueError: naming `name` for one str or bytes (which would be read as a sequence of
+            one-character sentences), or for what is no sequence (None, a number), saying
+            what the caller `takes`.
+    """
     if isinstance(sentences, (str, bytes)):
         raise ValueError(f"{name}: give a list of sentences, not one {type(sentences).__name__}")
-    return list(sentences)
+    try:
+        sentences = list(sentences)
+    except TypeError:
+        raise ValueError(
+            f"{name}={sentences!r}: expected {takes}, got {type(sentences).__name__}"
+        ) from None
+    return [text_of(s, f"{name}[{i}]", decode=decode) for i, s in enumerate(sentences)]
 
 
 def prefixed(sentence: str | bytes, prefix: str | None) -> str | bytes:
@@ -151,4 +198,6 @@ __all__ = [
     "library_module",
     "lines_of",
     "prefixed",
+    "read_manifest",
+    "text_of",
 ]

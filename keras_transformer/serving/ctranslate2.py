@@ -23,6 +23,7 @@ from keras_transformer.serving.common import (
     check_prefixes,
     lines_of,
     prefixed,
+    read_manifest,
 )
 from keras_transformer.serving.pieces import PieceRules
 
@@ -31,12 +32,13 @@ FORMAT = "keras-transformer/ctranslate2"  # manifest.json's "format"
 
 
 def is_ctranslate2(path) -> bool:
-    """Whether `path` is a CTranslate2 directory written by `export_ctranslate2`."""
+    """Whether `path` is a CTranslate2 directory written by `export_ctranslate2`. ValueError
+    naming its manifest.json where that is damaged (`read_manifest`)."""
     path = Path(path)
     manifest = path / MANIFEST
     if not (path / "model.bin").exists() or not manifest.exists():
         return False
-    return json.loads(manifest.read_text()).get("format") == FORMAT
+    return read_manifest(manifest).get("format") == FORMAT
 
 
 def vocabularies(directory) -> tuple[ExportedVocabulary, ExportedVocabulary]:
@@ -45,7 +47,7 @@ def vocabularies(directory) -> tuple[ExportedVocabulary, ExportedVocabulary]:
     `shared_vocabulary.json`) and the manifest's special tokens (NLLB-200's language codes),
     for the prefix checks (`check_prefixes`)."""
     directory = Path(directory)
-    manifest = json.loads((directory / MANIFEST).read_text())
+    manifest = read_manifest(directory / MANIFEST, "vocabulary")
     special = (manifest["vocabulary"].get("pieces") or {}).get("special_tokens", {})
     codes = [token for token in special if re.fullmatch(LANGUAGE_CODE, token)]
     found = []
@@ -118,7 +120,7 @@ class CTranslate2Translator:
         import sentencepiece
 
         directory = Path(directory)
-        self.manifest = json.loads((directory / MANIFEST).read_text())
+        self.manifest = read_manifest(directory / MANIFEST, "vocabulary", "decoding")
         vocabulary, decoding = self.manifest["vocabulary"], self.manifest["decoding"]
         self.source_vocabulary, self.target_vocabulary = vocabularies(directory)
         check_prefixes(self.source_vocabulary, self.target_vocabulary, source_prefix, target_prefix)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import json
 import re
 import sys
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from keras_transformer.serving.common import (
     check_target_prefix,
     library_module,
     lines_of,
+    read_manifest,
 )
 
 FORMAT = "litert"
@@ -91,9 +91,10 @@ def _package(name: str) -> Path:
 
 
 def _manifest(path: Path) -> dict:
-    """The export's manifest beside a LiteRT file, or {} where there is none."""
+    """The export's manifest beside a LiteRT file, or {} where there is none (ValueError
+    naming a damaged one: `read_manifest`)."""
     manifest = path.parent / MANIFEST
-    return json.loads(manifest.read_text()) if manifest.is_file() else {}
+    return read_manifest(manifest) if manifest.is_file() else {}
 
 
 def languages(path) -> dict[str, list[str]] | None:
@@ -251,13 +252,13 @@ class LiteRTTranslator:
         """
         import numpy as np
 
-        if (problem := self.n_best_problem(n_best)) is not None:
-            raise ValueError(f"n_best={n_best}: {problem}")
-        self._check(source_prefix, target_prefix)
         lines = [
             line if isinstance(line, bytes) else line.encode("utf-8", "surrogateescape")
             for line in lines_of(lines, "lines")
         ]
+        if (problem := self.n_best_problem(n_best)) is not None:
+            raise ValueError(f"n_best={n_best}: {problem}")
+        self._check(source_prefix, target_prefix)
         if self._languages is None:
             translations = self._run(text=np.array(lines, dtype=object))["translations"]
         else:

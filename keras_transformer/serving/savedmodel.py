@@ -31,16 +31,45 @@ PIECES = "pieces.json"  # kt.text.PIECES: the piece lists of an imported model's
 
 def resolve_version(path) -> Path:
     """A version folder: `path` itself if it holds saved_model.pb, else its highest version.
-    FileNotFoundError when it has neither."""
+    FileNotFoundError when it has neither, naming the three formats an export may be."""
     path = Path(path)
     if (path / "saved_model.pb").exists():
         return path
     versions = sorted((p for p in path.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
     if not versions:
         raise FileNotFoundError(
-            f"{path}: no saved_model.pb, no version folder and no CTranslate2 model in it"
+            f"{path}: not an exported model: no SavedModel (no saved_model.pb, no version "
+            "folder), no CTranslate2 model (model.bin and manifest.json) and no LiteRT file "
+            "(model.tflite) in it"
         )
     return versions[-1]
+
+
+def set_threads(threads: int) -> None:
+    """TensorFlow's intra-op and inter-op thread pools, `threads` threads each
+    (`tf.config.threading`), for what this process runs; 0 leaves TensorFlow's defaults (as
+    many as the cores). TensorFlow takes them before it starts (before its first op).
+
+    Raises:
+        ValueError: `threads` is not an integer >= 0.
+        RuntimeError: TensorFlow has started in this process with other numbers.
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ValueError(f"threads={threads!r}: a number of threads, 0 or more")
+    if not threads:
+        return
+    import tensorflow as tf
+
+    threading = tf.config.threading
+    try:
+        threading.set_intra_op_parallelism_threads(threads)
+        threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:  # "cannot be modified after initialization"
+        started = threading.get_intra_op_parallelism_threads() or "its default"
+        raise RuntimeError(
+            f"threads={threads}: TensorFlow has started in this process already, with "
+            f"{started} intra-op threads; set the threads before it runs anything"
+        ) from None
 
 
 def vocabularies(version) -> tuple[ExportedVocabulary, ExportedVocabulary]:
@@ -88,16 +117,34 @@ class SavedModelTranslator:
         target_prefix: str or None. Text every translation starts with, given to the
             `serving_prefix` signature (a SavedModel without it is refused); None leaves
             it to the SavedModel. Defaults to None.
+        threads: int. Threads of TensorFlow's intra-op and inter-op pools (`set_threads`),
+            set before TensorFlow starts; 0 leaves TensorFlow's defaults. Defaults to 0.
 
     Raises:
+        FileNotFoundError: no such folder, or no saved_model.pb in it (a model folder: its
+            version folder is `resolve_version`'s).
         ValueError: the folder is not a translation SavedModel of `trainers.export`, or a
             prefix names a language its vocabulary lacks.
+        RuntimeError: `threads` where TensorFlow has started already with other numbers.
     """
 
     def __init__(
-        self, version, *, source_prefix: str | None = None, target_prefix: str | None = None
+        self,
+        version,
+        *,
+        source_prefix: str | None = None,
+        target_prefix: str | None = None,
+        threads: int = 0,
     ):
         version = Path(version)
+        if not (version / "saved_model.pb").is_file():
+            problem = "no saved_model.pb in it" if version.is_dir() else "no such folder"
+            problem = "a file, not a folder" if version.is_file() else problem
+            raise FileNotFoundError(
+                f"{version}: {problem}; SavedModelTranslator takes a SavedModel's version "
+                "folder (kt.serving.resolve_version gives a model folder's highest)"
+            )
+        set_threads(threads)  # before the vocabularies' TensorFlow ops
         self.version = version
         self._vocabularies = None
         self._check(source_prefix, target_prefix)
@@ -226,4 +273,4 @@ def _best(result) -> list[list[Hypothesis]]:
     ]
 
 
-__all__ = ["SavedModelTranslator", "resolve_version", "vocabularies"]
+__all__ = ["SavedModelTranslator", "resolve_version", "set_threads", "vocabularies"]

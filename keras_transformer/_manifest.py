@@ -1,0 +1,74 @@
+"""Reading a `manifest.json`, the facts an export or a vocabulary directory carries (STYLE
+14): one reader for every door, so that a damaged one is named with what is wrong with it
+(`ValueError: runs/x/manifest.json: not valid JSON (Expecting ',' delimiter: line 3 column
+5)`), never a bare parser message.
+
+It imports nothing but the standard library: the light runtimes (`keras_transformer.serving`)
+load it without Keras or TensorFlow (`serving.common.library_module`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# The JSON names of what `json.loads` may return, by their Python types' names.
+JSON_KINDS = {
+    "list": "array",
+    "str": "string",
+    "int": "number",
+    "float": "number",
+    "bool": "boolean",
+    "NoneType": "null",
+}
+
+
+def read_manifest(path, *keys: str) -> dict:
+    """The JSON object in the manifest file `path`, holding each of `keys`.
+
+    Args:
+        path: str or path. The `manifest.json` file.
+        *keys: str. Top-level entries the caller reads ("decoding", "vocabulary"...).
+
+    Returns:
+        The manifest, a dict.
+
+    Raises:
+        FileNotFoundError: no such file (OSError for another read error).
+        ValueError: naming `path` and what is wrong: not UTF-8, not valid JSON (the
+            parser's message, line and column), not a JSON object, or without one of `keys`.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from keras_transformer._manifest import read_manifest
+        >>> path = Path(tempfile.mkdtemp()) / "manifest.json"
+        >>> _ = path.write_text('{"format": "litert"}')
+        >>> read_manifest(path, "format")
+        {'format': 'litert'}
+        >>> _ = path.write_text("{format: litert}")
+        >>> read_manifest(path)
+        Traceback (most recent call last):
+        ValueError: .../manifest.json: not valid JSON (Expecting ...: line 1 column 2); ...
+    """
+    path = Path(path)
+    how = "export the model again, or restore the file from the export"
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); {how}"
+        ) from None
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno} column {error.colno}"
+        raise ValueError(f"{path}: not valid JSON ({error.msg}: {where}); {how}") from None
+    if not isinstance(manifest, dict):
+        kind = JSON_KINDS.get(type(manifest).__name__, type(manifest).__name__)
+        raise ValueError(f"{path}: not a manifest: a JSON {kind}, not an object; {how}")
+    missing = [key for key in keys if key not in manifest]
+    if missing:
+        raise ValueError(f"{path}: no {missing[0]!r} entry in it; {how}")
+    return manifest
+
+
+__all__ = ["read_manifest"]
