@@ -240,6 +240,7 @@ def test_projections_are_keras_einsum_dense_layers():
     assert [p.name for p in projections] == ["query", "key", "value", "output"]
 
 
+@pytest.mark.exact
 def test_int8_quantization_reaches_the_projections():
     layer = layers.TransformerAttention(num_heads=4)
     expected = layer(QUERY, MEMORY, padding_mask=PADDING)

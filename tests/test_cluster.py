@@ -35,6 +35,7 @@ def finish(processes) -> list[str]:
     return [stdout for stdout, _ in outputs]
 
 
+@pytest.mark.exact
 def test_a_killed_worker_and_its_cluster_resume_to_the_weights_of_an_uninterrupted_cluster(
     tmp_path,
 ):

@@ -121,6 +121,7 @@ def test_cached_decoding_goes_on_in_a_grown_cache(cls):
     np.testing.assert_allclose(ops.concatenate(steps, axis=1), full, atol=1e-5)
 
 
+@pytest.mark.exact
 def test_cached_decoding_under_mixed_precision_and_xla():
     decoder = _decoder(layers.Decoder, dtype="mixed_bfloat16")
     full = decoder(TARGET, MEMORY, encoder_padding_mask=MEMORY_MASK)

@@ -53,7 +53,7 @@ from keras_transformer.text import BOS_ID, EOS_ID
 from tests import bible, ties
 from tests.cli import run_main
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exact]
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

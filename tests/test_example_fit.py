@@ -28,6 +28,7 @@ def run(tmp_path_factory):
     return out, fit.main([*TINY, "--out", str(out)])
 
 
+@pytest.mark.exact
 def test_the_loss_falls_and_every_figure_is_reported(run):
     _, figures = run
     assert figures["train_pairs"] == 1000 and figures["dev_pairs"] == 316

@@ -114,6 +114,7 @@ def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
     assert tf.saved_model.load(str(directory / "2")).signatures["serving_default"] is not None
 
 
+@pytest.mark.exact
 def test_endpoints_of_ones_own_are_written_beside_the_translation_ones(model, tmp_path):
     """`write_saved_model` takes any endpoints: here one of the user's (the source pieces and
     the encoder's output for text) beside `translation_endpoints`' greedy translate_ids."""
@@ -145,6 +146,7 @@ def test_endpoints_of_ones_own_are_written_beside_the_translation_ones(model, tm
     np.testing.assert_array_equal(ids, expected)
 
 
+@pytest.mark.exact
 def test_serving_gives_the_library_translations(loaded, model):
     served = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     vocabularies = bible.vocabularies()
@@ -160,6 +162,7 @@ def test_serving_gives_the_library_translations(loaded, model):
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
 
 
+@pytest.mark.exact
 def test_early_stopping_is_baked_into_every_signature(traced_export, loaded, model):
     """The export's default `stopping="early"` (the library's searches default to "exact")
     reaches every beam search the export traces, and the signatures decode as the library's
@@ -182,6 +185,7 @@ def test_early_stopping_is_baked_into_every_signature(traced_export, loaded, mod
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
 
 
+@pytest.mark.exact
 def test_xla_signature_translates_as_the_stock_one(loaded):
     """`serving_xla` pads requests to shape buckets and compiles the search: same outputs,
     whatever the batch (an empty one included) and length (over-long inputs included)."""
@@ -258,6 +262,7 @@ def test_chunks_decode_sorted_by_length_and_answer_in_the_request_order():
     assert empty_ids.shape == (0, 7) and empty_score.shape == (0,)
 
 
+@pytest.mark.exact
 def test_n_best_signature_returns_the_beam_best_first(loaded):
     best = loaded.signatures["serving_default"](text=tf.constant(SENTENCES + [" "]))
     n_best = loaded.signatures["n_best"](text=tf.constant(SENTENCES + [" "]))
@@ -272,6 +277,7 @@ def test_n_best_signature_returns_the_beam_best_first(loaded):
     assert empty["translations"].shape == (0, 4)
 
 
+@pytest.mark.exact
 def test_translate_ids_cuts_over_long_rows_and_keeps_their_eos(loaded, model):
     """A row longer than max_length is translated as its first max_length - 1 ids and EOS,
     the rule for text; shorter rows of the same batch are untouched."""
@@ -433,6 +439,7 @@ def test_saved_model_cli_show_and_run(exported):
     assert "Result for output key score" in run.stdout
 
 
+@pytest.mark.exact
 def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     """One output line an input line: lines end at "\\n" only (a lone "\\r" stays inside its
     line, a CRLF's "\\r" is dropped, a UTF-8 byte order mark too), from a file as from
@@ -662,6 +669,7 @@ def test_export_cli_refuses_options_of_the_other_format(tmp_path, options, messa
     assert message in result.stderr
 
 
+@pytest.mark.exact
 def test_the_n_best_signature_returns_the_settings_n_best(model):
     """`n_best` above 1 in the settings is the n_best signature's count (every beam
     otherwise, as before); its hypotheses are the library's `decode` with that n_best."""

@@ -155,6 +155,7 @@ def natural_ends(items):
     return kept
 
 
+@pytest.mark.exact
 def test_both_exports_translate_as_transformers_generate(imported, tmp_path):
     from keras_transformer.serving import CTranslate2Translator, SavedModelTranslator
 
@@ -190,6 +191,7 @@ def test_both_exports_translate_as_transformers_generate(imported, tmp_path):
     assert [h[0].text for h in ct2.translate(sources, beam_size=1)] == expected
 
 
+@pytest.mark.exact
 def test_evaluate_scores_what_the_exported_saved_model_serves(imported, tmp_path):
     """With the directory's settings (the generation config's beam of 4, length penalty
     1.0), every translation that evaluate scores is the one the SavedModel that export wrote
@@ -217,6 +219,7 @@ def test_evaluate_scores_what_the_exported_saved_model_serves(imported, tmp_path
     assert evaluation.score(served, references)["bleu"] == scores["bleu"]
 
 
+@pytest.mark.exact
 def test_training_fine_tunes_the_imported_weights(imported, tmp_path, capsys):
     model_dir, _ = imported
     fine_tuned = tmp_path / "fine-tuned"

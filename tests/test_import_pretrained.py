@@ -57,6 +57,7 @@ def test_the_import_records_the_target_language_as_the_decoding_prefix(imported)
     assert (model_dir / "model.pretrained.keras").exists()
 
 
+@pytest.mark.exact
 def test_evaluate_scores_what_generate_and_both_exports_translate(imported, tmp_path):
     """One target language everywhere: the hypotheses `evaluate` scores are `generate`'s
     with the settings' prefix, and `trainers.translate` answers the same through the
@@ -219,6 +220,7 @@ def test_an_unknown_target_language_flag_is_one_line_before_any_work(imported, t
     assert not (tmp_path / "sm").exists()
 
 
+@pytest.mark.exact
 def test_the_source_language_reaches_evaluate_and_the_export(imported, tmp_path):
     """`--source-language` (the settings' `source_prefix`) puts the code before every line
     that lacks one: `evaluate` and the exported SavedModel translate lines without the code

@@ -66,6 +66,7 @@ def test_builds_and_runs_under_mirrored_strategy(name, mirrored):
 
 @pytest.mark.parametrize("policy", sorted(TOLERANCE))
 @pytest.mark.parametrize("name", CASES)
+@pytest.mark.exact
 def test_mixed_precision(name, policy):
     cls, init, call = CASES[name]
     reference_layer = cls(**init)

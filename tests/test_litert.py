@@ -147,6 +147,7 @@ def test_only_builtin_and_text_ops(exported):
         litert.check_ops(["ADD", "FlexStridedSlice", "TFText>NgramsStringJoin"])
 
 
+@pytest.mark.exact
 def test_translations_equal_the_library_s_without_keras(exported, model):
     """The interpreter's translations equal `kt.evaluation.Translator`'s (the preprocessor's
     text, `kt.decoding.decode`, the same settings), greedy and beam; blank input gives ""."""
@@ -167,6 +168,7 @@ def test_an_empty_batch(exported):
     assert run_files([], exported["greedy"])["translations"] == [[]]
 
 
+@pytest.mark.exact
 def test_the_translator_s_threads(exported):
     """`threads` sets the interpreter's; any number of them translates alike, and a count
     that is not one is refused by name before the file is read."""
@@ -359,6 +361,7 @@ def run_dir(tmp_path_factory):
 
 
 @pytest.mark.slow  # a directory trained first (trainers.train), and two conversions
+@pytest.mark.exact
 def test_export_and_translate_programs(run_dir, tmp_path):
     """`trainers.export --format litert` writes the file with the directory's settings over
     the flags, int8 smaller than float32; `trainers.translate --model OUT/model.tflite`
@@ -504,6 +507,7 @@ def test_what_a_file_cannot_hold_yet_is_refused(model, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.exact
 def test_an_imported_opus_mt_model_translates_as_the_library(tmp_path):
     """The OPUS-MT fixture with separate source and target vocabularies: the file's
     translations (greedy) are the library's."""
@@ -566,6 +570,7 @@ def nllb(tmp_path_factory):
     return model, vocabularies, settings, directory
 
 
+@pytest.mark.exact
 def test_an_nllb_file_translates_as_the_library_with_the_language_of_each_request(nllb):
     """The translator's translations (the `serving_languages` signature) equal
     `kt.evaluation.Translator`'s with each target language; `serving_prefix` takes a target

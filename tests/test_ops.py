@@ -95,6 +95,7 @@ def test_padding_mask_marks_id_zero():
     )
 
 
+@pytest.mark.exact
 def test_half_precision_inputs_give_float32_weights():
     q, k, v = (tf.cast(x, tf.float16) for x in _qkv())
     output, weights = kt_ops.scaled_dot_product_attention(q, k, v)

@@ -133,6 +133,7 @@ def test_decoding_is_nllb_tokenizers_decode():
     assert texts == [item["text"] for item in items]
 
 
+@pytest.mark.exact
 def test_teacher_forced_log_probabilities_equal_transformers():
     model, _ = imported()
     arrays = np.load(FIXTURES / "reference.npz")
@@ -156,6 +157,7 @@ def test_teacher_forced_log_probabilities_equal_transformers():
     assert worst <= 1e-4
 
 
+@pytest.mark.exact
 def test_greedy_ids_equal_generate_with_forced_bos_token_id():
     """32 sentences, Spanish and French forced, in transformers' padded batches of 4. The
     two best tokens along transformers' outputs are at least 2.6e-4 apart, our logits within
@@ -194,6 +196,7 @@ def test_beam_search_and_sampling_start_with_the_forced_language():
 
 
 @pytest.mark.slow  # six signatures traced and saved: the slowest test here
+@pytest.mark.exact
 def test_the_saved_model_takes_the_target_language_per_request(tmp_path):
     """`serving_prefix` (written for a vocabulary with language codes) gives transformers'
     greedy translations with each request's language, and `serving_languages` with each
@@ -313,6 +316,7 @@ def test_the_source_language_is_a_setting_that_generate_and_translator_apply():
         task.generate(plain, source_prefix="eng_latn")
 
 
+@pytest.mark.exact
 def test_the_ctranslate2_export_gives_transformers_greedy_ids(tmp_path):
     """CTranslate2 runs our export (its position table from our `position_offset`, the
     decoder start's copy out of the softmax by the output bias) with the target language as

@@ -195,6 +195,7 @@ def files(directory: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.exact
 def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(
     killed, uninterrupted, tmp_path
 ):

@@ -67,6 +67,7 @@ def test_a_config_saved_under_the_former_name_deserializes_without_a_warning(old
     assert restored.get_config() == layer.get_config()
 
 
+@pytest.mark.exact
 def test_a_keras_file_saved_before_the_renames_loads_with_its_weights():
     # Written by the package before the renames (tests/fixtures/renamed/make_fixture.py): ours
     # and Keras's MultiHeadAttention in one functional model, their weights filed under

@@ -176,6 +176,7 @@ def trained(tmp_path_factory):
     return tmp / "model", config, result
 
 
+@pytest.mark.exact
 def test_training_writes_the_run_and_its_summary(trained):
     model_dir, _, result = trained
     summary = json.loads((model_dir / "train_summary.json").read_text())
@@ -508,6 +509,7 @@ def test_export_then_translate_through_the_saved_model(trained, exported, tmp_pa
     assert again.returncode == 2 and "exists; versions are never overwritten" in again.stderr
 
 
+@pytest.mark.exact
 def test_evaluate_scores_what_the_exported_saved_model_serves(trained, exported, tmp_path):
     """The same model directory, the same settings (experiment.yaml's): every translation
     that evaluate scores is the one the SavedModel that export wrote serves, and so is the
@@ -626,6 +628,7 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
     assert result.returncode == 2 and "--layer=1: the decoder has 1 layer (0 to 0" in result.stderr
 
 
+@pytest.mark.exact
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path, capsys):
     # No dev split: validation under MirroredStrategy is test_model's
     # test_fit_and_evaluate_report_the_loss_per_token[mirrored].
@@ -652,6 +655,7 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path, capsys):
     assert not (tmp_path / "xla").exists() or not any((tmp_path / "xla").iterdir())
 
 
+@pytest.mark.exact
 def test_gradient_accumulation_counts_optimizer_updates(trained):
     _, _, result = trained
     summary = summary_line(result.stdout)

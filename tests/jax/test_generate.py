@@ -19,6 +19,7 @@ def model():
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
+@pytest.mark.exact
 def test_each_row_generates_as_alone_and_as_the_uncached_model(model, method):
     settings = {**SHORT, "method": method, "beam_size": 3, "length_penalty": 0.0}
     ids, scores = generate(model, PROMPTS, **settings)
@@ -33,6 +34,7 @@ def test_each_row_generates_as_alone_and_as_the_uncached_model(model, method):
     np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, ids), atol=1e-4)
 
 
+@pytest.mark.exact
 def test_seeded_sampling_repeats_and_top_k_1_is_greedy(model):
     settings = {**SHORT, "method": "sample", "top_p": 0.9, "seed": 3}
     first, scores = generate(model, PROMPTS, **settings)
