@@ -7,6 +7,13 @@ Most tests run on the session's `reversal_model` (tests/conftest.py, one layer e
 whose distributions are peaked as a trained model's are; some on a random tiny model (two
 layers each side), whose near-uniform ones rarely produce EOS, so it runs into the length
 limits.
+
+The `exact` tests hold ids exactly between two computations (cache or none, batch, graph,
+XLA, `kt.fast`, parallel slices, one loop, a NumPy reference) and scores to 1e-4 (1e-5 or
+1e-6 where the computations are closer), without a tie rule: they hold while no choice of
+a search lies within the two computations' last bits. The random models' seeded weights
+are the same on every CPU; the reversal model is trained in the session, so its weights,
+and its close choices on UNFAMILIAR_SOURCE, are each CPU's own (tests/README.md).
 """
 
 import itertools

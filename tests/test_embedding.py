@@ -138,6 +138,7 @@ def test_reverse_is_the_tied_projection_in_float32():
     assert logits.dtype == tf.float32 and logits.shape == (2, 3, 20)
     assert len(layer.trainable_weights) == 1  # one matrix: embedding and projection
     table = layer.token_embedding.embeddings.numpy()
+    # bfloat16 products (8 bits of mantissa) against float32 ones.
     np.testing.assert_allclose(logits, hidden @ table.T, atol=0.1, rtol=0.02)
 
 
@@ -162,7 +163,7 @@ def test_int8_quantization_reaches_the_tied_table():
     assert layer.token_embedding.quantization_mode == "int8"
     logits = layer(hidden, reverse=True)
     assert logits.dtype == tf.float32
-    np.testing.assert_allclose(logits, expected, atol=0.05)
+    np.testing.assert_allclose(logits, expected, atol=0.05)  # int8 table's rounding
 
 
 def test_untied_projection_has_its_own_matrix():

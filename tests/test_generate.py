@@ -2,6 +2,10 @@
 of different lengths generates what it generates alone (greedy and beam, eager and under
 XLA), the cached steps give the uncached model's log-probabilities, sampling's settings,
 stop and never ids, length limits and errors. The same on JAX: tests/jax/test_generate.py.
+
+The `exact` tests compare two computations on the seeded random model (the same weights on
+every CPU): ids exactly, without a tie rule (they hold while no choice lies within the two
+computations' last bits), scores to 1e-5, and to 1e-4 against the full model's forward pass.
 """
 
 from pathlib import Path

@@ -137,7 +137,7 @@ def test_lora_leaves_only_its_matrices_trainable_and_fine_tunes():
     before = model.evaluate(inputs, target[:, 1:], verbose=0)
     frozen_values = [v.numpy() for v in frozen]
     model.fit(inputs, target[:, 1:], batch_size=32, epochs=3, verbose=0)
-    assert model.evaluate(inputs, target[:, 1:], verbose=0) < before - 0.1
+    assert model.evaluate(inputs, target[:, 1:], verbose=0) < before - 0.1  # a margin
     for variable, value in zip(frozen, frozen_values, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value)
 

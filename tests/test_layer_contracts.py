@@ -9,6 +9,7 @@ import keras_transformer  # noqa: F401  (registers the layers: nothing else is p
 from tests.conftest import compiled
 from tests.layer_cases import CASES, WEIGHTLESS
 
+# Mixed precision against float32: a few roundings of each 16-bit type (11 bits; 8 bits).
 TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 1.5e-1}
 
 

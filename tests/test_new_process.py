@@ -99,8 +99,8 @@ def test_the_programs_run_on_a_run_directory_another_process_wrote(directories, 
     source = tmp_path / "source.txt"
     source.write_text("\n".join(SENTENCES) + "\n")
     scored = tmp_path / "scored.txt"
-    # Greedy search: where CTranslate2 and the SavedModel agree by construction (an
-    # untrained model's beams are near ties).
+    # Greedy search, which CTranslate2 runs as ours (an untrained model's beams are near
+    # ties); compared exactly, without greedy's tie rule (tests/README.md).
     common = ["--model-dir", run_dir, "--model", "model.averaged.keras", "--beam-size", "1"]
     program("evaluate", *common, "--source", source, "--reference", source, "--output", scored)
     program("export", *common, "--out", tmp_path / "sm")

@@ -1,7 +1,8 @@
 """`kt.decoding.generate` on JAX (compiled by `jax.jit`, as every search there): each row of
 a mixed-length batch generates what it generates alone, the cached steps give the uncached
 model's log-probabilities, and seeded sampling repeats. The exhaustive checks run on
-TensorFlow (tests/test_generate.py)."""
+TensorFlow (tests/test_generate.py), with the `exact` tests' rule: ids exactly, without a
+tie rule, on the seeded model."""
 
 import numpy as np
 import pytest

@@ -79,4 +79,5 @@ def test_the_package_runs_on_jax_with_tensorflow_hidden(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # True: the second epoch's loss below the first's (no margin).
     assert result.stdout.splitlines()[-1] == "ok (2, 9) (2, 9) (2, 9) True"
