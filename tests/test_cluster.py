@@ -35,6 +35,7 @@ def finish(processes) -> list[str]:
     return [stdout for stdout, _ in outputs]
 
 
+@pytest.mark.exact
 def test_a_killed_worker_and_its_cluster_resume_to_the_weights_of_an_uninterrupted_cluster(
     tmp_path,
 ):
@@ -69,7 +70,7 @@ def test_a_killed_worker_and_its_cluster_resume_to_the_weights_of_an_uninterrupt
     assert "lost contact with another worker" in stderr
     assert "start the same command again on every worker" in stderr
     # Resumed: every worker skips the batches the cluster consumed, no more, and the cluster
-    # ends with the uninterrupted one's weights, bit for bit.
+    # ends with the uninterrupted one's weights, bit for bit (one program, one machine).
     launch = cluster(config, tmp_path / "killed")
     outputs = finish([launch(0), launch(1)])
     resumed = [summary_line(stdout) for stdout in outputs]

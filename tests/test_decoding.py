@@ -7,6 +7,13 @@ Most tests run on the session's `reversal_model` (tests/conftest.py, one layer e
 whose distributions are peaked as a trained model's are; some on a random tiny model (two
 layers each side), whose near-uniform ones rarely produce EOS, so it runs into the length
 limits.
+
+The `exact` tests hold ids exactly between two computations (cache or none, batch, graph,
+XLA, `kt.fast`, parallel slices, one loop, a NumPy reference) and scores to 1e-4 (1e-5 or
+1e-6 where the computations are closer), without a tie rule: they hold while no choice of
+a search lies within the two computations' last bits. The random models' seeded weights
+are the same on every CPU; the reversal model is trained in the session, so its weights,
+and its close choices on UNFAMILIAR_SOURCE, are each CPU's own (tests/README.md).
 """
 
 import itertools
@@ -119,6 +126,7 @@ def _assert_well_formed(ids, scores, batch):
 
 
 @pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.exact
 def test_cached_and_uncached_decoding_agree(model_and_source, search):
     model, source = model_and_source
     ids, scores = decoded(SEARCHES[search], model, source, max_extra_length=5)
@@ -127,6 +135,7 @@ def test_cached_and_uncached_decoding_agree(model_and_source, search):
     np.testing.assert_allclose(scores, scores_full, atol=1e-4)
 
 
+@pytest.mark.exact
 def test_scores_are_the_log_probabilities_of_the_ids(model_and_source):
     model, source = model_and_source
     ids, scores = decoded(greedy_search, model, source, max_extra_length=5)
@@ -134,6 +143,7 @@ def test_scores_are_the_log_probabilities_of_the_ids(model_and_source):
     # Beam search's, under both finish rules: test_both_finish_rules_... below.
 
 
+@pytest.mark.exact
 def test_greedy_takes_the_most_likely_token_at_each_step(large_vocab_model):
     """Against the full model's teacher-forced argmax over 4,000 pieces, eagerly and under
     XLA."""
@@ -151,6 +161,7 @@ def test_greedy_takes_the_most_likely_token_at_each_step(large_vocab_model):
             np.testing.assert_array_equal(row[: length - 1], expected[: length - 1])
 
 
+@pytest.mark.exact
 def test_beam_size_one_is_greedy_but_for_an_earlier_eos_that_scores_better(model_and_source):
     """One alive hypothesis, extended by its best token, as greedy. But beam search also
     keeps a hypothesis ended by an EOS ranked second (among its 2 x beam candidates), and
@@ -175,6 +186,7 @@ def test_beam_size_one_is_greedy_but_for_an_earlier_eos_that_scores_better(model
     np.testing.assert_allclose(beam_scores, _log_prob(model, source, beam_ids), atol=1e-4)
 
 
+@pytest.mark.exact
 def test_a_beam_holding_every_hypothesis_finds_the_best_one():
     """Vocabulary {pad, 1, BOS, EOS, 4}, at most 4 output tokens: 15 hypotheses (padding and
     the start token are never generated), of which a beam of 36 drops none, so beam search
@@ -200,6 +212,7 @@ def test_a_beam_holding_every_hypothesis_finds_the_best_one():
             np.testing.assert_allclose(scores[row], all_scores[best], atol=1e-4)
 
 
+@pytest.mark.exact
 def test_n_best_of_a_beam_holding_every_hypothesis_are_the_exact_n_best():
     """The setting above, `num_hypotheses=6`: the six best hypotheses of all 15, in order."""
     keras.utils.set_random_seed(0)
@@ -220,6 +233,7 @@ def test_n_best_of_a_beam_holding_every_hypothesis_are_the_exact_n_best():
         np.testing.assert_allclose(scores[row], all_scores[order], atol=1e-4)
 
 
+@pytest.mark.exact
 def test_length_ranking_of_a_beam_holding_every_hypothesis_gives_the_exact_n_best():
     """The setting above with `ranking="length"`: the six best of all 15 hypotheses by logP /
     |Y| ** alpha, |Y| counting EOS (CTranslate2's and transformers' rank), in order; and the
@@ -287,6 +301,7 @@ def _reference_k_finished_beam(model, sentence, beam_size, alpha, max_extra_leng
     return [ids for ids, score in sorted(finished, key=lambda h: -h[1] / len(h[0]) ** alpha)]
 
 
+@pytest.mark.exact
 def test_k_finished_stopping_with_length_ranking_is_ctranslate2s_beam_search(reversal_model):
     """`finish_rule="fairseq"`, `stopping="k_finished"`, `ranking="length"`: the k best of
     `_reference_k_finished_beam`, in order, on sentences whose hypotheses are close (where
@@ -332,6 +347,7 @@ def test_num_hypotheses_must_be_within_the_beam(random_model, n):
         beam_search(random_model, RANDOM_SOURCE, beam_size=4, num_hypotheses=n)
 
 
+@pytest.mark.exact
 def test_beam_size_one_with_length_penalty_keeps_the_greedy_tokens(reversal_model):
     greedy_ids, _ = decoded(greedy_search, reversal_model, SOURCE)
     beam_ids, _ = beam_search(reversal_model, SOURCE, beam_size=1)
@@ -347,12 +363,14 @@ def held_out_decodings(reversal_model):
     return source, greedy, beam
 
 
+@pytest.mark.exact
 def test_beam_search_scores_at_least_as_well_as_greedy(held_out_decodings):
     _, (greedy_ids, greedy_scores), (_, beam_scores) = held_out_decodings
     greedy_normalised = np.asarray(greedy_scores) / _lp(_lengths(greedy_ids))
     assert (np.asarray(beam_scores) >= greedy_normalised - 1e-5).all()
 
 
+@pytest.mark.exact
 def test_both_finish_rules_give_their_hypotheses_scores_and_tensor2tensor_the_best(
     model_and_source,
 ):
@@ -419,6 +437,7 @@ def test_finish_rules_differ_on_an_eos_ranked_between_k_and_2k():
     assert t2t_scores[0] > fairseq_scores[0]
 
 
+@pytest.mark.exact
 def test_early_stopping_finds_what_exact_stopping_finds_up_to_where_it_stops(model_and_source):
     """Both rules run the same steps until "early" stops, and the finished set only improves
     after that, so early's best is a hypothesis scored logP / lp, never above exact's."""
@@ -512,6 +531,7 @@ def test_model_max_length_caps_the_output():
     _assert_well_formed(ids, scores, len(ids))
 
 
+@pytest.mark.exact
 def test_limit_of_zero_extra_tokens_cuts_the_decode_short(reversal_model):
     """A reversal takes length + 1 tokens; with no extra tokens allowed the first length - 1
     are the unlimited decode's and EOS replaces the last symbol. Compared with the model's own
@@ -527,6 +547,7 @@ def test_limit_of_zero_extra_tokens_cuts_the_decode_short(reversal_model):
 
 
 @pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.exact
 def test_a_sentence_decodes_the_same_whatever_its_batch(model_and_source, search):
     model, source = model_and_source
     order = np.argsort(_source_lengths(source))
@@ -542,6 +563,7 @@ def test_a_sentence_decodes_the_same_whatever_its_batch(model_and_source, search
 
 
 @pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.exact
 def test_graph_mode_and_xla_match_eager(reversal_model, search):
     def decode(source):
         return SEARCHES[search](reversal_model, source, max_extra_length=5)
@@ -577,6 +599,7 @@ def test_autograph_leaves_the_searches_as_written(random_model, name, as_written
 
 
 @pytest.mark.parametrize("model", ["random", "large_vocab"])
+@pytest.mark.exact
 def test_greedy_under_xla_decodes_as_eagerly(request, model):
     """The random models' near-uniform scores run to the length limits (the cache grown
     through every phase) and leave close choices to the argmax."""
@@ -593,6 +616,7 @@ def test_greedy_under_xla_decodes_as_eagerly(request, model):
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "xla"])
 @pytest.mark.parametrize("name", ["greedy", "beam"])
+@pytest.mark.exact
 def test_searches_decode_the_same_with_the_fast_path(large_vocab_model, compiled, name):
     """Over 4,000 pieces, where `kt.fast` changes the computation: the output projection (its
     matrix transposed once a decode, for 2 and 8 rows here) and beam 4's top 2k among beam *
@@ -613,6 +637,7 @@ def test_searches_decode_the_same_with_the_fast_path(large_vocab_model, compiled
 
 
 @pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.exact
 def test_parallel_search_decodes_as_the_whole_batch(reversal_model, search):
     # Unfamiliar input: its hypotheses change ranks, so beams are reordered.
     model, source = reversal_model, UNFAMILIAR_SOURCE
@@ -640,6 +665,7 @@ def test_an_empty_batch_decodes_to_nothing(random_model, search):
 
 
 @pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.exact
 def test_long_outputs_decode_as_without_a_cache(random_model, search):
     """Outputs of up to 32 tokens: the cache is grown several times on the way (the random
     model rarely ends before its limit), and every step still sees what the uncached model
@@ -655,6 +681,7 @@ def test_long_outputs_decode_as_without_a_cache(random_model, search):
 
 
 @pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.exact
 def test_one_loop_decodes_as_the_phases(random_model, search):
     """`loop_phases(1)` (the LiteRT export's: the step once in a traced graph) decodes as the
     phased loops, with a buffer of the whole output from the first step; the traced graph
@@ -692,6 +719,7 @@ def test_sampling_with_top_k_one_is_greedy(model_and_source):
     np.testing.assert_allclose(scores, greedy_scores, atol=1e-5)
 
 
+@pytest.mark.exact
 def test_sampling_is_repeatable_with_a_seed_and_varies_across_seeds(random_model):
     def draw(seed):
         return sample(random_model, RANDOM_SOURCE, temperature=1.5, seed=seed, **SHORT)[0]
@@ -709,6 +737,7 @@ def test_sampling_is_repeatable_with_a_seed_and_varies_across_seeds(random_model
     _assert_well_formed(*unseeded, len(RANDOM_SOURCE))
 
 
+@pytest.mark.exact
 def test_top_k_sampling_draws_among_the_k_most_likely(random_model):
     source = np.tile(RANDOM_SOURCE, [4, 1])
     ids, scores = sample(random_model, source, top_k=3, temperature=3.0, seed=0, **SHORT)
@@ -745,6 +774,7 @@ def test_mixed_bfloat16_model_decodes():
         _assert_well_formed(ids, scores, 3)
 
 
+@pytest.mark.exact
 def test_beam_search_reverses_held_out_sequences(held_out_decodings):
     source, _, (ids, _) = held_out_decodings
     target = HELD_OUT_TARGET[: len(source), 1:]  # reversed source + EOS, then padding
@@ -806,6 +836,7 @@ def _bleu(ids, references):
     return sacrebleu.corpus_bleu([words(r) for r in ids], [[words(r) for r in references]]).score
 
 
+@pytest.mark.exact
 def test_int8_model_translates_within_half_a_bleu_point(reversal_model):
     source, target = held_out_data(200)
     references = target[:, 1:]
@@ -825,6 +856,7 @@ PREFIX = np.array([[11, 12], [13, 0], [0, 0]])  # two tokens, one, none
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam", "sample", "uncached"])
+@pytest.mark.exact
 def test_a_target_prefix_is_forced_first_and_not_scored(random_model, search):
     """Each row's prefix (0: none) comes first, then the search goes on from it as a decoder
     fed the prefix would: every search equals its teacher-forced continuation, and a forced
@@ -854,6 +886,7 @@ def test_a_target_prefix_is_forced_first_and_not_scored(random_model, search):
         np.testing.assert_allclose(scores[row], expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.exact
 def test_a_target_prefix_for_every_row_under_xla(random_model):
     """One prefix `[prefix_len]` for all rows, traced once for any batch and prefix width, and
     compiled by XLA: as eagerly; an empty prefix changes nothing."""

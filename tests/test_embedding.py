@@ -109,6 +109,7 @@ def test_a_start_index_per_row_gives_each_row_its_positions(positional):
             np.testing.assert_allclose(rows[row, i], alone[0, 0], atol=1e-6)
 
 
+@pytest.mark.exact
 def test_half_precision_encodings_are_accurate_at_long_positions():
     encodings = layers.SinusoidalPositionEncoding(dtype="mixed_float16")(
         np.zeros((1, 1000, 64), "float32")
@@ -128,6 +129,7 @@ def test_embedding_is_scaled_token_vector_plus_position():
     np.testing.assert_allclose(out, expected, atol=1e-5)
 
 
+@pytest.mark.exact
 def test_reverse_is_the_tied_projection_in_float32():
     layer = layers.TransformerEmbedding(vocab_size=20, d_model=8, dtype="mixed_bfloat16")
     layer(IDS)
@@ -136,6 +138,7 @@ def test_reverse_is_the_tied_projection_in_float32():
     assert logits.dtype == tf.float32 and logits.shape == (2, 3, 20)
     assert len(layer.trainable_weights) == 1  # one matrix: embedding and projection
     table = layer.token_embedding.embeddings.numpy()
+    # bfloat16 products (8 bits of mantissa) against float32 ones.
     np.testing.assert_allclose(logits, hidden @ table.T, atol=0.1, rtol=0.02)
 
 
@@ -150,6 +153,7 @@ def test_reverse_projects_with_the_keras_reversible_embedding(tie_weights):
     np.testing.assert_allclose(layer(hidden, reverse=True), hidden @ kernel, atol=1e-5)
 
 
+@pytest.mark.exact
 def test_int8_quantization_reaches_the_tied_table():
     layer = layers.TransformerEmbedding(vocab_size=20, d_model=8)
     layer(IDS)
@@ -159,7 +163,7 @@ def test_int8_quantization_reaches_the_tied_table():
     assert layer.token_embedding.quantization_mode == "int8"
     logits = layer(hidden, reverse=True)
     assert logits.dtype == tf.float32
-    np.testing.assert_allclose(logits, expected, atol=0.05)
+    np.testing.assert_allclose(logits, expected, atol=0.05)  # int8 table's rounding
 
 
 def test_untied_projection_has_its_own_matrix():

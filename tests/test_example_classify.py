@@ -17,6 +17,7 @@ SMALL = [
 ]  # fmt: skip
 
 
+@pytest.mark.exact
 def test_classifier_beats_the_majority_baseline_on_unseen_books(tmp_path):
     figures = classify.main([*SMALL, "--out", str(tmp_path)])
     # Dev (Esther, Galatians) is near balance: a constant answer cannot score well on it.

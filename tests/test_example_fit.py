@@ -28,11 +28,12 @@ def run(tmp_path_factory):
     return out, fit.main([*TINY, "--out", str(out)])
 
 
+@pytest.mark.exact
 def test_the_loss_falls_and_every_figure_is_reported(run):
     _, figures = run
     assert figures["train_pairs"] == 1000 and figures["dev_pairs"] == 316
     assert figures["steps"] == 20
-    assert figures["final_loss"] < figures["first_epoch_loss"]
+    assert figures["final_loss"] < figures["first_epoch_loss"]  # no margin
     assert math.isfinite(figures["dev_loss"]) and 0 <= figures["dev_accuracy"] <= 1
     translations = figures["translations"]
     assert list(translations) == ["God is love."]

@@ -16,6 +16,7 @@ PROMPTS = ["Y dijo", "En el principio creó Dios los cielos"]
 
 
 @pytest.mark.slow
+@pytest.mark.exact
 def test_language_model_learns_and_continues_a_batch_of_prompts():
     figures = language_model.main([*SMALL, "--prompt", PROMPTS[0], "--prompt", PROMPTS[1]])
     assert np.isfinite(figures["dev_perplexity"])

@@ -28,6 +28,10 @@ MAX_LENGTH = 24
 SENTENCES = ["In the beginning God created the heavens.", "Amen.", "And God said, Let there be"]
 
 
+# The exact tests here hold the SavedModel's graphs (traced with kt.fast on) to the library's
+# search (eager or traced, kt.fast off) on tiny_export's untrained model, whose seeded weights
+# are the same on every CPU: ids and texts exactly, without a tie rule (they hold while no
+# choice lies within the graphs' last bits), scores to 1e-5 relative (1e-4 for XLA).
 @pytest.fixture(scope="module")
 def model(tiny_export):
     """The untrained tiny model of conftest's `tiny_export` (max_length MAX_LENGTH)."""
@@ -114,6 +118,7 @@ def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
     assert tf.saved_model.load(str(directory / "2")).signatures["serving_default"] is not None
 
 
+@pytest.mark.exact
 def test_endpoints_of_ones_own_are_written_beside_the_translation_ones(model, tmp_path):
     """`write_saved_model` takes any endpoints: here one of the user's (the source pieces and
     the encoder's output for text) beside `translation_endpoints`' greedy translate_ids."""
@@ -178,6 +183,7 @@ def test_every_signature_refuses_a_batch_of_another_shape(model, tmp_path):
         signatures["translate_ids"](source_ids=tf.constant([[[5, 3]], [[6, 3]]], tf.int32))
 
 
+@pytest.mark.exact
 def test_serving_gives_the_library_translations(loaded, model):
     served = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     vocabularies = bible.vocabularies()
@@ -193,6 +199,7 @@ def test_serving_gives_the_library_translations(loaded, model):
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
 
 
+@pytest.mark.exact
 def test_early_stopping_is_baked_into_every_signature(traced_export, loaded, model):
     """The export's default `stopping="early"` (the library's searches default to "exact")
     reaches every beam search the export traces, and the signatures decode as the library's
@@ -215,6 +222,7 @@ def test_early_stopping_is_baked_into_every_signature(traced_export, loaded, mod
     np.testing.assert_allclose(served["score"], scores, rtol=1e-5)
 
 
+@pytest.mark.exact
 def test_xla_signature_translates_as_the_stock_one(loaded):
     """`serving_xla` pads requests to shape buckets and compiles the search: same outputs,
     whatever the batch (an empty one included) and length (over-long inputs included)."""
@@ -291,6 +299,7 @@ def test_chunks_decode_sorted_by_length_and_answer_in_the_request_order():
     assert empty_ids.shape == (0, 7) and empty_score.shape == (0,)
 
 
+@pytest.mark.exact
 def test_n_best_signature_returns_the_beam_best_first(loaded):
     best = loaded.signatures["serving_default"](text=tf.constant(SENTENCES + [" "]))
     n_best = loaded.signatures["n_best"](text=tf.constant(SENTENCES + [" "]))
@@ -305,6 +314,7 @@ def test_n_best_signature_returns_the_beam_best_first(loaded):
     assert empty["translations"].shape == (0, 4)
 
 
+@pytest.mark.exact
 def test_translate_ids_cuts_over_long_rows_and_keeps_their_eos(loaded, model):
     """A row longer than max_length is translated as its first max_length - 1 ids and EOS,
     the rule for text; shorter rows of the same batch are untouched."""
@@ -503,6 +513,7 @@ def test_translate_cli_gives_a_saved_model_its_threads(exported):
         kt.serving.SavedModelTranslator(version, threads=-1)
 
 
+@pytest.mark.exact
 def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     """One output line an input line: lines end at "\\n" only (a lone "\\r" stays inside its
     line, a CRLF's "\\r" is dropped, a UTF-8 byte order mark too), from a file as from
@@ -527,6 +538,7 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, tmp_path):
     assert len(translations) == 7
     assert translations[3] == translations[5]  # "God said." with and without "\\r"
     assert translations[0] == translations[6]  # "Amen." with and without the mark
+    # (Each pair in batches of other widths: exactly, without a tie rule.)
     assert "translated 7 sentences in" in result.stderr  # and how fast, on stderr
     assert f"warning: --input {tmp_path / 'in.txt'}: 1 line not UTF-8 (the first: line 2)" in (
         result.stderr
@@ -759,6 +771,7 @@ def test_export_cli_refuses_options_of_the_other_format(tmp_path, options, messa
     assert message in result.stderr
 
 
+@pytest.mark.exact
 def test_the_n_best_signature_returns_the_settings_n_best(model):
     """`n_best` above 1 in the settings is the n_best signature's count (every beam
     otherwise, as before); its hypotheses are the library's `decode` with that n_best."""

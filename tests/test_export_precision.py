@@ -158,6 +158,7 @@ def agreement(got, expected) -> float:
     return np.mean([a == b for a, b in zip(got, expected, strict=True)])
 
 
+@pytest.mark.exact
 def test_a_process_with_only_tensorflow_serves_the_reduced_exports_as_float32(
     exports, held_out, reversal_model, vocabularies, tmp_path
 ):

@@ -2,6 +2,10 @@
 of different lengths generates what it generates alone (greedy and beam, eager and under
 XLA), the cached steps give the uncached model's log-probabilities, sampling's settings,
 stop and never ids, length limits and errors. The same on JAX: tests/jax/test_generate.py.
+
+The `exact` tests compare two computations on the seeded random model (the same weights on
+every CPU): ids exactly, without a tie rule (they hold while no choice lies within the two
+computations' last bits), scores to 1e-5, and to 1e-4 against the full model's forward pass.
 """
 
 from pathlib import Path
@@ -38,6 +42,7 @@ XLA_SETTINGS = [
 
 
 @pytest.mark.parametrize("method, extra", XLA_SETTINGS, ids=["greedy", "beam", "beam-n-best"])
+@pytest.mark.exact
 def test_each_row_of_a_mixed_batch_generates_what_it_generates_alone(model, method, extra):
     settings = {**SHORT, "method": method, **extra}
     ids, scores = generate(model, PROMPTS, **settings)
@@ -47,6 +52,7 @@ def test_each_row_of_a_mixed_batch_generates_what_it_generates_alone(model, meth
 
 
 @pytest.mark.parametrize("method, extra", XLA_SETTINGS[::2], ids=["greedy", "beam-n-best"])
+@pytest.mark.exact
 def test_under_xla_with_unknown_shapes_each_row_is_as_alone(model, method, extra):
     settings = {**SHORT, "method": method, **extra}
     compiled = tf.function(
@@ -79,6 +85,7 @@ def test_a_plain_tf_function_traces_generate_without_autograph(model, as_written
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
+@pytest.mark.exact
 def test_cached_steps_give_the_uncached_models_log_probabilities(model, method):
     settings = {**SHORT, "method": method, "beam_size": 3, "length_penalty": 0.0}
     ids, scores = generate(model, PROMPTS, **settings)
@@ -89,6 +96,7 @@ def test_cached_steps_give_the_uncached_models_log_probabilities(model, method):
     np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, ids), atol=1e-4)
 
 
+@pytest.mark.exact
 def test_beam_scores_are_log_probabilities_over_the_length_penalty_as_the_guide_says(model):
     """generate's greedy scores are log-probabilities; beam search's are divided by the
     length penalty it ranks by (the searches' own rule): the decoding guide's generate
@@ -105,6 +113,7 @@ def test_beam_scores_are_log_probabilities_over_the_length_penalty_as_the_guide_
     assert 'beam search (`method="beam"`) divides by the length penalty' in said
 
 
+@pytest.mark.exact
 def test_a_ragged_tensor_a_padded_array_and_wider_padding_give_the_same(model):
     ids, _ = generate(model, PROMPTS, **SHORT)
     ragged = tf.ragged.constant(PROMPTS, dtype=tf.int32)
@@ -113,6 +122,7 @@ def test_a_ragged_tensor_a_padded_array_and_wider_padding_give_the_same(model):
     np.testing.assert_array_equal(generate(model, wider, **SHORT)[0], ids)
 
 
+@pytest.mark.exact
 def test_sampling_is_seeded_ignores_padding_and_narrows_to_greedy(model):
     settings = {**SHORT, "method": "sample", "seed": 7}
     first, scores = generate(model, PROMPTS, **settings)
@@ -128,6 +138,7 @@ def test_sampling_is_seeded_ignores_padding_and_narrows_to_greedy(model):
     assert len(draws) > 1
 
 
+@pytest.mark.exact
 def test_top_p_samples_only_from_the_nucleus(model):
     # At the first step of prompt 0: the fewest likeliest tokens holding 60% of the mass.
     log_probs = np.asarray(keras.ops.log_softmax(model(np.array([PROMPTS[0]]))[0, -1]))
@@ -166,6 +177,7 @@ def test_a_row_ends_where_the_positions_end(model):
         generate(model, [list(range(2, 18))], max_new_tokens=1)
 
 
+@pytest.mark.exact
 def test_padding_up_to_the_positional_limit_and_the_uncached_reference_there(model):
     """Prompts padded to the embedding's whole max_length still leave room (the limit is
     on each prompt's tokens, not the buffer's width); the uncached reference, whose buffer

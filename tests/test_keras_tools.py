@@ -104,6 +104,7 @@ def test_an_int8_transformer_saves_and_loads_with_the_same_logits(tmp_path):
     assert {layer.quantization_mode for layer in _projection_layers(loaded)} == {"int8"}
 
 
+@pytest.mark.exact
 def test_lora_leaves_only_its_matrices_trainable_and_fine_tunes():
     keras.utils.set_random_seed(3)
     config = kt.TransformerConfig.preset(  # one layer each: LoRA does not depend on depth
@@ -136,7 +137,7 @@ def test_lora_leaves_only_its_matrices_trainable_and_fine_tunes():
     before = model.evaluate(inputs, target[:, 1:], verbose=0)
     frozen_values = [v.numpy() for v in frozen]
     model.fit(inputs, target[:, 1:], batch_size=32, epochs=3, verbose=0)
-    assert model.evaluate(inputs, target[:, 1:], verbose=0) < before - 0.1
+    assert model.evaluate(inputs, target[:, 1:], verbose=0) < before - 0.1  # a margin
     for variable, value in zip(frozen, frozen_values, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value)
 

@@ -9,6 +9,7 @@ import keras_transformer  # noqa: F401  (registers the layers: nothing else is p
 from tests.conftest import compiled
 from tests.layer_cases import CASES, WEIGHTLESS
 
+# Mixed precision against float32: a few roundings of each 16-bit type (11 bits; 8 bits).
 TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 1.5e-1}
 
 
@@ -66,6 +67,7 @@ def test_builds_and_runs_under_mirrored_strategy(name, mirrored):
 
 @pytest.mark.parametrize("policy", sorted(TOLERANCE))
 @pytest.mark.parametrize("name", CASES)
+@pytest.mark.exact
 def test_mixed_precision(name, policy):
     cls, init, call = CASES[name]
     reference_layer = cls(**init)

@@ -14,6 +14,7 @@ from tests.reversal import MAX_LEN, held_out_data
 
 
 @pytest.mark.slow
+@pytest.mark.exact
 def test_a_small_model_learns_to_reverse_sequences(reversal_model):
     held_out_source, held_out_target = held_out_data()
     assert len(held_out_source) > 450

@@ -95,12 +95,15 @@ def test_padding_mask_marks_id_zero():
     )
 
 
+@pytest.mark.exact
 def test_half_precision_inputs_give_float32_weights():
     q, k, v = (tf.cast(x, tf.float16) for x in _qkv())
     output, weights = kt_ops.scaled_dot_product_attention(q, k, v)
     assert output.dtype == tf.float16 and weights.dtype == tf.float32
     expected_output, _ = reference_attention(*(np.asarray(x, "float32") for x in (q, k, v)))
-    np.testing.assert_allclose(np.asarray(output, "float32"), expected_output, atol=1e-2)
+    np.testing.assert_allclose(  # float16's rounding (11 bits)
+        np.asarray(output, "float32"), expected_output, atol=1e-2
+    )
 
 
 def test_dropout_applies_to_the_weights_only():

@@ -18,6 +18,7 @@ from trainers.run_dir import BackupFolder, CheckpointFolder
 
 
 @pytest.mark.slow
+@pytest.mark.exact
 def test_resumes_with_another_epoch_size_or_accumulation_train_the_planned_updates(
     tmp_path, capsys, uninterrupted, killed
 ):

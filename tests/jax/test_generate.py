@@ -1,7 +1,8 @@
 """`kt.decoding.generate` on JAX (compiled by `jax.jit`, as every search there): each row of
 a mixed-length batch generates what it generates alone, the cached steps give the uncached
 model's log-probabilities, and seeded sampling repeats. The exhaustive checks run on
-TensorFlow (tests/test_generate.py)."""
+TensorFlow (tests/test_generate.py), with the `exact` tests' rule: ids exactly, without a
+tie rule, on the seeded model."""
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ def model():
 
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
+@pytest.mark.exact
 def test_each_row_generates_as_alone_and_as_the_uncached_model(model, method):
     settings = {**SHORT, "method": method, "beam_size": 3, "length_penalty": 0.0}
     ids, scores = generate(model, PROMPTS, **settings)
@@ -33,6 +35,7 @@ def test_each_row_generates_as_alone_and_as_the_uncached_model(model, method):
     np.testing.assert_allclose(scores, log_prob_of(model, PROMPTS, ids), atol=1e-4)
 
 
+@pytest.mark.exact
 def test_seeded_sampling_repeats_and_top_k_1_is_greedy(model):
     settings = {**SHORT, "method": "sample", "top_p": 0.9, "seed": 3}
     first, scores = generate(model, PROMPTS, **settings)

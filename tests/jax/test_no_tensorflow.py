@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
@@ -65,6 +67,7 @@ print("ok", np.asarray(greedy).shape, np.asarray(beam).shape, np.asarray(drawn).
 """
 
 
+@pytest.mark.exact
 def test_the_package_runs_on_jax_with_tensorflow_hidden(tmp_path):
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     result = subprocess.run(
@@ -76,4 +79,5 @@ def test_the_package_runs_on_jax_with_tensorflow_hidden(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # True: the second epoch's loss below the first's (no margin).
     assert result.stdout.splitlines()[-1] == "ok (2, 9) (2, 9) (2, 9) True"

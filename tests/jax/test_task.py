@@ -9,6 +9,7 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import pytest
 
 import keras_transformer as kt
 
@@ -25,6 +26,7 @@ def bible_pairs(count: int):
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
+@pytest.mark.exact
 def test_the_task_builds_fits_and_generates_on_jax(tmp_path):
     assert keras.config.backend() == "jax"
     from keras_transformer.models import (
