@@ -4,7 +4,7 @@ exact-output test and its rule).
 
 Two things move CTranslate2's choices away from ours. Its logits are the model's in other
 products, so they differ in their last bits (about 2e-5 here); and its softmax leaves out
-the tokens its search never generates (padding, the start token, EOS first), a sliver of
+the tokens its search never generates (padding, the start token), a sliver of
 mass that raises a hypothesis's summed log-probability by up to about 1e-3 over a sentence,
 unevenly between hypotheses. Where a choice of the search is that close, the engines may
 choose differently, and from there their translations differ. Which choices are that close
@@ -87,8 +87,9 @@ def replay_beam(
     smallest, reached = math.inf, False
     for t in range(limit):
         logits = np.asarray(next_logits([[BOS_ID, *ids] for ids, _ in alive]))
-        left_out = (PAD_ID, BOS_ID, EOS_ID) if ctranslate2_softmax and t == 0 else (PAD_ID, BOS_ID)
-        log_probs = log_softmax(logits, left_out if ctranslate2_softmax else ())
+        # CTranslate2 suppresses padding and BOS (`suppress_sequences`) before its softmax;
+        # the "length" exports keep EOS at the first step (`min_decoding_length` 0).
+        log_probs = log_softmax(logits, (PAD_ID, BOS_ID) if ctranslate2_softmax else ())
         at_limit = t + 1 >= limit
         if at_limit:  # the last token a hypothesis may take is EOS (`force_stop`)
             log_probs[:, [i for i in range(log_probs.shape[-1]) if i != EOS_ID]] = -np.inf
