@@ -256,10 +256,14 @@ def test_the_source_language_reaches_evaluate_and_the_export(imported, tmp_path)
     run_main("trainers.evaluate", "--model-dir", both, *arguments)
     assert out.read_text().splitlines() == expected
     assert json.loads(out.with_suffix(".json").read_text())["source_prefix"] == "eng_Latn"
+    # Another model directory's scores go to a file of their own: an evaluation never
+    # replaces another model's (trainers.evaluate).
+    flagged = tmp_path / "hyp-flagged.txt"
+    arguments[-1] = flagged
     run_main(
         "trainers.evaluate", "--model-dir", model_dir, *arguments, "--source-prefix", "eng_Latn"
     )
-    assert out.read_text().splitlines() == expected  # the flag on the first import
+    assert flagged.read_text().splitlines() == expected  # the flag on the first import
     run_main("trainers.export", "--model-dir", both, "--out", tmp_path / "sm")
     served = run_main("trainers.translate", "--model", tmp_path / "sm", "--input", source)
     assert served.stdout.splitlines() == expected
