@@ -729,7 +729,9 @@ def test_translate_cli_reports_a_missing_export(tmp_path):
 def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
     """`--model` naming a folder that holds no export names the three formats; a training
     run directory (model.keras, experiment.yaml) gets the command that exports it (it named
-    neither LiteRT nor the export: issue 66). In a process of its own, as a user runs it."""
+    neither LiteRT nor the export: issue 66); a folder holding a Keras model alone, such as an
+    export's keras/ copy, no export command that would fail on it (a new user's trial). In a
+    process of its own, as a user runs it."""
     run = tmp_path / "runs" / "demo"
     run.mkdir(parents=True)
     formats = (
@@ -744,6 +746,13 @@ def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
         assert result.returncode == 2 and result.stderr.startswith(formats), result.stderr
         if name is None:
             assert result.stderr == f"{formats}\n"
+            continue
+        if name == "model.keras":  # a Keras model alone (an export's keras/ copy): no run
+            assert result.stderr == (
+                f"{formats}; it holds a Keras model (model.keras), which trainers.translate "
+                "does not run: give --model the folder trainers.export wrote, or load this one "
+                f"in Python with TransformerSeq2SeqLM.from_preset({str(run)!r})\n"
+            )
             continue
         assert result.stderr == (
             f"{formats}; it is a training run directory (model.keras, experiment.yaml): "

@@ -169,6 +169,40 @@ def test_a_damaged_manifest_is_named_by_the_translators_and_the_program(tmp_path
     assert result.stderr.startswith(f"error: {expected}") and len(result.stderr.splitlines()) == 1
 
 
+def test_a_ctranslate2_translator_names_a_path_that_is_no_ctranslate2_directory(tmp_path):
+    """A missing folder, a folder without CTranslate2's model, and a CTranslate2 folder whose
+    manifest says no format: one error naming the path or the manifest, where a 16-line
+    traceback through pathlib or "no CTranslate2 model" came (a new user's trial, issue 66);
+    `trainers.translate` names the manifest too, in a process of its own."""
+    from tests.test_trainer import run
+
+    (tmp_path / "run").mkdir()
+    for path, problem in ((tmp_path / "missing", "no such folder"), (tmp_path / "run", None)):
+        problem = problem or "no CTranslate2 model in it"
+        expected = f"{path}: {problem}; CTranslate2Translator takes the directory that"
+        with pytest.raises(FileNotFoundError, match=f"^{re.escape(expected)}"):
+            serving.CTranslate2Translator(path)
+    directory = tmp_path / "ctranslate2"
+    directory.mkdir()
+    (directory / "model.bin").write_bytes(b"not read")
+    (directory / "manifest.json").write_text('{"decoding": 3}')
+    expected = f"{directory / 'manifest.json'}: no 'format' entry in it"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
+        serving.CTranslate2Translator(directory)
+    result = run("-m", "trainers.translate", "--model", directory, check=False)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {expected}")
+
+
+def test_translate_refuses_negative_threads_naming_the_flag(tmp_path):
+    """`--threads -1`: argparse's refusal naming the flag, before any work (the library's
+    message named its parameter, `threads=-1`)."""
+    from tests.test_trainer import run
+
+    result = run("-m", "trainers.translate", "--model", tmp_path, "--threads", "-1", check=False)
+    assert result.returncode == 2
+    assert "argument --threads: -1 must be >= 0" in result.stderr.splitlines()[-1]
+
+
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     """An untrained tiny task (seed 3, greedy search) and a translator of each of its three

@@ -29,6 +29,7 @@ def at_least(minimum, kind=int):
 
 
 positive_int = at_least(1)
+non_negative_int = at_least(0)
 non_negative_float = at_least(0.0, float)
 
 

@@ -143,7 +143,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=flags.non_negative_int,
         default=0,
         help="threads of the CTranslate2 translator, of LiteRT's interpreter, or of "
         "TensorFlow's intra-op and inter-op pools for a SavedModel (0: its default)",
@@ -174,7 +174,14 @@ def load_translator(args):
         version = None if ctranslate2 else serving.resolve_version(args.model)
     except FileNotFoundError as error:  # a training run directory: say how to export it
         run = RunDirectory(args.model)
-        if not (run.model().exists() or run.experiment_file.exists()):
+        if not run.experiment_file.exists():
+            if run.model().exists():  # an export's keras/ copy, or a model file's folder
+                raise FileNotFoundError(
+                    f"{error}; it holds a Keras model ({run.model().name}), which "
+                    "trainers.translate does not run: give --model the folder trainers.export "
+                    "wrote, or load this one in Python with "
+                    f"TransformerSeq2SeqLM.from_preset({str(args.model)!r})"
+                ) from None
             raise
         out = f"saved_models/{args.model.resolve().name}"
         command = ["python", "-m", "trainers.export", "--model-dir", str(args.model), "--out"]

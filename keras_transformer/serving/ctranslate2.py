@@ -32,13 +32,14 @@ FORMAT = "keras-transformer/ctranslate2"  # manifest.json's "format"
 
 
 def is_ctranslate2(path) -> bool:
-    """Whether `path` is a CTranslate2 directory written by `export_ctranslate2`. ValueError
-    naming its manifest.json where that is damaged (`read_manifest`)."""
+    """Whether `path` is a CTranslate2 directory written by `export_ctranslate2`: CTranslate2's
+    model.bin beside a manifest.json of this format. ValueError naming the manifest where that
+    is damaged or says no format (`read_manifest`)."""
     path = Path(path)
     manifest = path / MANIFEST
     if not (path / "model.bin").exists() or not manifest.exists():
         return False
-    return read_manifest(manifest).get("format") == FORMAT
+    return read_manifest(manifest, "format")["format"] == FORMAT
 
 
 def vocabularies(directory) -> tuple[ExportedVocabulary, ExportedVocabulary]:
@@ -120,6 +121,12 @@ class CTranslate2Translator:
         import sentencepiece
 
         directory = Path(directory)
+        if not is_ctranslate2(directory):
+            problem = "no such folder" if not directory.is_dir() else "no CTranslate2 model in it"
+            raise FileNotFoundError(
+                f"{directory}: {problem}; CTranslate2Translator takes the directory that "
+                "trainers.export --format ctranslate2 wrote (model.bin and manifest.json)"
+            )
         self.manifest = read_manifest(directory / MANIFEST, "vocabulary", "decoding")
         vocabulary, decoding = self.manifest["vocabulary"], self.manifest["decoding"]
         self.source_vocabulary, self.target_vocabulary = vocabularies(directory)
