@@ -9,8 +9,8 @@ bart_checkpoint what the BART family shares in reading: config.json, generation_
 marian          OPUS-MT (Marian) models in Hugging Face transformers' format: `load_marian`;
                 the directory read by `marian_checkpoint`, the vocabularies by `marian_vocab`
 m2m100          NLLB-200 and M2M100 (m2m100_418M, 1.2B) models in Hugging Face transformers'
-                format: `load_m2m100`; their tokenizer files read by `nllb_vocab` (NLLB-200's)
-                and `m2m100_vocab` (M2M100's own)
+                format: `load_m2m100`; the directory read by `m2m100_checkpoint`, their
+                tokenizer files by `nllb_vocab` (NLLB-200's) and `m2m100_vocab` (M2M100's own)
 checkpoint      deprecated alias of `marian`
 
 Their tokenizers (`PieceVocabularyTokenizer`, `NllbTokenizer`, `M2M100Tokenizer`) live in

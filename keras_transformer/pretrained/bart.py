@@ -33,6 +33,7 @@ from keras_transformer.pretrained.bart_checkpoint import (  # noqa: F401 (this m
     SAFETENSORS,
     SAFETENSORS_INDEX,
     Checkpoint,
+    CheckpointError,
     SafetensorsWeights,
     number,
     read_config,
