@@ -202,25 +202,66 @@ def import_notes(checkpoint: Checkpoint) -> list[str]:
     return notes
 
 
+def check_checkpoint(checkpoint: Checkpoint) -> TransformerConfig:
+    """Checks a checkpoint whole before anything is built: config.json (`convert_config`),
+    the vocabularies against the sizes it gives, and the weights (`bart.check_weights`: every
+    one the model takes, of its shape, a tied copy equal to its table, a stored position table
+    the sinusoid ours computes). `MarianError` names the first problem. Returns the model's
+    `TransformerConfig`."""
+    config = convert_config(checkpoint.config, str(checkpoint.path / "config.json"))
+    orders = [order for _, order in _orders(checkpoint.path)]
+    _check_sizes(checkpoint, config, orders)
+    tables, tied = _tables(config, orders)
+    shapes = {entry.name: entry.shape for entry in bart.weight_map(config)}
+    shapes.update({name: (len(order) - 1, config.d_model) for name, _, order in tables})
+    shapes["final_logits_bias"] = (1, len(orders[1]) - 1)  # Marian's rows: ours less <pad>
+    weights, path = checkpoint.weights, checkpoint.weights_file
+    positions = _check_positions(config, weights, path)
+    bart.check_weights(weights, shapes, tied, path, config, MarianError, positions)
+    return config
+
+
+def _check_sizes(checkpoint: Checkpoint, config: TransformerConfig, orders) -> None:
+    """The vocabularies' ids (`orders`: the source's, the target's) are as many as the
+    embedding tables' rows that config.json gives (with our second start row)."""
+    sizes = tuple(len(order) for order in orders)
+    if sizes != (config.source_vocab, config.target_vocab):
+        raise MarianError(
+            f"{checkpoint.path}: the vocabularies have {sizes[0]}/{sizes[1]} ids (with our "
+            f"second start row) but {checkpoint.path / 'config.json'} says "
+            f"{config.source_vocab}/{config.target_vocab}"
+        )
+
+
+def _tables(config: TransformerConfig, orders):
+    """The checkpoint's embedding tables, each `(name, our embedding layer's attribute, our
+    order of its rows)`, and the copies that transformers ties to them, `(copy, table)`."""
+    source_order, target_order = orders
+    if config.share_embeddings:
+        tables = [("model.shared.weight", "target_embedding", target_order)]
+        copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+        return tables, [(copy, "model.shared.weight") for copy in (*copies, "lm_head.weight")]
+    tables = [
+        ("model.encoder.embed_tokens.weight", "source_embedding", source_order),
+        ("model.decoder.embed_tokens.weight", "target_embedding", target_order),
+    ]
+    return tables, [("lm_head.weight", "model.decoder.embed_tokens.weight")]
+
+
 def convert_tokenizer(checkpoint: Checkpoint):
     """The source and target tokenizers of a checkpoint, in our ids (`load_vocabularies`),
     checked against the sizes config.json gives."""
     vocabularies, source_order, target_order = _vocabularies(checkpoint.path)
-    where = str(checkpoint.path / "config.json")
-    config = convert_config(checkpoint.config, where)
-    sizes = (len(source_order), len(target_order))
-    if sizes != (config.source_vocab, config.target_vocab):
-        raise MarianError(
-            f"{checkpoint.path}: the vocabularies have {sizes[0]}/{sizes[1]} ids (with our "
-            f"second start row) but {where} says {config.source_vocab}/{config.target_vocab}"
-        )
+    config = convert_config(checkpoint.config, str(checkpoint.path / "config.json"))
+    _check_sizes(checkpoint, config, (source_order, target_order))
     return vocabularies
 
 
 def load_marian(path):
     """A Marian checkpoint directory (or the `Checkpoint` that `read_checkpoint` made of it)
     as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its weights (in our
-    ids, see the module doc) and its tokenizers (`bart.convert`).
+    ids, see the module doc) and its tokenizers (`bart.convert`). The checkpoint is checked
+    whole (`check_checkpoint`) before the model is built.
 
     Examples:
         Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand (the
@@ -233,62 +274,49 @@ def load_marian(path):
     """
     import sys
 
-    return bart.convert(sys.modules[__name__], path)
+    checkpoint = path if isinstance(path, Checkpoint) else read_checkpoint(path)
+    check_checkpoint(checkpoint)
+    return bart.convert(sys.modules[__name__], checkpoint)
 
 
 def convert_weights(model, checkpoint: Checkpoint) -> None:
-    """Sets every weight of `model` (built from `convert_config`) from the checkpoint, in our
-    ids (`vocabulary_order` of each side); `MarianError` names a missing weight or one of
-    another shape. The checkpoint is checked whole before any weight is set."""
-    source_order, target_order = (order for _, order in _orders(checkpoint.path))
-    weights, config = checkpoint.weights, model.config
-    d, rows = config.d_model, len(target_order) - 1  # Marian's rows: ours less our <pad>
-    layers = bart.weight_map(config)
-    shapes = {entry.name: entry.shape for entry in layers}
-    if config.share_embeddings:
-        tables = [("model.shared.weight", model.target_embedding, target_order)]
-        copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
-        tied = [(copy, "model.shared.weight") for copy in (*copies, "lm_head.weight")]
-    else:
-        tables = [
-            ("model.encoder.embed_tokens.weight", model.source_embedding, source_order),
-            ("model.decoder.embed_tokens.weight", model.target_embedding, target_order),
-        ]
-        tied = [("lm_head.weight", "model.decoder.embed_tokens.weight")]
-    shapes.update({name: (len(order) - 1, d) for name, _, order in tables})
-    shapes["final_logits_bias"] = (1, rows)
-    positions = _check_positions(model, weights, checkpoint.weights_file)
-    bart.check_weights(
-        weights, shapes, tied, checkpoint.weights_file, config, MarianError, positions
-    )
-    for entry in layers:
+    """Sets every weight of `model` (built from `convert_config`) from the checkpoint, which
+    `check_checkpoint` checked, in our ids (`vocabulary_order` of each side)."""
+    orders = [order for _, order in _orders(checkpoint.path)]
+    weights = checkpoint.weights
+    for entry in bart.weight_map(model.config):
         variable = bart.variable(model, entry.ours)
         variable.assign(bart.converted(entry, weights[entry.name], variable.shape))
-    for name, embedding, order in tables:
-        embedding.token_embedding.embeddings.assign(np.asarray(weights[name], "float32")[order])
-    bias = np.asarray(weights["final_logits_bias"], "float32")[0][target_order]
+    for name, embedding, order in _tables(model.config, orders)[0]:
+        table = getattr(model, embedding).token_embedding.embeddings
+        table.assign(np.asarray(weights[name], "float32")[order])
+    bias = np.asarray(weights["final_logits_bias"], "float32")[0][orders[1]]
     bias[PAD_ID] = EXCLUDED  # the second copy of the start row: out of the softmax
     model.target_embedding.logits_bias.assign(bias)
 
 
-def _check_positions(model, weights, path: Path) -> list[str]:
+def _check_positions(config: TransformerConfig, weights, path: Path) -> list[str]:
     """Where the checkpoint stores its sinusoid tables (tf_model.h5 does), they must be the
     ones our layer computes: a checkpoint laid out otherwise is refused, not mistranslated.
     Returns the names of the tables checked."""
     import keras
 
+    from keras_transformer.layers import SinusoidalPositionEncoding
+
+    encoding = SinusoidalPositionEncoding(
+        layout=config.sinusoid_layout, frequencies=config.sinusoid_frequencies, dtype="float32"
+    )
     checked = []
-    stacks = (("encoder", model.source_embedding), ("decoder", model.target_embedding))
-    for stack, embedding in stacks:
+    for stack in ("encoder", "decoder"):
         name = f"model.{stack}.embed_positions.weight"
         if name not in weights:
             continue
         stored = np.asarray(weights[name])
         checked.append(name)
-        rows = min(stored.shape[0], embedding.max_length)
-        ours = keras.ops.convert_to_numpy(
-            embedding.positions(keras.ops.zeros((1, rows, embedding.d_model), "float32"))
-        ).reshape(rows, -1)
+        rows = min(stored.shape[0], config.max_length)
+        zeros = keras.ops.zeros((1, rows, config.d_model))  # (1, rows, d_model)
+        ours = encoding(zeros, start_index=config.position_offset)
+        ours = keras.ops.convert_to_numpy(ours).reshape(rows, -1)  # (rows, d_model)
         if stored.shape[1] != ours.shape[1] or not np.allclose(stored[:rows], ours, atol=1e-4):
             raise MarianError(
                 f"{path}: the {stack}'s position table is not the sinusoid of sines then "
@@ -303,6 +331,7 @@ transformer_config = convert_config  # the names these had before the converter 
 __all__ = [
     "Checkpoint",
     "MarianError",
+    "check_checkpoint",
     "convert_config",
     "convert_tokenizer",
     "convert_weights",
