@@ -1,9 +1,12 @@
 """M2M100 checkpoints in Hugging Face transformers' format, read into this library's
-`Transformer` and tokenizer (STYLE 20: the foreign names and layouts live here alone): NLLB-200
-(`facebook/nllb-200-*`, transformers' `NllbTokenizer`, read by `nllb_vocab`) and M2M100 with its
-own tokenizer (`facebook/m2m100_418M` and `_1.2B`, `M2M100Tokenizer`, read by `m2m100_vocab`).
-keras-hub's converter protocol: `convert_config`, `convert_weights`, `convert_tokenizer`, run
-by `load_m2m100` (`bart.convert`).
+`Transformer` and tokenizer (STYLE 20: the foreign names and layouts live here alone, and in
+`m2m100_checkpoint`, which reads the directory): NLLB-200 (`facebook/nllb-200-*`,
+transformers' `NllbTokenizer`, read by `nllb_vocab`) and M2M100 with its own tokenizer
+(`facebook/m2m100_418M` and `_1.2B`, `M2M100Tokenizer`, read by `m2m100_vocab`). keras-hub's
+converter protocol: `convert_config`, `convert_weights`, `convert_tokenizer`, run by
+`load_m2m100` (`bart.convert`) on a checkpoint `read_checkpoint` read and checked whole.
+`FAMILY` offers all of it, with the decoding settings and languages, as a
+`family.CheckpointFamily`.
 
 A checkpoint is a directory as `huggingface-cli download facebook/nllb-200-distilled-600M
 --local-dir PATH` leaves it: `config.json` (`model_type: m2m_100`), `generation_config.json`,
@@ -38,7 +41,6 @@ as transformers' `forced_bos_token_id`; both exports take it per request.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -217,6 +219,46 @@ def decoding_settings(checkpoint: Checkpoint):
     )
 
 
+def with_languages(checkpoint: Checkpoint, settings, source_language=None, target_language=None):
+    """`settings` with `source_language` as the source prefix (the code put before every
+    source text without one) and `target_language` as the target prefix (the code every
+    translation starts with), where given; `M2M100Error` names one that is not among the
+    checkpoint's language codes."""
+    codes = checkpoint.vocabulary.language_codes
+    for flag, language in (("target", target_language), ("source", source_language)):
+        if language is not None and language not in codes:
+            raise M2M100Error(
+                f"--{flag}-language={language} is not one of the checkpoint's "
+                f"{len(codes)} language codes ({', '.join(codes[:6])}, ...)"
+            )
+    return settings.replace(target_prefix=target_language, source_prefix=source_language)
+
+
+def import_notes(settings) -> list[str]:
+    """What the import decides, a sentence each, for an importer to print and record: where
+    the source's language code comes from, and the target's (the `DecodingSettings`
+    `settings`' prefixes)."""
+    if settings.source_prefix is None:
+        notes = [
+            "source text starts with its language code, as transformers' src_lang puts it "
+            '("eng_Latn Hello"), or --source-language puts it there'
+        ]
+    else:
+        notes = [
+            f"every source starts with {settings.source_prefix}, unless it starts with a "
+            "language code of its own"
+        ]
+    if settings.target_prefix is None:
+        notes.append(
+            "no target language: neither --target-language nor generation_config.json's "
+            "forced_bos_token_id sets one, so translations start with whatever language code "
+            "the model picks (trainers.evaluate and trainers.export take --target-prefix)"
+        )
+    else:
+        notes.append(f"every translation starts with {settings.target_prefix}")
+    return notes
+
+
 def load_m2m100(path):
     """An NLLB-200/M2M100 checkpoint directory (or the `Checkpoint` that `read_checkpoint`
     made of it) as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its
@@ -236,7 +278,7 @@ def load_m2m100(path):
 
         `source_ids` are the source text's ids, int `[batch, src_len]`.
     """
-    return bart.convert(sys.modules[__name__], path)
+    return bart.convert(FAMILY, path)
 
 
 def convert_weights(model, checkpoint: Checkpoint) -> None:
@@ -257,21 +299,68 @@ def convert_weights(model, checkpoint: Checkpoint) -> None:
     embedding.logits_bias.assign(bias)
 
 
+class M2M100Family:
+    """NLLB-200 and M2M100 checkpoints as a `family.CheckpointFamily`: this module's
+    functions behind the contract that every family of checkpoints implements whole."""
+
+    model_type = MODEL_TYPE
+    title = "NLLB-200"
+
+    def read_checkpoint(self, path) -> Checkpoint:
+        """The directory read and checked whole (`read_checkpoint`); a `Checkpoint`, which
+        only that reader makes, as it is."""
+        return path if isinstance(path, Checkpoint) else read_checkpoint(path)
+
+    def convert_config(self, config: dict, where: str) -> TransformerConfig:
+        return convert_config(config, where)
+
+    def convert_tokenizer(self, checkpoint: Checkpoint):
+        return convert_tokenizer(checkpoint)
+
+    def convert_weights(self, model, checkpoint: Checkpoint) -> None:
+        convert_weights(model, checkpoint)
+
+    def decoding_settings(self, checkpoint: Checkpoint):
+        return decoding_settings(checkpoint)
+
+    def with_languages(self, checkpoint: Checkpoint, settings, source_language, target_language):
+        return with_languages(checkpoint, settings, source_language, target_language)
+
+    def ignored_generation_settings(self, checkpoint: Checkpoint) -> list[str]:
+        """`bart.ignored_generation_settings`, less forced_bos_token_id: the target prefix."""
+        pad = special_ids(checkpoint.config)["pad_token_id"]  # never generated: our <pad>
+        applied = ("forced_bos_token_id",)
+        return bart.ignored_generation_settings(checkpoint.generation, pad, applied)
+
+    def import_notes(self, checkpoint: Checkpoint, settings) -> list[str]:
+        return import_notes(settings)
+
+    def record(self, checkpoint: Checkpoint) -> dict:
+        decoding = decoding_defaults(checkpoint.generation)
+        ignored = self.ignored_generation_settings(checkpoint)
+        return bart.provenance(MODEL_TYPE, checkpoint, decoding, ignored)
+
+
+FAMILY = M2M100Family()
 # The names these had before the converter protocol.
 transformer_config, assign_weights = convert_config, convert_weights
 
 __all__ = [
+    "FAMILY",
     "Checkpoint",
     "M2M100Error",
+    "M2M100Family",
     "SafetensorsWeights",
     "convert_config",
     "convert_tokenizer",
     "convert_weights",
     "decoding_defaults",
     "decoding_settings",
+    "import_notes",
     "load_m2m100",
     "load_vocabularies",
     "read_checkpoint",
     "transformer_config",
     "vocabulary_order",
+    "with_languages",
 ]

@@ -1,8 +1,10 @@
 """OPUS-MT (Marian) checkpoints in Hugging Face transformers' format, read into this
 library's `Transformer` (STYLE 20: the foreign names and layouts live here, in
-`marian_checkpoint`, which reads and checks the directory, and in `marian_vocab`, which reads
-its vocabularies; their names are offered here too). keras-hub's converter protocol:
-`convert_config`, `convert_weights`, `convert_tokenizer`, run by `load_marian` (`bart.convert`).
+`marian_checkpoint`, which reads the directory, in `marian_vocab`, which reads its
+vocabularies, and in `marian_decoding`, which reads its generation settings; their names are
+offered here too). keras-hub's converter protocol: `convert_config`, `convert_weights`,
+`convert_tokenizer`, run by `load_marian` (`bart.convert`) on a checkpoint that
+`check_checkpoint` checked whole. `FAMILY` offers all of it as a `family.CheckpointFamily`.
 
 A checkpoint is a directory as `huggingface-cli download Helsinki-NLP/opus-mt-en-es
 --local-dir PATH` leaves it: `config.json`, `source.spm` and `target.spm` (SentencePiece
@@ -61,6 +63,13 @@ from keras_transformer.pretrained.marian_checkpoint import (  # noqa: F401 (this
     read_json,
     shared_embeddings,
     table_rows,
+)
+from keras_transformer.pretrained.marian_decoding import (  # noqa: F401 (offered here too)
+    LENGTH_PENALTY,
+    decoding_defaults,
+    decoding_settings,
+    import_notes,
+    refuse_languages,
 )
 from keras_transformer.pretrained.marian_vocab import (  # noqa: F401 (this module's before)
     EXTRA_PIECE,
@@ -143,65 +152,6 @@ def _check_position_offset(config: dict, where: str) -> None:
         )
 
 
-def decoding_defaults(generation: dict, where: str = "generation_config.json") -> dict:
-    """`bart.decoding_defaults`: the decoding settings generation_config.json sets (beam_size,
-    length_penalty, max_length), refusing with `MarianError`."""
-    return bart.decoding_defaults(generation, where, MarianError)
-
-
-def import_notes(checkpoint: Checkpoint) -> list[str]:
-    """What the import decides where the checkpoint leaves it open, a sentence each, for an
-    importer to print and record: the decoding defaults of this library that apply where the
-    generation settings are null or absent, generation settings read from config.json, a
-    decoder_vocab_size that transformers does not use, a table row that no piece names."""
-    from keras_transformer.decoding import DecodingSettings
-
-    notes = []
-    config, generation = checkpoint.config, checkpoint.generation
-    source = checkpoint.generation_source
-    if source == "config.json" and generation:
-        settings = ", ".join(f"{key}={value!r}" for key, value in generation.items())
-        notes.append(
-            f"no generation_config.json: config.json's generation settings apply, as "
-            f"transformers reads them ({settings})"
-        )
-    defaults = DecodingSettings()
-    state = {True: "is null", False: "is not set"}
-    if generation.get("num_beams") is None:
-        notes.append(
-            f"{source}: num_beams {state['num_beams' in generation]}; this library's default "
-            f"beam size, {defaults.beam_size}, applies"
-        )
-    if generation.get("max_length") is None:
-        notes.append(
-            f"{source}: max_length {state['max_length' in generation]}; this library's default "
-            f"length limit applies (the source's length + {defaults.max_extra_length} tokens, "
-            "within the model's positions)"
-        )
-    where = "config.json"
-    if shared_embeddings(config, where) and config.get("decoder_vocab_size") is not None:
-        rows = table_rows(config, where)[0]
-        if number(config, "decoder_vocab_size", int, where) != rows:
-            notes.append(
-                f"config.json: decoder_vocab_size={config['decoder_vocab_size']} is not used: "
-                f"with shared embeddings transformers gives every table vocab_size={rows} rows, "
-                "and so does the import"
-            )
-    target = checkpoint.path / "target_vocab.json"
-    sides = [("source", checkpoint.path / "vocab.json"), ("target", target)]
-    if not target.exists():  # one vocabulary, one note
-        sides = [("shared", checkpoint.path / "vocab.json"), ("shared", None)]
-    for (side, file), rows in zip(sides, table_rows(config, where), strict=True):
-        size = len(read_json(file)) if file else rows
-        if rows == size + 1:
-            notes.append(
-                f"{file.name}: the {side} embedding table has a row beyond its {size} ids "
-                f"(id {size}); kept, as transformers keeps it in the softmax, as an id that no "
-                "text gives and that decodes to nothing"
-            )
-    return notes
-
-
 def check_checkpoint(checkpoint: Checkpoint) -> TransformerConfig:
     """Checks a checkpoint whole before anything is built: config.json (`convert_config`),
     the vocabularies against the sizes it gives, and the weights (`bart.check_weights`: every
@@ -272,11 +222,7 @@ def load_marian(path):
 
         `model.fit(...)` fine-tunes it; `kt.export.export_saved_model` serves it.
     """
-    import sys
-
-    checkpoint = path if isinstance(path, Checkpoint) else read_checkpoint(path)
-    check_checkpoint(checkpoint)
-    return bart.convert(sys.modules[__name__], checkpoint)
+    return bart.convert(FAMILY, FAMILY.read_checkpoint(path))
 
 
 def convert_weights(model, checkpoint: Checkpoint) -> None:
@@ -325,17 +271,66 @@ def _check_positions(config: TransformerConfig, weights, path: Path) -> list[str
     return checked
 
 
+class MarianFamily:
+    """OPUS-MT (Marian) checkpoints as a `family.CheckpointFamily`: this module's functions
+    behind the contract that every family of checkpoints implements whole."""
+
+    model_type = MODEL_TYPE
+    title = "OPUS-MT"
+
+    def read_checkpoint(self, path) -> Checkpoint:
+        """The directory (or a `Checkpoint` that `read_checkpoint` read) checked whole:
+        `check_checkpoint`."""
+        checkpoint = path if isinstance(path, Checkpoint) else read_checkpoint(path)
+        check_checkpoint(checkpoint)
+        return checkpoint
+
+    def convert_config(self, config: dict, where: str) -> TransformerConfig:
+        return convert_config(config, where)
+
+    def convert_tokenizer(self, checkpoint: Checkpoint):
+        return convert_tokenizer(checkpoint)
+
+    def convert_weights(self, model, checkpoint: Checkpoint) -> None:
+        convert_weights(model, checkpoint)
+
+    def decoding_settings(self, checkpoint: Checkpoint):
+        return decoding_settings(checkpoint)
+
+    def with_languages(self, checkpoint: Checkpoint, settings, source_language, target_language):
+        """`settings` as they are: `refuse_languages` refuses any language asked for."""
+        refuse_languages(checkpoint, source_language, target_language)
+        return settings
+
+    def ignored_generation_settings(self, checkpoint: Checkpoint) -> list[str]:
+        pad = checkpoint.config.get("pad_token_id")  # never generated: our <pad> row
+        return ignored_generation_settings(checkpoint.generation, pad)
+
+    def import_notes(self, checkpoint: Checkpoint, settings) -> list[str]:
+        return import_notes(checkpoint)
+
+    def record(self, checkpoint: Checkpoint) -> dict:
+        decoding = decoding_defaults(checkpoint.generation, checkpoint.generation_source)
+        ignored = self.ignored_generation_settings(checkpoint)
+        return bart.provenance(MODEL_TYPE, checkpoint, decoding, ignored)
+
+
+FAMILY = MarianFamily()
 transformer_config = convert_config  # the names these had before the converter protocol
 
 
 __all__ = [
+    "FAMILY",
+    "LENGTH_PENALTY",
     "Checkpoint",
     "MarianError",
+    "MarianFamily",
     "check_checkpoint",
     "convert_config",
     "convert_tokenizer",
     "convert_weights",
     "decoding_defaults",
+    "decoding_settings",
     "ignored_generation_settings",
     "import_notes",
     "load_marian",
@@ -343,6 +338,7 @@ __all__ = [
     "pieces",
     "read_checkpoint",
     "read_json",
+    "refuse_languages",
     "shared_embeddings",
     "table_rows",
     "transformer_config",
