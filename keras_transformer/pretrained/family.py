@@ -161,7 +161,7 @@ def import_checkpoint(
         CheckpointError: the family's own (`MarianError`, `M2M100Error`), naming the file and
             the key of what is missing, unsupported or inconsistent.
 
-    Example:
+    Examples:
         Skipped by the doctests: it needs an NLLB-200 checkpoint downloaded beforehand (the
         Hugging Face model directory of `facebook/nllb-200-distilled-600M`, here).
 
