@@ -79,7 +79,6 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 from trainers import errors, flags, startup_logs
 from trainers.errors import ConfigError
@@ -149,17 +148,6 @@ def main(argv=None, prog: str | None = None) -> int:
     return errors.EXIT_OK
 
 
-class Imported(NamedTuple):
-    """A checkpoint read, checked and converted: what the model directory is written from."""
-
-    model: object  # keras_transformer.Transformer
-    vocabularies: object  # keras_transformer.text.Vocabularies
-    decoding: object  # keras_transformer.decoding.DecodingSettings
-    files: list  # the checkpoint's files that were read
-    record: dict  # pretrained.json's facts about the format and generation_config.json
-    notes: list  # what the import decided, printed and recorded
-
-
 def import_pretrained(
     path,
     model_dir,
@@ -191,11 +179,18 @@ def import_pretrained(
     else:
         source = str(Path(path).resolve())
     try:
-        kind = pretrained.model_type(path)
-    except ValueError as error:
+        with startup_logs.native_logs():
+            imported = pretrained.import_checkpoint(
+                Path(path), source_language=source_language, target_language=target_language
+            )
+    except pretrained.CheckpointError as error:
         raise ConfigError(str(error)) from None
-    read = _marian if kind == "marian" else _m2m100
-    imported = read(Path(path), target_language, source_language)
+    if imported.ignored:
+        print(
+            "note: generation_config.json sets what this library's decoding does not apply: "
+            f"{', '.join(imported.ignored)}",
+            file=sys.stderr,
+        )
     for note in imported.notes:
         print(f"note: {note}", file=sys.stderr)
     config = imported.model.config
@@ -246,99 +241,6 @@ def _from_hub(uri: str) -> tuple[Path, str]:
 def import_marian(path, model_dir, **kwargs) -> Path:
     """`import_pretrained`, under the name it had when it imported Marian models only."""
     return import_pretrained(path, model_dir, **kwargs)
-
-
-def _marian(path: Path, target_language: str | None, source_language: str | None) -> Imported:
-    """An OPUS-MT checkpoint read and converted, with what its generation_config.json sets."""
-    from keras_transformer.decoding import DecodingSettings
-    from keras_transformer.pretrained import marian
-
-    for flag, language in (("target", target_language), ("source", source_language)):
-        if language is not None:
-            raise ConfigError(
-                f"--{flag}-language={language}: {path} is a Marian model, which takes no "
-                "language code (a multilingual one reads a >>xxx<< token at the start of the "
-                "source text: trainers.evaluate and trainers.export put it there with "
-                "--source-prefix '>>spa<<')"
-            )
-    try:
-        checkpoint = marian.read_checkpoint(path)
-        decoding = marian.decoding_defaults(checkpoint.generation, checkpoint.generation_source)
-        with startup_logs.native_logs():
-            model, vocabularies = marian.load_marian(checkpoint)
-    except marian.MarianError as error:
-        raise ConfigError(str(error)) from None
-    ignored = marian.ignored_generation_settings(
-        checkpoint.generation, checkpoint.config.get("pad_token_id")
-    )
-    if ignored:
-        print(
-            "note: generation_config.json sets what this library's decoding does not apply: "
-            f"{', '.join(ignored)}",
-            file=sys.stderr,
-        )
-    # generation_config.json's beam, and transformers' length penalty exponent (1.0 unless it
-    # sets one; transformers divides by |Y| ** alpha, we by ((5 + |Y|) / 6) ** alpha).
-    settings = DecodingSettings(
-        beam_size=decoding.get("beam_size", 4),
-        length_penalty=decoding.get("length_penalty", 1.0),
-    )
-    record = {
-        "format": "marian (Hugging Face transformers)",
-        "name_or_path": checkpoint.config.get("_name_or_path"),
-        "transformers_version": checkpoint.config.get("transformers_version"),
-        "decoding": decoding,
-        "ignored_generation_settings": ignored,
-    }
-    notes = marian.import_notes(checkpoint)
-    return Imported(model, vocabularies, settings, checkpoint.files, record, notes)
-
-
-def _m2m100(path: Path, target_language: str | None, source_language: str | None) -> Imported:
-    """An NLLB-200 (M2M100) checkpoint read and converted, with its languages."""
-    from keras_transformer.pretrained import m2m100
-
-    try:
-        checkpoint = m2m100.read_checkpoint(path)
-        settings = m2m100.decoding_settings(checkpoint)
-        codes = checkpoint.vocabulary.language_codes
-        for flag, language in (("target", target_language), ("source", source_language)):
-            if language is not None and language not in codes:
-                raise m2m100.M2M100Error(
-                    f"--{flag}-language={language} is not one of the checkpoint's "
-                    f"{len(codes)} language codes ({', '.join(codes[:6])}, ...)"
-                )
-        settings = settings.replace(target_prefix=target_language, source_prefix=source_language)
-        with startup_logs.native_logs():
-            model, vocabularies = m2m100.load_m2m100(checkpoint)
-    except m2m100.M2M100Error as error:
-        raise ConfigError(str(error)) from None
-    if settings.source_prefix is None:
-        notes = [
-            "source text starts with its language code, as transformers' src_lang puts it "
-            '("eng_Latn Hello"), or --source-language puts it there'
-        ]
-    else:
-        notes = [
-            f"every source starts with {settings.source_prefix}, unless it starts with a "
-            "language code of its own"
-        ]
-    if settings.target_prefix is None:
-        notes.append(
-            "no target language: neither --target-language nor generation_config.json's "
-            "forced_bos_token_id sets one, so translations start with whatever language code "
-            "the model picks (trainers.evaluate and trainers.export take --target-prefix)"
-        )
-    else:
-        notes.append(f"every translation starts with {settings.target_prefix}")
-    record = {
-        "format": "m2m_100 (Hugging Face transformers)",
-        "name_or_path": checkpoint.config.get("_name_or_path"),
-        "transformers_version": checkpoint.config.get("transformers_version"),
-        "decoding": m2m100.decoding_defaults(checkpoint.generation),
-    }
-    files = sorted(p for p in checkpoint.path.iterdir() if p.is_file())
-    return Imported(model, vocabularies, settings, files, record, notes)
 
 
 def _experiment(

@@ -16,15 +16,11 @@ from keras_transformer import _workarounds as workarounds
 from keras_transformer.decoding.settings import DecodingSettings
 
 PRESET = "preset"
-MARIAN = "marian"
-M2M100 = "m2m_100"
+CHECKPOINT = "checkpoint"  # a Hugging Face checkpoint of a family kt.pretrained converts
 MODEL_DIRECTORY = "model directory"
 MODEL_FILE = "model.keras"  # a model directory's trained model (trainers.run_dir's MODEL)
 EXPERIMENT = "experiment.yaml"
 VOCABULARY = "vocab"
-# What generation_config.json does not set, transformers' Marian decodes with: 4 beams (our
-# default) and a length penalty exponent of 1.0.
-MARIAN_LENGTH_PENALTY = 1.0
 # What `from_preset` takes beside `load_weights`: `decoding` whatever the preset, `model_file`
 # for a model directory, and for a keras-hub preset what keras-hub's loader takes: its
 # `dtype` (the backbone's) and the task's own constructor arguments.
@@ -34,8 +30,8 @@ KERAS_HUB_KEYWORDS = ("dtype", "preprocessor", "sampling", "compile", "name", "t
 
 def kind(preset, model_file: str | None = None) -> str:
     """What `preset` is: `PRESET` (a keras-hub preset, or a handle keras-hub resolves),
-    `MARIAN`, `M2M100` or `MODEL_DIRECTORY`. Raises ValueError naming the path or file
-    otherwise."""
+    `CHECKPOINT` (a Hugging Face checkpoint of a `model_type` that `kt.pretrained.FAMILIES`
+    converts) or `MODEL_DIRECTORY`. Raises ValueError naming the path or file otherwise."""
     if isinstance(preset, str) and "://" in preset:
         return PRESET  # kaggle://, hf://...: keras-hub's loaders
     path = Path(preset)
@@ -55,15 +51,9 @@ def kind(preset, model_file: str | None = None) -> str:
             raise ValueError(f"{config_path}: expected a JSON object")
         if "registered_name" in config:
             return PRESET
-        if config.get("model_type") == "marian":
-            return MARIAN
-        if config.get("model_type") == "m2m_100":
-            return M2M100
         if "model_type" in config:
-            raise ValueError(
-                f"{config_path}: model_type={config['model_type']!r} is not one this library "
-                "converts (it converts 'marian': OPUS-MT, and 'm2m_100': NLLB-200)"
-            )
+            _check_converted(config_path, config["model_type"])
+            return CHECKPOINT
     if (path / MODEL_FILE).exists() or (path / EXPERIMENT).exists():
         return MODEL_DIRECTORY
     raise ValueError(
@@ -91,10 +81,11 @@ def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_fi
                 f"{preset} is a {found}: from_preset takes no {sorted(kwargs)} for it "
                 "(only decoding= and, for a model directory, model_file=)"
             )
-        if found == MARIAN:
-            model, vocabularies, stored = _marian(preset)
-        elif found == M2M100:
-            model, vocabularies, stored = _m2m100(preset)
+        if found == CHECKPOINT:
+            from keras_transformer.pretrained import import_checkpoint
+
+            imported = import_checkpoint(preset)
+            model, vocabularies, stored = imported.model, imported.vocabularies, imported.decoding
         else:
             model, vocabularies, stored = _model_directory(Path(preset), model_file or MODEL_FILE)
         task = task_from_transformer(cls, model, vocabularies, stored, share_weights=True)
@@ -185,6 +176,19 @@ def _from_hub(preset: str, model_file: str | None):
     return preset
 
 
+def _check_converted(config_path: Path, model_type) -> None:
+    """Refuses a config.json whose `model_type` no family of `kt.pretrained.FAMILIES`
+    converts, naming the ones that do."""
+    from keras_transformer.pretrained import FAMILIES
+
+    if model_type not in FAMILIES:
+        converted = ", and ".join(f"{name!r}: {f.title}" for name, f in FAMILIES.items())
+        raise ValueError(
+            f"{config_path}: model_type={model_type!r} is not one this library converts (it "
+            f"converts {converted})"
+        )
+
+
 def _check_backbone(preset, cls) -> None:
     """Refuses a local preset of another backbone, naming its config.json."""
     config_path = Path(preset) / "config.json"
@@ -197,30 +201,6 @@ def _check_backbone(preset, cls) -> None:
             f"{config_path}: a preset of {registered}, not of "
             f"{cls.backbone_cls.__name__}; load it with keras-hub's own task for that model"
         )
-
-
-def _marian(path):
-    from keras_transformer.pretrained import marian
-
-    checkpoint = marian.read_checkpoint(path)
-    defaults = marian.decoding_defaults(checkpoint.generation, checkpoint.generation_source)
-    model, vocabularies = marian.load_marian(checkpoint)
-    decoding = DecodingSettings(
-        beam_size=defaults.get("beam_size", DecodingSettings.beam_size),
-        length_penalty=defaults.get("length_penalty", MARIAN_LENGTH_PENALTY),
-    )
-    return model, vocabularies, decoding
-
-
-def _m2m100(path):
-    """An NLLB-200 checkpoint's model, vocabulary and decoding settings: its
-    generation_config.json's, with transformers' defaults (greedy search, length penalty 1)
-    where it sets none, and its forced target language, if any, as the target prefix."""
-    from keras_transformer.pretrained import m2m100
-
-    checkpoint = m2m100.read_checkpoint(path)
-    model, vocabularies = m2m100.load_m2m100(checkpoint)
-    return model, vocabularies, m2m100.decoding_settings(checkpoint)
 
 
 def _model_directory(path: Path, model_file: str):
@@ -248,4 +228,4 @@ def _model_directory(path: Path, model_file: str):
     return model, Vocabularies.load(path / VOCABULARY), decoding
 
 
-__all__ = ["M2M100", "MARIAN", "MODEL_DIRECTORY", "PRESET", "check_keywords", "kind"]
+__all__ = ["CHECKPOINT", "MODEL_DIRECTORY", "PRESET", "check_keywords", "kind"]

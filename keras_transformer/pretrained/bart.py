@@ -33,6 +33,7 @@ from keras_transformer.pretrained.bart_checkpoint import (  # noqa: F401 (this m
     SAFETENSORS,
     SAFETENSORS_INDEX,
     Checkpoint,
+    CheckpointError,
     SafetensorsWeights,
     number,
     read_config,
@@ -268,13 +269,18 @@ def decoding_defaults(generation: dict, where: str, error) -> dict:
     return defaults
 
 
-def ignored_generation_settings(generation: dict, target_pad: int | None = None) -> list[str]:
+def ignored_generation_settings(
+    generation: dict, target_pad: int | None = None, applied: tuple = ()
+) -> list[str]:
     """The settings of generation_config.json that this library's decoding does not apply,
-    as "key=value": those of `NEUTRAL_GENERATION` at other values, and `bad_words_ids` beyond
-    the pad id `target_pad` (which the imports never generate, as their output bias has it)."""
+    as "key=value": those of `NEUTRAL_GENERATION` at other values (but the keys `applied`,
+    which a family turns into decoding settings), and `bad_words_ids` beyond the pad id
+    `target_pad` (which the imports never generate)."""
     ignored = []
     for key, neutral in NEUTRAL_GENERATION.items():
         value = generation.get(key)
+        if key in applied:
+            continue
         if value is not None and value != neutral and value not in ([], {}):
             ignored.append(f"{key}={value!r}")
     bad = generation.get("bad_words_ids")
@@ -283,9 +289,24 @@ def ignored_generation_settings(generation: dict, target_pad: int | None = None)
     return ignored
 
 
+def provenance(model_type: str, checkpoint: Checkpoint, decoding: dict, ignored: list) -> dict:
+    """What the record of an import says of a checkpoint of `model_type`: its format, the
+    name and transformers version config.json gives, the generation settings it sets in this
+    library's terms (`decoding`, a family's `decoding_defaults`) and those that this library's
+    decoding does not apply (`ignored`, `ignored_generation_settings`)."""
+    return {
+        "format": f"{model_type} (Hugging Face transformers)",
+        "name_or_path": checkpoint.config.get("_name_or_path"),
+        "transformers_version": checkpoint.config.get("transformers_version"),
+        "decoding": decoding,
+        "ignored_generation_settings": ignored,
+    }
+
+
 def convert(family, path):
     """keras-hub's protocol run on a checkpoint directory (or the `Checkpoint` that
-    `family.read_checkpoint` made of it): `(model, vocabularies)`, a
+    `family.read_checkpoint` read and checked; `family` is a `family.CheckpointFamily`):
+    `(model, vocabularies)`, a
     `keras_transformer.Transformer` built from `family.convert_config` with every weight set by
     `family.convert_weights`, and `family.convert_tokenizer`'s tokenizers. Everything is read
     and checked before the model is built."""
@@ -312,6 +333,7 @@ __all__ = [
     "decoding_defaults",
     "ignored_generation_settings",
     "number",
+    "provenance",
     "read_config",
     "read_generation",
     "read_json",

@@ -3,12 +3,14 @@ torch (STYLE 20): config.json (`read_config`, its values checked by `number`) an
 generation_config.json (`read_generation`), each read by `read_json`; the weights
 (`read_weights`): model.safetensors, the shards that model.safetensors.index.json lists (read by
 `SafetensorsWeights`, a weight when asked) or tf_model.h5, in transformers' PyTorch names and
-layouts; and `Checkpoint`, which holds what was read.
+layouts; `Checkpoint`, which holds what was read; and `CheckpointError`, the ValueError that
+every family's own error subclasses.
 
 `bart` converts what this module reads (the sizes, the weight-name map, the decoding defaults);
 a family module (`marian_checkpoint`, `m2m100`) reads its directory with these readers. Every
-reader takes `error`, the family's ValueError subclass (`MarianError`, `M2M100Error`), so a
-message names the file and the key whichever family reads it.
+reader takes `error`, the family's subclass of `CheckpointError` (`MarianError`, `M2M100Error`),
+so a message names the file and the key whichever family reads it, and a program catches them
+all as one.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ GENERATION_KEYS = (
     "bad_words_ids",
     *NEUTRAL_GENERATION,
 )
+
+
+class CheckpointError(ValueError):
+    """A directory that is not an importable checkpoint; the message names the file and the
+    key. Each family refuses with its own subclass (`MarianError`, `M2M100Error`)."""
 
 
 def number(
@@ -150,6 +157,12 @@ class Checkpoint:
         if (self.path / "generation_config.json").exists():
             return "generation_config.json"
         return "config.json"
+
+    @property
+    def files(self) -> list[Path]:
+        """The files of the directory, which a record of the import hashes (a family whose
+        reader reads fewer names those alone)."""
+        return sorted(p for p in self.path.iterdir() if p.is_file())
 
 
 def read_weights(path: Path, error, *, h5: bool = False, hint: str = "") -> tuple[Mapping, Path]:
@@ -274,6 +287,7 @@ __all__ = [
     "SAFETENSORS",
     "SAFETENSORS_INDEX",
     "Checkpoint",
+    "CheckpointError",
     "SafetensorsWeights",
     "number",
     "read_config",

@@ -1,9 +1,12 @@
 """M2M100 checkpoints in Hugging Face transformers' format, read into this library's
-`Transformer` and tokenizer (STYLE 20: the foreign names and layouts live here alone): NLLB-200
-(`facebook/nllb-200-*`, transformers' `NllbTokenizer`, read by `nllb_vocab`) and M2M100 with its
-own tokenizer (`facebook/m2m100_418M` and `_1.2B`, `M2M100Tokenizer`, read by `m2m100_vocab`).
-keras-hub's converter protocol: `convert_config`, `convert_weights`, `convert_tokenizer`, run
-by `load_m2m100` (`bart.convert`).
+`Transformer` and tokenizer (STYLE 20: the foreign names and layouts live here alone, and in
+`m2m100_checkpoint`, which reads the directory): NLLB-200 (`facebook/nllb-200-*`,
+transformers' `NllbTokenizer`, read by `nllb_vocab`) and M2M100 with its own tokenizer
+(`facebook/m2m100_418M` and `_1.2B`, `M2M100Tokenizer`, read by `m2m100_vocab`). keras-hub's
+converter protocol: `convert_config`, `convert_weights`, `convert_tokenizer`, run by
+`load_m2m100` (`bart.convert`) on a checkpoint `read_checkpoint` read and checked whole.
+`FAMILY` offers all of it, with the decoding settings and languages, as a
+`family.CheckpointFamily`.
 
 A checkpoint is a directory as `huggingface-cli download facebook/nllb-200-distilled-600M
 --local-dir PATH` leaves it: `config.json` (`model_type: m2m_100`), `generation_config.json`,
@@ -38,17 +41,29 @@ as transformers' `forced_bos_token_id`; both exports take it per request.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.pretrained import bart, bart_checkpoint, m2m100_vocab, nllb_vocab
+from keras_transformer.pretrained import bart, bart_checkpoint
 from keras_transformer.pretrained.bart import EXCLUDED
 from keras_transformer.pretrained.bart_checkpoint import SafetensorsWeights  # noqa: F401
+from keras_transformer.pretrained.m2m100_checkpoint import (  # noqa: F401 (this module's before)
+    DEFAULTS,
+    MODEL_TYPE,
+    TOKENIZER_CLASSES,
+    TOKENIZERS,
+    WEIGHTS,
+    WEIGHTS_INDEX,
+    Checkpoint,
+    M2M100Error,
+    number,
+    read_json,
+    read_vocabulary,
+    special_ids,
+    vocabulary_order,
+)
 from keras_transformer.pretrained.nllb_vocab import (  # noqa: F401 (this module's before)
     FAIRSEQ_OFFSET,
     FAIRSEQ_SPECIALS,
@@ -58,37 +73,8 @@ from keras_transformer.pretrained.nllb_vocab import (  # noqa: F401 (this module
 from keras_transformer.text import BOS_ID
 from keras_transformer.tokenizers.pieces import SPECIAL_PIECES
 
-MODEL_TYPE = "m2m_100"
-WEIGHTS = bart_checkpoint.SAFETENSORS
-WEIGHTS_INDEX = bart_checkpoint.SAFETENSORS_INDEX
-# Each tokenizer class of transformers -> the module that reads its files into a `Vocabulary`.
-TOKENIZERS = {
-    **dict.fromkeys(nllb_vocab.TOKENIZER_CLASSES, nllb_vocab),
-    **dict.fromkeys(m2m100_vocab.TOKENIZER_CLASSES, m2m100_vocab),
-}
-TOKENIZER_CLASSES = tuple(TOKENIZERS)
 # Config values our model computes as transformers' M2M100 does; any other value is refused.
 _EXPECTED = {"model_type": MODEL_TYPE, "scale_embedding": True, "tie_word_embeddings": True}
-# transformers' `M2M100Config` defaults: what a key config.json leaves out means there.
-_DEFAULTS = {
-    "vocab_size": 128112,
-    "max_position_embeddings": 1024,
-    "encoder_layers": 12,
-    "encoder_ffn_dim": 4096,
-    "encoder_attention_heads": 16,
-    "decoder_layers": 12,
-    "decoder_ffn_dim": 4096,
-    "decoder_attention_heads": 16,
-    "activation_function": "relu",
-    "d_model": 1024,
-    "dropout": 0.1,
-    "attention_dropout": 0.1,
-    "activation_dropout": 0.0,
-    "pad_token_id": 1,
-    "eos_token_id": 2,
-    "decoder_start_token_id": 2,
-}
-_SPECIAL_KEYS = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
 # Copies of the shared table that transformers ties to it (some checkpoints store them).
 _TIED_COPIES = (
     "model.encoder.embed_tokens.weight",
@@ -99,45 +85,16 @@ _TIED_COPIES = (
 ROWS_AT_ONCE = bart.ROWS_AT_ONCE
 
 
-class M2M100Error(ValueError):
-    """A directory that is not an importable NLLB/M2M100 checkpoint; the message says why."""
-
-
-# The checks of config.json's values.
-number = functools.partial(bart_checkpoint.number, error=M2M100Error)
-
-
-def read_json(path: Path) -> dict:
-    """`bart_checkpoint.read_json`, refusing with `M2M100Error`."""
-    return bart_checkpoint.read_json(path, M2M100Error, unique_keys=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpoint(bart_checkpoint.Checkpoint):
-    """An M2M100 checkpoint directory, read and checked before anything is built
-    (`bart_checkpoint.Checkpoint`, and `vocabulary`: its tokens, a `Vocabulary`)."""
-
-    vocabulary: Vocabulary
-
-
-def special_ids(config: dict, where: str = "config.json") -> dict:
-    """The checkpoint's pad, eos and decoder start ids (config.json, or M2M100Config's)."""
-    ids = {key: number(config, key, int, where, _DEFAULTS[key]) for key in _SPECIAL_KEYS}
-    if ids["pad_token_id"] == ids["eos_token_id"]:
-        raise M2M100Error(f"{where}: pad_token_id and eos_token_id are both {ids['pad_token_id']}")
-    return ids
-
-
 def convert_config(config: dict, where: str = "config.json") -> TransformerConfig:
     """The `TransformerConfig` of an M2M100 config.json (the vocabulary in our ids: one more
     row than the checkpoint's, our decoder start's). A key it leaves out takes transformers'
     `M2M100Config` default."""
 
     def get(key, kind=int):
-        return number(config, key, kind, where, _DEFAULTS[key])
+        return number(config, key, kind, where, DEFAULTS[key])
 
     activation = bart.check_config(
-        config, get, _EXPECTED, _DEFAULTS["activation_function"], where, M2M100Error
+        config, get, _EXPECTED, DEFAULTS["activation_function"], where, M2M100Error
     )
     pad = special_ids(config, where)["pad_token_id"]
     try:
@@ -177,42 +134,6 @@ def read_checkpoint(path) -> Checkpoint:
     positions = [name for name in weights if name.endswith("embed_positions.weights")]
     bart.check_weights(weights, shapes, tied, weights_file, model_config, M2M100Error, positions)
     return Checkpoint(path, config, generation, weights, weights_file, vocabulary)
-
-
-def read_vocabulary(path: Path, config: dict) -> Vocabulary:
-    """The tokens of the checkpoint's rows, read by the module of its tokenizer class
-    (tokenizer_config.json's or config.json's `tokenizer_class`; without one, M2M100's when
-    the directory has vocab.json and no tokenizer.json, else NLLB's)."""
-    path = Path(path)
-    tokenizer_config = {}
-    if (path / "tokenizer_config.json").exists():
-        tokenizer_config = read_json(path / "tokenizer_config.json")
-    tokenizer_class = tokenizer_config.get("tokenizer_class", config.get("tokenizer_class"))
-    if tokenizer_class is None:
-        m2m100 = (path / "vocab.json").exists() and not (path / "tokenizer.json").exists()
-        tokenizer_class = "M2M100Tokenizer" if m2m100 else "NllbTokenizer"
-    if tokenizer_class not in TOKENIZERS:
-        raise M2M100Error(
-            f"{path}: tokenizer_class={tokenizer_class!r} is not supported; the importer reads "
-            f"NLLB-200's and M2M100's tokenizers ({', '.join(TOKENIZER_CLASSES)})"
-        )
-    rows = number(config, "vocab_size", int, "config.json", _DEFAULTS["vocab_size"])
-    return TOKENIZERS[tokenizer_class].read_vocabulary(path, tokenizer_config, rows, M2M100Error)
-
-
-def vocabulary_order(config: dict, rows: int, where: str = "config.json") -> list[int]:
-    """`order[i]` is the checkpoint id of our id i: pad, unk, the decoder start (bos), eos,
-    then the other rows in the checkpoint's order (the decoder start's row twice)."""
-    ids = special_ids(config, where)
-    pad, eos, start = ids["pad_token_id"], ids["eos_token_id"], ids["decoder_start_token_id"]
-    unk = FAIRSEQ_SPECIALS.index("<unk>")
-    for key, value in (("pad_token_id", pad), ("eos_token_id", eos)):
-        if value == unk:
-            raise M2M100Error(f"{where}: {key}={value} is <unk>'s id")
-    for key, value in zip(_SPECIAL_KEYS, (pad, eos, start), strict=True):
-        if not 0 <= value < rows:
-            raise M2M100Error(f"{where}: {key}={value} is outside the {rows} rows")
-    return [pad, unk, start, eos] + [i for i in range(rows) if i not in (pad, unk, eos)]
 
 
 def tokenizer(vocabulary: Vocabulary, order: list[int]):
@@ -298,6 +219,46 @@ def decoding_settings(checkpoint: Checkpoint):
     )
 
 
+def with_languages(checkpoint: Checkpoint, settings, source_language=None, target_language=None):
+    """`settings` with `source_language` as the source prefix (the code put before every
+    source text without one) and `target_language` as the target prefix (the code every
+    translation starts with), where given; `M2M100Error` names one that is not among the
+    checkpoint's language codes."""
+    codes = checkpoint.vocabulary.language_codes
+    for flag, language in (("target", target_language), ("source", source_language)):
+        if language is not None and language not in codes:
+            raise M2M100Error(
+                f"--{flag}-language={language} is not one of the checkpoint's "
+                f"{len(codes)} language codes ({', '.join(codes[:6])}, ...)"
+            )
+    return settings.replace(target_prefix=target_language, source_prefix=source_language)
+
+
+def import_notes(settings) -> list[str]:
+    """What the import decides, a sentence each, for an importer to print and record: where
+    the source's language code comes from, and the target's (the `DecodingSettings`
+    `settings`' prefixes)."""
+    if settings.source_prefix is None:
+        notes = [
+            "source text starts with its language code, as transformers' src_lang puts it "
+            '("eng_Latn Hello"), or --source-language puts it there'
+        ]
+    else:
+        notes = [
+            f"every source starts with {settings.source_prefix}, unless it starts with a "
+            "language code of its own"
+        ]
+    if settings.target_prefix is None:
+        notes.append(
+            "no target language: neither --target-language nor generation_config.json's "
+            "forced_bos_token_id sets one, so translations start with whatever language code "
+            "the model picks (trainers.evaluate and trainers.export take --target-prefix)"
+        )
+    else:
+        notes.append(f"every translation starts with {settings.target_prefix}")
+    return notes
+
+
 def load_m2m100(path):
     """An NLLB-200/M2M100 checkpoint directory (or the `Checkpoint` that `read_checkpoint`
     made of it) as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its
@@ -317,7 +278,7 @@ def load_m2m100(path):
 
         `source_ids` are the source text's ids, int `[batch, src_len]`.
     """
-    return bart.convert(sys.modules[__name__], path)
+    return bart.convert(FAMILY, path)
 
 
 def convert_weights(model, checkpoint: Checkpoint) -> None:
@@ -338,21 +299,68 @@ def convert_weights(model, checkpoint: Checkpoint) -> None:
     embedding.logits_bias.assign(bias)
 
 
+class M2M100Family:
+    """NLLB-200 and M2M100 checkpoints as a `family.CheckpointFamily`: this module's
+    functions behind the contract that every family of checkpoints implements whole."""
+
+    model_type = MODEL_TYPE
+    title = "NLLB-200"
+
+    def read_checkpoint(self, path) -> Checkpoint:
+        """The directory read and checked whole (`read_checkpoint`); a `Checkpoint`, which
+        only that reader makes, as it is."""
+        return path if isinstance(path, Checkpoint) else read_checkpoint(path)
+
+    def convert_config(self, config: dict, where: str) -> TransformerConfig:
+        return convert_config(config, where)
+
+    def convert_tokenizer(self, checkpoint: Checkpoint):
+        return convert_tokenizer(checkpoint)
+
+    def convert_weights(self, model, checkpoint: Checkpoint) -> None:
+        convert_weights(model, checkpoint)
+
+    def decoding_settings(self, checkpoint: Checkpoint):
+        return decoding_settings(checkpoint)
+
+    def with_languages(self, checkpoint: Checkpoint, settings, source_language, target_language):
+        return with_languages(checkpoint, settings, source_language, target_language)
+
+    def ignored_generation_settings(self, checkpoint: Checkpoint) -> list[str]:
+        """`bart.ignored_generation_settings`, less forced_bos_token_id: the target prefix."""
+        pad = special_ids(checkpoint.config)["pad_token_id"]  # never generated: our <pad>
+        applied = ("forced_bos_token_id",)
+        return bart.ignored_generation_settings(checkpoint.generation, pad, applied)
+
+    def import_notes(self, checkpoint: Checkpoint, settings) -> list[str]:
+        return import_notes(settings)
+
+    def record(self, checkpoint: Checkpoint) -> dict:
+        decoding = decoding_defaults(checkpoint.generation)
+        ignored = self.ignored_generation_settings(checkpoint)
+        return bart.provenance(MODEL_TYPE, checkpoint, decoding, ignored)
+
+
+FAMILY = M2M100Family()
 # The names these had before the converter protocol.
 transformer_config, assign_weights = convert_config, convert_weights
 
 __all__ = [
+    "FAMILY",
     "Checkpoint",
     "M2M100Error",
+    "M2M100Family",
     "SafetensorsWeights",
     "convert_config",
     "convert_tokenizer",
     "convert_weights",
     "decoding_defaults",
     "decoding_settings",
+    "import_notes",
     "load_m2m100",
     "load_vocabularies",
     "read_checkpoint",
     "transformer_config",
     "vocabulary_order",
+    "with_languages",
 ]

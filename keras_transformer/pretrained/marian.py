@@ -1,8 +1,10 @@
 """OPUS-MT (Marian) checkpoints in Hugging Face transformers' format, read into this
 library's `Transformer` (STYLE 20: the foreign names and layouts live here, in
-`marian_checkpoint`, which reads and checks the directory, and in `marian_vocab`, which reads
-its vocabularies; their names are offered here too). keras-hub's converter protocol:
-`convert_config`, `convert_weights`, `convert_tokenizer`, run by `load_marian` (`bart.convert`).
+`marian_checkpoint`, which reads the directory, in `marian_vocab`, which reads its
+vocabularies, and in `marian_decoding`, which reads its generation settings; their names are
+offered here too). keras-hub's converter protocol: `convert_config`, `convert_weights`,
+`convert_tokenizer`, run by `load_marian` (`bart.convert`) on a checkpoint that
+`check_checkpoint` checked whole. `FAMILY` offers all of it as a `family.CheckpointFamily`.
 
 A checkpoint is a directory as `huggingface-cli download Helsinki-NLP/opus-mt-en-es
 --local-dir PATH` leaves it: `config.json`, `source.spm` and `target.spm` (SentencePiece
@@ -61,6 +63,13 @@ from keras_transformer.pretrained.marian_checkpoint import (  # noqa: F401 (this
     read_json,
     shared_embeddings,
     table_rows,
+)
+from keras_transformer.pretrained.marian_decoding import (  # noqa: F401 (offered here too)
+    LENGTH_PENALTY,
+    decoding_defaults,
+    decoding_settings,
+    import_notes,
+    refuse_languages,
 )
 from keras_transformer.pretrained.marian_vocab import (  # noqa: F401 (this module's before)
     EXTRA_PIECE,
@@ -143,84 +152,66 @@ def _check_position_offset(config: dict, where: str) -> None:
         )
 
 
-def decoding_defaults(generation: dict, where: str = "generation_config.json") -> dict:
-    """`bart.decoding_defaults`: the decoding settings generation_config.json sets (beam_size,
-    length_penalty, max_length), refusing with `MarianError`."""
-    return bart.decoding_defaults(generation, where, MarianError)
+def check_checkpoint(checkpoint: Checkpoint) -> TransformerConfig:
+    """Checks a checkpoint whole before anything is built: config.json (`convert_config`),
+    the vocabularies against the sizes it gives, and the weights (`bart.check_weights`: every
+    one the model takes, of its shape, a tied copy equal to its table, a stored position table
+    the sinusoid ours computes). `MarianError` names the first problem. Returns the model's
+    `TransformerConfig`."""
+    config = convert_config(checkpoint.config, str(checkpoint.path / "config.json"))
+    orders = [order for _, order in _orders(checkpoint.path)]
+    _check_sizes(checkpoint, config, orders)
+    tables, tied = _tables(config, orders)
+    shapes = {entry.name: entry.shape for entry in bart.weight_map(config)}
+    shapes.update({name: (len(order) - 1, config.d_model) for name, _, order in tables})
+    shapes["final_logits_bias"] = (1, len(orders[1]) - 1)  # Marian's rows: ours less <pad>
+    weights, path = checkpoint.weights, checkpoint.weights_file
+    positions = _check_positions(config, weights, path)
+    bart.check_weights(weights, shapes, tied, path, config, MarianError, positions)
+    return config
 
 
-def import_notes(checkpoint: Checkpoint) -> list[str]:
-    """What the import decides where the checkpoint leaves it open, a sentence each, for an
-    importer to print and record: the decoding defaults of this library that apply where the
-    generation settings are null or absent, generation settings read from config.json, a
-    decoder_vocab_size that transformers does not use, a table row that no piece names."""
-    from keras_transformer.decoding import DecodingSettings
+def _check_sizes(checkpoint: Checkpoint, config: TransformerConfig, orders) -> None:
+    """The vocabularies' ids (`orders`: the source's, the target's) are as many as the
+    embedding tables' rows that config.json gives (with our second start row)."""
+    sizes = tuple(len(order) for order in orders)
+    if sizes != (config.source_vocab, config.target_vocab):
+        raise MarianError(
+            f"{checkpoint.path}: the vocabularies have {sizes[0]}/{sizes[1]} ids (with our "
+            f"second start row) but {checkpoint.path / 'config.json'} says "
+            f"{config.source_vocab}/{config.target_vocab}"
+        )
 
-    notes = []
-    config, generation = checkpoint.config, checkpoint.generation
-    source = checkpoint.generation_source
-    if source == "config.json" and generation:
-        settings = ", ".join(f"{key}={value!r}" for key, value in generation.items())
-        notes.append(
-            f"no generation_config.json: config.json's generation settings apply, as "
-            f"transformers reads them ({settings})"
-        )
-    defaults = DecodingSettings()
-    state = {True: "is null", False: "is not set"}
-    if generation.get("num_beams") is None:
-        notes.append(
-            f"{source}: num_beams {state['num_beams' in generation]}; this library's default "
-            f"beam size, {defaults.beam_size}, applies"
-        )
-    if generation.get("max_length") is None:
-        notes.append(
-            f"{source}: max_length {state['max_length' in generation]}; this library's default "
-            f"length limit applies (the source's length + {defaults.max_extra_length} tokens, "
-            "within the model's positions)"
-        )
-    where = "config.json"
-    if shared_embeddings(config, where) and config.get("decoder_vocab_size") is not None:
-        rows = table_rows(config, where)[0]
-        if number(config, "decoder_vocab_size", int, where) != rows:
-            notes.append(
-                f"config.json: decoder_vocab_size={config['decoder_vocab_size']} is not used: "
-                f"with shared embeddings transformers gives every table vocab_size={rows} rows, "
-                "and so does the import"
-            )
-    target = checkpoint.path / "target_vocab.json"
-    sides = [("source", checkpoint.path / "vocab.json"), ("target", target)]
-    if not target.exists():  # one vocabulary, one note
-        sides = [("shared", checkpoint.path / "vocab.json"), ("shared", None)]
-    for (side, file), rows in zip(sides, table_rows(config, where), strict=True):
-        size = len(read_json(file)) if file else rows
-        if rows == size + 1:
-            notes.append(
-                f"{file.name}: the {side} embedding table has a row beyond its {size} ids "
-                f"(id {size}); kept, as transformers keeps it in the softmax, as an id that no "
-                "text gives and that decodes to nothing"
-            )
-    return notes
+
+def _tables(config: TransformerConfig, orders):
+    """The checkpoint's embedding tables, each `(name, our embedding layer's attribute, our
+    order of its rows)`, and the copies that transformers ties to them, `(copy, table)`."""
+    source_order, target_order = orders
+    if config.share_embeddings:
+        tables = [("model.shared.weight", "target_embedding", target_order)]
+        copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+        return tables, [(copy, "model.shared.weight") for copy in (*copies, "lm_head.weight")]
+    tables = [
+        ("model.encoder.embed_tokens.weight", "source_embedding", source_order),
+        ("model.decoder.embed_tokens.weight", "target_embedding", target_order),
+    ]
+    return tables, [("lm_head.weight", "model.decoder.embed_tokens.weight")]
 
 
 def convert_tokenizer(checkpoint: Checkpoint):
     """The source and target tokenizers of a checkpoint, in our ids (`load_vocabularies`),
     checked against the sizes config.json gives."""
     vocabularies, source_order, target_order = _vocabularies(checkpoint.path)
-    where = str(checkpoint.path / "config.json")
-    config = convert_config(checkpoint.config, where)
-    sizes = (len(source_order), len(target_order))
-    if sizes != (config.source_vocab, config.target_vocab):
-        raise MarianError(
-            f"{checkpoint.path}: the vocabularies have {sizes[0]}/{sizes[1]} ids (with our "
-            f"second start row) but {where} says {config.source_vocab}/{config.target_vocab}"
-        )
+    config = convert_config(checkpoint.config, str(checkpoint.path / "config.json"))
+    _check_sizes(checkpoint, config, (source_order, target_order))
     return vocabularies
 
 
 def load_marian(path):
     """A Marian checkpoint directory (or the `Checkpoint` that `read_checkpoint` made of it)
     as `(model, vocabularies)`: a `keras_transformer.Transformer` holding its weights (in our
-    ids, see the module doc) and its tokenizers (`bart.convert`).
+    ids, see the module doc) and its tokenizers (`bart.convert`). The checkpoint is checked
+    whole (`check_checkpoint`) before the model is built.
 
     Examples:
         Skipped by the doctests: it needs an OPUS-MT checkpoint downloaded beforehand (the
@@ -231,64 +222,47 @@ def load_marian(path):
 
         `model.fit(...)` fine-tunes it; `kt.export.export_saved_model` serves it.
     """
-    import sys
-
-    return bart.convert(sys.modules[__name__], path)
+    return bart.convert(FAMILY, FAMILY.read_checkpoint(path))
 
 
 def convert_weights(model, checkpoint: Checkpoint) -> None:
-    """Sets every weight of `model` (built from `convert_config`) from the checkpoint, in our
-    ids (`vocabulary_order` of each side); `MarianError` names a missing weight or one of
-    another shape. The checkpoint is checked whole before any weight is set."""
-    source_order, target_order = (order for _, order in _orders(checkpoint.path))
-    weights, config = checkpoint.weights, model.config
-    d, rows = config.d_model, len(target_order) - 1  # Marian's rows: ours less our <pad>
-    layers = bart.weight_map(config)
-    shapes = {entry.name: entry.shape for entry in layers}
-    if config.share_embeddings:
-        tables = [("model.shared.weight", model.target_embedding, target_order)]
-        copies = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
-        tied = [(copy, "model.shared.weight") for copy in (*copies, "lm_head.weight")]
-    else:
-        tables = [
-            ("model.encoder.embed_tokens.weight", model.source_embedding, source_order),
-            ("model.decoder.embed_tokens.weight", model.target_embedding, target_order),
-        ]
-        tied = [("lm_head.weight", "model.decoder.embed_tokens.weight")]
-    shapes.update({name: (len(order) - 1, d) for name, _, order in tables})
-    shapes["final_logits_bias"] = (1, rows)
-    positions = _check_positions(model, weights, checkpoint.weights_file)
-    bart.check_weights(
-        weights, shapes, tied, checkpoint.weights_file, config, MarianError, positions
-    )
-    for entry in layers:
+    """Sets every weight of `model` (built from `convert_config`) from the checkpoint, which
+    `check_checkpoint` checked, in our ids (`vocabulary_order` of each side)."""
+    orders = [order for _, order in _orders(checkpoint.path)]
+    weights = checkpoint.weights
+    for entry in bart.weight_map(model.config):
         variable = bart.variable(model, entry.ours)
         variable.assign(bart.converted(entry, weights[entry.name], variable.shape))
-    for name, embedding, order in tables:
-        embedding.token_embedding.embeddings.assign(np.asarray(weights[name], "float32")[order])
-    bias = np.asarray(weights["final_logits_bias"], "float32")[0][target_order]
+    for name, embedding, order in _tables(model.config, orders)[0]:
+        table = getattr(model, embedding).token_embedding.embeddings
+        table.assign(np.asarray(weights[name], "float32")[order])
+    bias = np.asarray(weights["final_logits_bias"], "float32")[0][orders[1]]
     bias[PAD_ID] = EXCLUDED  # the second copy of the start row: out of the softmax
     model.target_embedding.logits_bias.assign(bias)
 
 
-def _check_positions(model, weights, path: Path) -> list[str]:
+def _check_positions(config: TransformerConfig, weights, path: Path) -> list[str]:
     """Where the checkpoint stores its sinusoid tables (tf_model.h5 does), they must be the
     ones our layer computes: a checkpoint laid out otherwise is refused, not mistranslated.
     Returns the names of the tables checked."""
     import keras
 
+    from keras_transformer.layers import SinusoidalPositionEncoding
+
+    encoding = SinusoidalPositionEncoding(
+        layout=config.sinusoid_layout, frequencies=config.sinusoid_frequencies, dtype="float32"
+    )
     checked = []
-    stacks = (("encoder", model.source_embedding), ("decoder", model.target_embedding))
-    for stack, embedding in stacks:
+    for stack in ("encoder", "decoder"):
         name = f"model.{stack}.embed_positions.weight"
         if name not in weights:
             continue
         stored = np.asarray(weights[name])
         checked.append(name)
-        rows = min(stored.shape[0], embedding.max_length)
-        ours = keras.ops.convert_to_numpy(
-            embedding.positions(keras.ops.zeros((1, rows, embedding.d_model), "float32"))
-        ).reshape(rows, -1)
+        rows = min(stored.shape[0], config.max_length)
+        zeros = keras.ops.zeros((1, rows, config.d_model))  # (1, rows, d_model)
+        ours = encoding(zeros, start_index=config.position_offset)
+        ours = keras.ops.convert_to_numpy(ours).reshape(rows, -1)  # (rows, d_model)
         if stored.shape[1] != ours.shape[1] or not np.allclose(stored[:rows], ours, atol=1e-4):
             raise MarianError(
                 f"{path}: the {stack}'s position table is not the sinusoid of sines then "
@@ -297,16 +271,66 @@ def _check_positions(model, weights, path: Path) -> list[str]:
     return checked
 
 
+class MarianFamily:
+    """OPUS-MT (Marian) checkpoints as a `family.CheckpointFamily`: this module's functions
+    behind the contract that every family of checkpoints implements whole."""
+
+    model_type = MODEL_TYPE
+    title = "OPUS-MT"
+
+    def read_checkpoint(self, path) -> Checkpoint:
+        """The directory (or a `Checkpoint` that `read_checkpoint` read) checked whole:
+        `check_checkpoint`."""
+        checkpoint = path if isinstance(path, Checkpoint) else read_checkpoint(path)
+        check_checkpoint(checkpoint)
+        return checkpoint
+
+    def convert_config(self, config: dict, where: str) -> TransformerConfig:
+        return convert_config(config, where)
+
+    def convert_tokenizer(self, checkpoint: Checkpoint):
+        return convert_tokenizer(checkpoint)
+
+    def convert_weights(self, model, checkpoint: Checkpoint) -> None:
+        convert_weights(model, checkpoint)
+
+    def decoding_settings(self, checkpoint: Checkpoint):
+        return decoding_settings(checkpoint)
+
+    def with_languages(self, checkpoint: Checkpoint, settings, source_language, target_language):
+        """`settings` as they are: `refuse_languages` refuses any language asked for."""
+        refuse_languages(checkpoint, source_language, target_language)
+        return settings
+
+    def ignored_generation_settings(self, checkpoint: Checkpoint) -> list[str]:
+        pad = checkpoint.config.get("pad_token_id")  # never generated: our <pad> row
+        return ignored_generation_settings(checkpoint.generation, pad)
+
+    def import_notes(self, checkpoint: Checkpoint, settings) -> list[str]:
+        return import_notes(checkpoint)
+
+    def record(self, checkpoint: Checkpoint) -> dict:
+        decoding = decoding_defaults(checkpoint.generation, checkpoint.generation_source)
+        ignored = self.ignored_generation_settings(checkpoint)
+        return bart.provenance(MODEL_TYPE, checkpoint, decoding, ignored)
+
+
+FAMILY = MarianFamily()
 transformer_config = convert_config  # the names these had before the converter protocol
 
 
 __all__ = [
+    "FAMILY",
+    "LENGTH_PENALTY",
     "Checkpoint",
     "MarianError",
+    "MarianFamily",
+    "check_checkpoint",
     "convert_config",
     "convert_tokenizer",
     "convert_weights",
     "decoding_defaults",
+    "decoding_settings",
     "ignored_generation_settings",
     "import_notes",
     "load_marian",
@@ -314,6 +338,7 @@ __all__ = [
     "pieces",
     "read_checkpoint",
     "read_json",
+    "refuse_languages",
     "shared_embeddings",
     "table_rows",
     "transformer_config",

@@ -37,7 +37,7 @@ DEFAULTS = {
 }
 
 
-class MarianError(ValueError):
+class MarianError(bart_checkpoint.CheckpointError):
     """A directory that is not an importable Marian checkpoint; the message says why."""
 
 
