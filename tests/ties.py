@@ -193,3 +193,20 @@ def tokens_part_at_a_tie(logits_at_step: np.ndarray, mine: int, other: int) -> b
     """Greedy search's rule: where two greedy searches first take different tokens after the
     same prefix, the model's logits of the two are within TIE."""
     return abs(float(logits_at_step[mine]) - float(logits_at_step[other])) < TIE
+
+
+def greedy_parts_at_a_tie(
+    next_logits: Callable[[list[list[int]]], np.ndarray], mine: Sequence[int], other: Sequence[int]
+) -> bool:
+    """Greedy search's rule on two whole outputs (ids without BOS, EOS included or not):
+    equal, or where they first differ, the model's logits after their common prefix
+    (`next_logits`, as `replay_beam` takes it) give the two tokens within TIE. An output
+    that is a prefix of the other parts at its EOS."""
+    mine, other = (
+        list(ids) if list(ids[-1:]) == [EOS_ID] else [*ids, EOS_ID] for ids in (mine, other)
+    )
+    if mine == other:
+        return True
+    step = next(t for t, (a, b) in enumerate(zip(mine, other, strict=False)) if a != b)
+    logits = np.asarray(next_logits([[BOS_ID, *mine[:step]]]))[0]
+    return tokens_part_at_a_tie(logits, mine[step], other[step])
