@@ -59,14 +59,16 @@ if os.environ.get("KT_TEST_NUMERIC_PATH") == "capped":  # `make test-numerics`
     except ImportError:
         pass
     else:
+        # The class's own __init__ wrapped in place: a subclass bound to the module's name
+        # recursed, since LiteRT's __init__ calls super(InterpreterWithCustomOps, self).
+        _custom_ops_init = _litert.InterpreterWithCustomOps.__init__
 
-        class _BuiltinKernels(_litert.InterpreterWithCustomOps):
-            def __init__(self, *args, **kwargs):
-                builtin = _litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-                kwargs.setdefault("experimental_op_resolver_type", builtin)
-                super().__init__(*args, **kwargs)
+        def _builtin_kernels(self, *args, **kwargs):
+            builtin = _litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+            kwargs.setdefault("experimental_op_resolver_type", builtin)
+            _custom_ops_init(self, *args, **kwargs)
 
-        _litert.InterpreterWithCustomOps = _BuiltinKernels
+        _litert.InterpreterWithCustomOps.__init__ = _builtin_kernels
 
 # tests/jax/ is the JAX pass's own: `make test` runs it with KERAS_BACKEND=jax.
 collect_ignore = [] if BACKEND == "jax" else ["jax"]

@@ -19,7 +19,7 @@ import keras_transformer as kt
 from keras_transformer import decoding, export
 from keras_transformer.export import litert
 from keras_transformer.special_ids import EOS_ID, UNK_ID
-from tests import bible
+from tests import bible, ties
 from tests.cli import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,10 +40,13 @@ SENTENCES = [
 # compiled library, loaded without importing tensorflow_text, which imports TensorFlow and
 # Keras; the registrar needs TensorFlow's C++ framework library, loaded as a library).
 RUN_FILE = """
-import ctypes, importlib.util, json, sys
+import ctypes, importlib.util, json, os, sys
 from pathlib import Path
 import numpy as np
-from ai_edge_litert.interpreter import InterpreterWithCustomOps
+from ai_edge_litert.interpreter import InterpreterWithCustomOps, OpResolverType
+# `make test-numerics`: the builtin kernels, as tests/conftest.py gives the test process.
+capped = os.environ.get("KT_TEST_NUMERIC_PATH") == "capped"
+kernels = {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
 
 def package(name):
     return Path(importlib.util.find_spec(name).origin).parent
@@ -57,7 +60,8 @@ ops = [registrar.AddFastSentencepieceTokenize, registrar.AddNgramsStringJoin,
        registrar.AddRaggedTensorToTensor]
 answers = []
 for path in sys.argv[2:]:
-    interpreter = InterpreterWithCustomOps(custom_op_registerers=ops, model_path=path)
+    interpreter = InterpreterWithCustomOps(
+        custom_op_registerers=ops, model_path=path, **(kernels if capped else {}))
     run = interpreter.get_signature_runner()
     texts = np.array([text.encode() for text in json.loads(sys.argv[1])], dtype=object)
     answers.append([text.decode() for text in run(text=texts)["translations"]])
@@ -118,6 +122,64 @@ def run_files(texts, *paths):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def parts_at_a_tie(model, vocabularies, settings, sentence: str, ours: str, theirs: str):
+    """Whether LiteRT's translation `theirs` of `sentence` may differ from the library's
+    `ours` (tests/ties.py; the same search in two engines whose logits differ in their last
+    bits). Greedy: where the two texts, tokenized back, first part, the model's logits of
+    the two tokens are within TIE. Beam: the search, replayed (`ties.replay_beam`, the
+    settings' rules), meets a choice within LAST_BITS."""
+    from keras_transformer.decoding.settings import prefix_ids
+
+    translator = kt.evaluation.Translator(model, vocabularies, decoding=settings)
+    inputs = translator.preprocessor.generate_preprocess(
+        [sentence], source_prefix=settings.source_prefix
+    )
+    source_ids = np.asarray(inputs["source_ids"])
+    prefix = prefix_ids(settings, vocabularies.target)
+    prefix = [] if prefix is None else np.asarray(prefix[0]).tolist()
+
+    def next_logits(prefixes):
+        inputs = {"source_ids": np.repeat(source_ids, len(prefixes), 0), "target_ids": prefixes}
+        return np.asarray(model({k: np.array(v) for k, v in inputs.items()}))[:, -1]
+
+    if settings.beam_size == 1:
+        mine, other = (
+            prefix + np.asarray(vocabularies.target.tokenize(text)).tolist()
+            for text in (ours, theirs)
+        )
+        return ties.greedy_parts_at_a_tie(next_logits, mine, other)
+    limit = int((source_ids != 0).sum()) + settings.max_extra_length
+    limit = min(limit, model.config.max_length)
+    replay = ties.replay_beam(
+        next_logits,
+        beam_size=settings.beam_size,
+        length_penalty=settings.length_penalty,
+        limit=limit,
+        n_best=1,
+        finish_rule=settings.finish_rule,
+        stopping=settings.stopping,
+        ranking=settings.ranking,
+        prefix=prefix,
+    )
+    return replay.smallest_margin < ties.LAST_BITS
+
+
+def alike(model, vocabularies, settings, sentences, ours, theirs) -> int:
+    """How many of LiteRT's translations `theirs` equal the library's `ours`; each other
+    one must part at a tie (`parts_at_a_tie`)."""
+    same = 0
+    for sentence, mine, other in zip(sentences, ours, theirs, strict=True):
+        if mine == other:
+            same += 1
+            continue
+        assert parts_at_a_tie(model, vocabularies, settings, sentence, mine, other), (
+            sentence,
+            mine,
+            other,
+        )
+    return same
+
+
 def test_layout_and_manifest(exported, model):
     directory = exported["beam"]
     assert sorted(p.name for p in directory.iterdir()) == ["manifest.json", "model.tflite"]
@@ -151,17 +213,19 @@ def test_only_builtin_and_text_ops(exported):
 def test_translations_equal_the_library_s_without_keras(exported, model):
     """The interpreter's translations equal `kt.evaluation.Translator`'s (the preprocessor's
     text, `kt.decoding.decode`, the same settings), greedy and beam; blank input gives "".
-    Exactly, without a tie rule: the seeded weights are the same on every CPU, and it holds
-    while no choice of these searches lies within the engines' last bits (unchecked)."""
+    The rule (tests/ties.py): a translation may differ only where the search parts at a tie
+    (`parts_at_a_tie`); all but one alike (all of them when written)."""
     answer = run_files(SENTENCES, exported["greedy"], exported["beam"])
     assert answer["loaded"] == []
     for (name, settings), translations in zip(
         SEARCHES.items(), answer["translations"], strict=True
     ):
-        expected = kt.evaluation.Translator(
-            model, bible.vocabularies(), decoding=settings
-        ).translate(SENTENCES)
-        assert translations == expected, name
+        vocabularies = bible.vocabularies()
+        expected = kt.evaluation.Translator(model, vocabularies, decoding=settings).translate(
+            SENTENCES
+        )
+        same = alike(model, vocabularies, settings, SENTENCES, expected, translations)
+        assert same >= len(SENTENCES) - 1, (name, same)
         assert translations[2] == translations[3] == ""
     assert answer["translations"][0] != answer["translations"][1]  # the searches differ
 
@@ -518,8 +582,8 @@ def test_what_a_file_cannot_hold_yet_is_refused(model, tmp_path):
 @pytest.mark.exact
 def test_an_imported_opus_mt_model_translates_as_the_library(tmp_path):
     """The OPUS-MT fixture with separate source and target vocabularies: the file's
-    translations (greedy) are the library's: exactly, without a tie rule (fixed weights; it
-    holds while no greedy step here lies within the engines' last bits, unchecked)."""
+    translations (greedy) are the library's, but where they first part at a tie of the
+    model's logits (tests/ties.py); all but one alike (all when written)."""
     from keras_transformer.pretrained import marian
 
     model, _ = marian.load_marian(FIXTURES / "marian" / "separate")
@@ -530,7 +594,8 @@ def test_an_imported_opus_mt_model_translates_as_the_library(tmp_path):
     )
     translated = run_files(PLAIN, directory)["translations"][0]
     expected = kt.evaluation.Translator(model, vocabularies, decoding=greedy).translate(PLAIN)
-    assert translated == expected
+    same = alike(model, vocabularies, greedy, PLAIN, expected, translated)
+    assert same >= len(PLAIN) - 1, same
     assert translated[0] and translated[3] == translated[4] == ""
 
 
@@ -604,7 +669,8 @@ def test_an_nllb_file_translates_as_the_library_with_the_language_of_each_reques
     """The translator's translations (the `serving_languages` signature) equal
     `kt.evaluation.Translator`'s with each target language; `serving_prefix` takes a target
     language a sentence, the export's source language for all; the manifest lists the
-    languages and signatures. Exactly, without a tie rule (as the OPUS-MT test above)."""
+    languages and signatures. As the OPUS-MT test above: alike but where a translation
+    first parts at a tie of the model's logits (tests/ties.py)."""
     from ai_edge_litert.interpreter import InterpreterWithCustomOps
 
     from keras_transformer.serving import LiteRTTranslator
@@ -618,7 +684,10 @@ def test_an_nllb_file_translates_as_the_library_with_the_language_of_each_reques
             model, vocabularies, decoding=settings.replace(target_prefix=language)
         ).translate(NLLB_LINES)
         got = translator.translate(NLLB_LINES, target_prefix=language)
-        assert [hypotheses[0].text for hypotheses in got] == library, language
+        got = [hypotheses[0].text for hypotheses in got]
+        with_language = settings.replace(target_prefix=language)
+        same = alike(model, vocabularies, with_language, NLLB_LINES, library, got)
+        assert same >= len(NLLB_LINES) - 1, (language, same)
         assert library[0] and library[4] == library[5] == ""
         expected[language] = library
     assert expected["spa_Latn"] != expected["fra_Latn"]
@@ -630,11 +699,14 @@ def test_an_nllb_file_translates_as_the_library_with_the_language_of_each_reques
         text=np.array([line.encode() for line in NLLB_LINES[:3:2] + [""]], dtype=object),
         target_prefix=np.array([language.encode() for language in languages], dtype=object),
     )["translations"]
-    assert [text.decode() for text in answer] == [
-        expected["spa_Latn"][0],
-        expected["fra_Latn"][2],
-        "",
-    ]
+    answer = [text.decode() for text in answer]
+    assert answer[2] == ""
+    same = 0  # each line alike, or parting at a tie
+    for line, language, text in zip(NLLB_LINES[:3:2], languages, answer, strict=False):
+        with_language = settings.replace(target_prefix=language)
+        ours = expected[language][NLLB_LINES.index(line)]
+        same += alike(model, vocabularies, with_language, [line], [ours], [text])
+    assert same >= 1, answer
     facts = json.loads((directory / "manifest.json").read_text())
     assert facts["languages"]["target"] == vocabularies.target.language_codes
     assert facts["languages"]["source"] == vocabularies.source.language_codes

@@ -70,18 +70,40 @@ def replay_beam(
     limit: int,
     n_best: int,
     ctranslate2_softmax: bool = False,
+    finish_rule: str = "fairseq",
+    stopping: str = "k_finished",
+    ranking: str = "length",
+    prefix: Sequence[int] = (),
 ) -> Replay:
-    """Beam search with `finish_rule="fairseq"`, `stopping="k_finished"` and `ranking=
-    "length"` (logP / |Y| ** alpha, EOS counted): the SavedModel's search that CTranslate2's
-    own beam search is (kt.decoding.beam_search), written plainly.
+    """Our beam search (keras_transformer.decoding.search's `_beam`) written plainly, with
+    its three rules: `finish_rule` "fairseq" (a candidate ending in EOS joins the finished
+    where it ranks among the k best of the step's 2k) or "tensor2tensor" (among the 2k);
+    `stopping` "k_finished" (once k have finished), "early" (once the n-th best finished
+    score is >= the best alive logP / lp(t + 2), t the step from 0) or "exact" (... / lp at
+    the length limit); `ranking` "length" (logP / |Y| ** alpha, EOS counted) or "gnmt"
+    (logP / ((5 + |Y|) / 6) ** alpha). The defaults are the SavedModel's search that
+    CTranslate2's own beam search is (kt.decoding.beam_search); our default search is
+    `finish_rule="tensor2tensor", stopping="early", ranking="gnmt"`. `prefix`: ids forced
+    first (a target language), not scored.
 
     `next_logits(prefixes)` gives the model's logits `[rows, vocab]` of the next token after
     each prefix (BOS first). At each step the 2k best candidates are ranked; those that end
-    (EOS, or any token at the length limit) among the first k join the finished, the first
-    k that do not stay alive. A choice is close where swapping two neighbours in that
-    ranking changes who joins or stays (their margin counts), and where two finished
-    hypotheses at the n-best's cut are close."""
+    (EOS, or any token at the length limit) among the first k (fairseq) or 2k
+    (tensor2tensor) join the finished, the first k that do not stay alive. A choice is close
+    where swapping two neighbours in that ranking changes who joins or stays (their margin
+    counts), where the stopping rule's two sides are close (early, exact), and where two
+    finished hypotheses at the n-best's cut are close."""
     k = beam_size
+    joining = k if finish_rule == "fairseq" else 2 * k
+    assert finish_rule in ("fairseq", "tensor2tensor"), finish_rule
+    assert stopping in ("k_finished", "early", "exact"), stopping
+    assert ranking in ("length", "gnmt"), ranking
+
+    def lp(length: int) -> float:
+        if ranking == "length":
+            return length**length_penalty
+        return ((5 + length) / 6) ** length_penalty
+
     alive: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
     finished: list[tuple[float, tuple[int, ...]]] = []
     smallest, reached = math.inf, False
@@ -91,9 +113,13 @@ def replay_beam(
         # the "length" exports keep EOS at the first step (`min_decoding_length` 0).
         log_probs = log_softmax(logits, (PAD_ID, BOS_ID) if ctranslate2_softmax else ())
         at_limit = t + 1 >= limit
-        if at_limit:  # the last token a hypothesis may take is EOS (`force_stop`)
+        if t < len(prefix):  # a forced token: the only choice, and not the model's
+            forced = np.full_like(log_probs, -np.inf)
+            forced[:, prefix[t]] = 0.0
+            log_probs = forced
+        elif at_limit:  # the last token a hypothesis may take is EOS (`force_stop`)
             log_probs[:, [i for i in range(log_probs.shape[-1]) if i != EOS_ID]] = -np.inf
-            reached = True
+        reached = reached or at_limit
         candidates = []
         for (ids, logp), row in zip(alive, log_probs, strict=True):
             for token in np.argsort(-row, kind="stable")[: 2 * k + 1]:
@@ -102,10 +128,13 @@ def replay_beam(
         candidates.sort(key=lambda candidate: -candidate[0])
         ranked = candidates[: 2 * k + 1]
 
-        def outcome(order, at_limit=at_limit):
+        def ends(candidate, at_limit=at_limit):
+            return candidate[1][-1] == EOS_ID or at_limit
+
+        def outcome(order):
             top = order[: 2 * k]
-            joins = {c[1] for i, c in enumerate(top) if (c[1][-1] == EOS_ID or at_limit) and i < k}
-            stays = [c[1] for c in top if not (c[1][-1] == EOS_ID or at_limit)][:k]
+            joins = {c[1] for i, c in enumerate(top) if ends(c) and i < joining}
+            stays = [c[1] for c in top if not ends(c)][:k]
             return joins, set(stays)
 
         chosen = outcome(ranked)
@@ -113,13 +142,22 @@ def replay_beam(
             swapped = [*ranked[:i], ranked[i + 1], ranked[i], *ranked[i + 2 :]]
             if outcome(swapped) != chosen:
                 smallest = min(smallest, ranked[i][0] - ranked[i + 1][0])
-        for logp, ids in ranked[:k]:
-            if ids[-1] == EOS_ID or at_limit:
-                finished.append((logp / len(ids) ** length_penalty, ids))
-        keep = [c for c in ranked[: 2 * k] if not (c[1][-1] == EOS_ID or at_limit)][:k]
+        for logp, ids in ranked[:joining]:
+            if ends((logp, ids)):
+                finished.append((logp / lp(len(ids)), ids))
+        keep = [c for c in ranked[: 2 * k] if not ends(c)][:k]
         alive = [(ids, logp) for logp, ids in keep]
-        if len(finished) >= k or not alive:
+        if at_limit or not alive:
             break
+        if stopping == "k_finished":
+            if len(finished) >= k:
+                break
+        elif len(finished) >= n_best:
+            nth = sorted((score for score, _ in finished), reverse=True)[n_best - 1]
+            bound = alive[0][1] / lp(limit if stopping == "exact" else t + 2)
+            smallest = min(smallest, abs(nth - bound))  # stopping here or not
+            if nth >= bound:
+                break
     finished.sort(key=lambda f: -f[0])
     finished = finished[:k]
     for a, b in zip(finished[: n_best + 1], finished[1 : n_best + 1], strict=False):
@@ -155,3 +193,20 @@ def tokens_part_at_a_tie(logits_at_step: np.ndarray, mine: int, other: int) -> b
     """Greedy search's rule: where two greedy searches first take different tokens after the
     same prefix, the model's logits of the two are within TIE."""
     return abs(float(logits_at_step[mine]) - float(logits_at_step[other])) < TIE
+
+
+def greedy_parts_at_a_tie(
+    next_logits: Callable[[list[list[int]]], np.ndarray], mine: Sequence[int], other: Sequence[int]
+) -> bool:
+    """Greedy search's rule on two whole outputs (ids without BOS, EOS included or not):
+    equal, or where they first differ, the model's logits after their common prefix
+    (`next_logits`, as `replay_beam` takes it) give the two tokens within TIE. An output
+    that is a prefix of the other parts at its EOS."""
+    mine, other = (
+        list(ids) if list(ids[-1:]) == [EOS_ID] else [*ids, EOS_ID] for ids in (mine, other)
+    )
+    if mine == other:
+        return True
+    step = next(t for t, (a, b) in enumerate(zip(mine, other, strict=False)) if a != b)
+    logits = np.asarray(next_logits([[BOS_ID, *mine[:step]]]))[0]
+    return tokens_part_at_a_tie(logits, mine[step], other[step])
