@@ -210,3 +210,62 @@ def greedy_parts_at_a_tie(
     step = next(t for t, (a, b) in enumerate(zip(mine, other, strict=False)) if a != b)
     logits = np.asarray(next_logits([[BOS_ID, *mine[:step]]]))[0]
     return tokens_part_at_a_tie(logits, mine[step], other[step])
+
+
+def output_ids(ids) -> list[list[int]]:
+    """Each hypothesis of one sentence (a row, or an n-best of rows) as a list of ids up to
+    its EOS, EOS kept, padding left out."""
+    rows = []
+    for row in np.atleast_2d(np.asarray(ids)):
+        row = [int(i) for i in row]
+        rows.append(row[: row.index(EOS_ID) + 1] if EOS_ID in row else [i for i in row if i])
+    return rows
+
+
+def ours_part_at_a_tie(
+    next_logits: Callable[[list[list[int]]], np.ndarray], ids_a, ids_b, settings=None
+) -> bool:
+    """The rule of the tests that compare two computations of our own search on one sentence
+    (cache or none, another batch, graph or XLA, parallel slices, one loop; tests/README.md's
+    "ties.py (one engine)"): whether outputs `ids_a` and `ids_b` (ids without BOS, up to EOS
+    or padded after it; a row, or an n-best of rows) may differ because the two computations
+    met a choice within SCORE_TOLERANCE, where their last bits may order it either way.
+    Equal outputs part nowhere: False.
+
+    `settings` None: greedy search, whose first differing tokens (after their common
+    prefix) have logits within SCORE_TOLERANCE. Otherwise `replay_beam`'s settings (the
+    test's beam search: `beam_size`, `length_penalty`, `limit`, `n_best`, its rules): the
+    replay meets a choice within SCORE_TOLERANCE. `next_logits`: as `replay_beam` takes it
+    (`model_next_logits`)."""
+    a, b = output_ids(ids_a), output_ids(ids_b)
+    if a == b:
+        return False
+    if settings is not None:
+        return replay_beam(next_logits, **settings).smallest_margin < SCORE_TOLERANCE
+    (a,), (b,) = a, b
+    step = next((t for t, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if step is None:  # one is the other cut short: no choice tells them apart
+        return False
+    logits = np.asarray(next_logits([[BOS_ID, *a[:step]]]))[0]
+    return abs(float(logits[a[step]]) - float(logits[b[step]])) < SCORE_TOLERANCE
+
+
+def model_next_logits(model, sentence) -> Callable[[list[list[int]]], np.ndarray]:
+    """`replay_beam`'s `next_logits` for a Keras model of ours and one source sentence: the
+    logits after each prefix, by teacher forcing the whole prefix through the full model (no
+    cache), memoised."""
+    sentence, memo = np.asarray(sentence), {}
+
+    def call(prefixes):
+        missing = [tuple(p) for p in prefixes if tuple(p) not in memo]
+        for length in sorted({len(p) for p in missing}):
+            same = [p for p in missing if len(p) == length]
+            logits = model(
+                {"source_ids": np.tile(sentence, [len(same), 1]), "target_ids": np.array(same)},
+                training=False,
+            )
+            for prefix, row in zip(same, np.asarray(logits)[:, -1], strict=True):
+                memo[prefix] = row
+        return np.stack([memo[tuple(p)] for p in prefixes])
+
+    return call
