@@ -10,10 +10,13 @@ limits.
 
 The `exact` tests hold ids exactly between two computations (cache or none, batch, graph,
 XLA, `kt.fast`, parallel slices, one loop, a NumPy reference) and scores to 1e-4 (1e-5 or
-1e-6 where the computations are closer), without a tie rule: they hold while no choice of
-a search lies within the two computations' last bits. The random models' seeded weights
-are the same on every CPU; the reversal model is trained in the session, so its weights,
-and its close choices on UNFAMILIAR_SOURCE, are each CPU's own (tests/README.md).
+1e-6 where the computations are closer). The reversal model is trained in the session, so
+its weights, and its close choices on UNFAMILIAR_SOURCE, are each CPU's own: the tests
+that compare two computations of our search on it (and on the random model's long outputs)
+let a sentence part only at a choice within `ties.SCORE_TOLERANCE`
+(`_alike_but_at_ties`), and count the sentences alike. The others hold while no choice of
+a search lies within the two computations' last bits; the random models' seeded weights
+are the same on every CPU (tests/README.md).
 """
 
 import itertools
