@@ -269,3 +269,42 @@ def search_parts_at_a_tie(
         return greedy_parts_at_a_tie(next_logits, mine, other, tie=tolerance)
     search = {"n_best": 1, **search}
     return replay_beam(next_logits, beam_size=beam_size, **search).smallest_margin < tolerance
+
+
+def translations_part_at_a_tie(
+    model, vocabularies, settings, sentence: str, ours: str, theirs: str, *, tolerance: float
+) -> bool:
+    """Whether two translations `ours` and `theirs` of `sentence` by one search (the
+    DecodingSettings `settings`: its source prefix, target prefix, length limit and rules) of
+    `model` may differ (`search_parts_at_a_tie`): greedy, where the texts, tokenized back
+    with `vocabularies.target`, first part, the two tokens' logits within `tolerance`; beam,
+    where the replay meets a choice within `tolerance`. `tolerance`: TIE (greedy) or
+    LAST_BITS (beam) between two engines, SCORE_TOLERANCE within ours. Imports the library
+    (and so TensorFlow's tokenizers) only when called."""
+    import keras_transformer as kt
+    from keras_transformer.decoding.settings import prefix_ids
+
+    translator = kt.evaluation.Translator(model, vocabularies, decoding=settings)
+    inputs = translator.preprocessor.generate_preprocess(
+        [sentence], source_prefix=settings.source_prefix
+    )
+    source = np.asarray(inputs["source_ids"])[0]
+    prefix = prefix_ids(settings, vocabularies.target)
+    prefix = [] if prefix is None else np.asarray(prefix[0]).tolist()
+    mine, other = (
+        prefix + np.asarray(vocabularies.target.tokenize(text)).tolist() for text in (ours, theirs)
+    )
+    return search_parts_at_a_tie(
+        teacher_forced(model, source),
+        mine,
+        other,
+        tolerance=tolerance,
+        beam_size=settings.beam_size,
+        length_penalty=settings.length_penalty,
+        limit=length_limit(source, settings.max_extra_length, model.config.max_length),
+        n_best=1,
+        finish_rule=settings.finish_rule,
+        stopping=settings.stopping,
+        ranking=settings.ranking,
+        prefix=prefix,
+    )
