@@ -150,7 +150,7 @@ def _alike_but_at_ties(model, source, search, ids, other_ids, scores, other_scor
             np.testing.assert_allclose(score, other, atol=1e-4)
             alike += 1
             continue
-        next_logits = ties.model_next_logits(model, sentence)
+        next_logits = ties.teacher_forced(model, sentence)
         replay = _replay_settings(model, sentence, search, **settings)
         assert ties.ours_part_at_a_tie(next_logits, a, b, replay), (sentence, a, b)
     return alike
@@ -351,24 +351,40 @@ def test_k_finished_stopping_with_length_ranking_is_ctranslate2s_beam_search(rev
     """`finish_rule="fairseq"`, `stopping="k_finished"`, `ranking="length"`: the k best of
     `_reference_k_finished_beam`, in order, on sentences whose hypotheses are close (where
     "early" and "exact" stopping, which stop elsewhere, give other 3-bests on half of
-    them, and "tensor2tensor" finishing or "gnmt" ranking another best on some)."""
+    them, and "tensor2tensor" finishing or "gnmt" ranking another best on some). One engine
+    in two computations (float32 sums in other orders): a sentence's 3-best may differ only
+    where the search, replayed (`ties.replay_beam`, these rules), meets a choice within
+    SCORE_TOLERANCE; >= 12 of 16 alike (16 when written)."""
+    from tests import ties
+
     source = np.concatenate([UNFAMILIAR_SOURCE, np.random.default_rng(9).integers(4, 20, (8, 10))])
     settings = dict(beam_size=3, length_penalty=1.0, max_extra_length=4)
-    ids, _ = beam_search(
-        reversal_model,
-        source,
-        finish_rule="fairseq",
-        stopping="k_finished",
-        ranking="length",
-        num_hypotheses=3,
-        **settings,
-    )
+    rules = dict(finish_rule="fairseq", stopping="k_finished", ranking="length")
+    ids, _ = beam_search(reversal_model, source, num_hypotheses=3, **rules, **settings)
+    alike = 0
     for row, sentence in enumerate(source):
         expected = _reference_k_finished_beam(
             reversal_model, sentence, settings["beam_size"], 1.0, settings["max_extra_length"]
         )
-        for rank, hypothesis in enumerate(expected[:3]):
-            assert ids.numpy()[row, rank, : len(hypothesis)].tolist() == hypothesis, (row, rank)
+        got = [
+            ids.numpy()[row, rank, : len(hypothesis)].tolist()
+            for rank, hypothesis in enumerate(expected[:3])
+        ]
+        if got == expected[:3]:
+            alike += 1
+            continue
+        replay = ties.replay_beam(
+            ties.teacher_forced(reversal_model, sentence),
+            beam_size=settings["beam_size"],
+            length_penalty=settings["length_penalty"],
+            limit=ties.length_limit(
+                sentence, settings["max_extra_length"], reversal_model.config.max_length
+            ),
+            n_best=3,
+            **rules,
+        )
+        assert replay.smallest_margin < ties.SCORE_TOLERANCE, (row, got, expected[:3])
+    assert alike >= 12, alike
 
 
 def test_n_best_starts_with_the_best_and_keeps_beam_size_hypotheses(model_and_source):
@@ -409,7 +425,7 @@ def test_beam_size_one_with_length_penalty_keeps_the_greedy_tokens(reversal_mode
         if ties.output_ids(beam_row) == ties.output_ids(greedy_row):
             alike += 1
             continue
-        next_logits = ties.model_next_logits(reversal_model, sentence)
+        next_logits = ties.teacher_forced(reversal_model, sentence)
         replay = _replay_settings(reversal_model, sentence, "beam", beam_size=1)
         assert ties.ours_part_at_a_tie(next_logits, beam_row, greedy_row, replay), sentence
     assert alike > len(SOURCE) // 2, alike
@@ -611,7 +627,7 @@ def test_limit_of_zero_extra_tokens_cuts_the_decode_short(reversal_model):
             alike += 1
             continue
         # Two buffer lengths are two computations: they may part only at a tie (greedy's).
-        next_logits = ties.model_next_logits(reversal_model, sentence)
+        next_logits = ties.teacher_forced(reversal_model, sentence)
         assert ties.ours_part_at_a_tie(next_logits, row[: length - 1], full[: length - 1])
     assert alike > len(SOURCE) // 2, alike  # 8 of 8 when written
 

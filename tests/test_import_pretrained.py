@@ -8,11 +8,14 @@ change it per run. The OPUS-MT path of the same command is tests/test_import_mar
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from keras_transformer.decoding import DecodingSettings
+from keras_transformer.decoding.settings import prefix_ids
 from keras_transformer.models import TransformerSeq2SeqLM
+from tests import ties
 from tests.cli import run_main
 
 pytestmark = pytest.mark.slow
@@ -63,17 +66,20 @@ def test_evaluate_scores_what_generate_and_both_exports_translate(imported, tmp_
     with the settings' prefix, and `trainers.translate` answers the same through the
     SavedModel and the CTranslate2 export; another language is a flag away, and so is the
     source language's code (`--source-prefix`), each checked against the vocabulary's.
-    Exactly, CTranslate2 too: the greedy steps of these verses in both languages are 2.6e-4
-    apart or more (tests/test_pretrained_m2m100.py), the engines' logits 2e-5."""
+    Exactly, CTranslate2 too: every greedy step of these verses in both languages has its
+    two best tokens LAST_BITS (2e-4) apart or more (`greedy_margin`, checked), the engines'
+    logits 2e-5."""
     model_dir, _ = imported
     lines = sentences()
+    task = TransformerSeq2SeqLM.from_preset(model_dir)
+    for language in ("spa_Latn", "fra_Latn"):
+        assert greedy_margin(task, lines, language) >= ties.LAST_BITS, language
     source = tmp_path / "source.txt"
     source.write_text("\n".join(lines) + "\n")
     out = tmp_path / "hyp.txt"
     arguments = ["--model-dir", model_dir, "--source", source, "--reference", source]
     run_main("trainers.evaluate", *arguments, "--output", out)
     scored = out.read_text().splitlines()
-    task = TransformerSeq2SeqLM.from_preset(model_dir)
     assert scored == task.generate(lines)
     assert scored == task.generate(lines, target_prefix="spa_Latn")
     french = task.generate(lines, target_prefix="fra_Latn")
@@ -99,6 +105,30 @@ def test_evaluate_scores_what_generate_and_both_exports_translate(imported, tmp_
         "spa_Latn"
     )
     served_as(ct2, source, bare, scored, french)
+
+
+def greedy_margin(task, lines, target_prefix: str) -> float:
+    """The smallest margin between the two best tokens (padding and BOS never generated) of
+    any step of the greedy searches of `lines` under `target_prefix`, the model's logits
+    teacher forced along its own outputs in NumPy. Where it is at least LAST_BITS, ten times
+    the engines' logit differences (2e-5), every engine's greedy search takes these tokens on
+    any CPU: the condition of this file's exact comparisons, checked here (2.6e-4 when
+    written: tests/test_pretrained_m2m100.py)."""
+    settings = task.decoding.replace(target_prefix=target_prefix)
+    prefix = np.asarray(prefix_ids(settings, task.preprocessor.tokenizer.target))[0].tolist()
+    smallest = np.inf
+    for line in lines:
+        source = np.asarray(task.preprocessor.generate_preprocess([line])["source_ids"])[0]
+        next_logits = ties.teacher_forced(task, source)
+        limit = ties.length_limit(source, settings.max_extra_length, task.config.max_length)
+        output = list(prefix)
+        while len(output) < limit and output[-1:] != [ties.EOS_ID]:
+            logits = np.array(next_logits([[ties.BOS_ID, *output]])[0], "float64")
+            logits[[ties.PAD_ID, ties.BOS_ID]] = -np.inf
+            best, second = np.sort(logits)[::-1][:2]
+            smallest = min(smallest, best - second)
+            output.append(int(np.argmax(logits)))
+    return float(smallest)
 
 
 def served_as(exported, source, bare, scored, french) -> None:
@@ -228,11 +258,13 @@ def test_the_source_language_reaches_evaluate_and_the_export(imported, tmp_path)
     that lacks one: `evaluate` and the exported SavedModel translate lines without the code
     as the first import translates them with it; `--source-prefix` sets it per run; a code
     the vocabulary lacks is one line before any work, at import and in the flags. Exactly:
-    greedy steps 2.6e-4 apart or more (tests/test_pretrained_m2m100.py)."""
+    every greedy step's two best tokens LAST_BITS apart or more (`greedy_margin`, checked)."""
     model_dir, _ = imported
     coded = sentences()
     plain = [line.removeprefix("eng_Latn ") for line in coded]
-    expected = TransformerSeq2SeqLM.from_preset(model_dir).generate(coded)
+    task = TransformerSeq2SeqLM.from_preset(model_dir)
+    assert greedy_margin(task, coded, "spa_Latn") >= ties.LAST_BITS
+    expected = task.generate(coded)
     source, reference = tmp_path / "plain.txt", tmp_path / "reference.txt"
     source.write_text("\n".join(plain) + "\n")
     reference.write_text("\n".join(coded) + "\n")

@@ -189,27 +189,125 @@ def beam_parts_at_a_tie(next_logits, ours: list, theirs: list, *, key=list, **se
     return "; ".join(reasons)
 
 
-def tokens_part_at_a_tie(logits_at_step: np.ndarray, mine: int, other: int) -> bool:
+def tokens_part_at_a_tie(
+    logits_at_step: np.ndarray, mine: int, other: int, *, tie: float = TIE
+) -> bool:
     """Greedy search's rule: where two greedy searches first take different tokens after the
-    same prefix, the model's logits of the two are within TIE."""
-    return abs(float(logits_at_step[mine]) - float(logits_at_step[other])) < TIE
+    same prefix, the model's logits of the two are within `tie` (TIE between two engines,
+    SCORE_TOLERANCE within ours)."""
+    return abs(float(logits_at_step[mine]) - float(logits_at_step[other])) < tie
 
 
 def greedy_parts_at_a_tie(
-    next_logits: Callable[[list[list[int]]], np.ndarray], mine: Sequence[int], other: Sequence[int]
+    next_logits: Callable[[list[list[int]]], np.ndarray],
+    mine: Sequence[int],
+    other: Sequence[int],
+    *,
+    tie: float = TIE,
 ) -> bool:
-    """Greedy search's rule on two whole outputs (ids without BOS, EOS included or not):
-    equal, or where they first differ, the model's logits after their common prefix
-    (`next_logits`, as `replay_beam` takes it) give the two tokens within TIE. An output
-    that is a prefix of the other parts at its EOS."""
-    mine, other = (
-        list(ids) if list(ids[-1:]) == [EOS_ID] else [*ids, EOS_ID] for ids in (mine, other)
-    )
+    """Greedy search's rule on two whole outputs (ids without BOS, EOS included or not, 0s
+    after it dropped): equal, or where they first differ, the model's logits after their
+    common prefix (`next_logits`, as `replay_beam` takes it) give the two tokens within
+    `tie`. An output that is a prefix of the other parts at its EOS."""
+    mine, other = (ends_with_eos(ids) for ids in (mine, other))
     if mine == other:
         return True
     step = next(t for t, (a, b) in enumerate(zip(mine, other, strict=False)) if a != b)
     logits = np.asarray(next_logits([[BOS_ID, *mine[:step]]]))[0]
-    return tokens_part_at_a_tie(logits, mine[step], other[step])
+    return tokens_part_at_a_tie(logits, mine[step], other[step], tie=tie)
+
+
+def ends_with_eos(ids: Sequence[int]) -> list[int]:
+    """`ids` (a search's row: EOS, then padding; or a text's ids) up to its first EOS, which
+    it ends with."""
+    ids = [int(i) for i in ids]
+    return ids[: ids.index(EOS_ID) + 1] if EOS_ID in ids else [*ids, EOS_ID]
+
+
+def teacher_forced(model, source_ids: Sequence[int]) -> Callable[[list[list[int]]], np.ndarray]:
+    """`replay_beam`'s `next_logits` for one sentence (`source_ids`, 0-padded or not) of a
+    Keras `model` (any backend; nothing of TensorFlow imported here): the logits after each
+    prefix by teacher forcing the whole prefix, memoised (the replays share most prefixes)."""
+    source = np.asarray(source_ids)[None]
+    memo: dict[tuple[int, ...], np.ndarray] = {}
+
+    def call(prefixes: list[list[int]]) -> np.ndarray:
+        missing = list(dict.fromkeys(tuple(p) for p in prefixes if tuple(p) not in memo))
+        for length in sorted({len(p) for p in missing}):
+            same = [p for p in missing if len(p) == length]
+            inputs = {"source_ids": np.repeat(source, len(same), 0), "target_ids": np.array(same)}
+            logits = np.asarray(model(inputs, training=False))[:, -1]
+            memo.update(zip(same, logits, strict=True))
+        return np.stack([memo[tuple(p)] for p in prefixes])
+
+    return call
+
+
+def length_limit(source_ids: Sequence[int], max_extra_length: int, max_length: int) -> int:
+    """The searches' length limit for one sentence: its tokens (padding not counted) plus
+    `max_extra_length`, at most the model's `max_length`."""
+    return min(int((np.asarray(source_ids) != PAD_ID).sum()) + max_extra_length, max_length)
+
+
+def search_parts_at_a_tie(
+    next_logits: Callable[[list[list[int]]], np.ndarray],
+    mine: Sequence[int],
+    other: Sequence[int],
+    *,
+    tolerance: float,
+    beam_size: int,
+    **search,
+) -> bool:
+    """Whether two outputs (ids as `greedy_parts_at_a_tie` takes them) of one search of one
+    sentence by two computations may differ: equal, or greedy search (`beam_size` 1) parts
+    at two tokens whose logits are within `tolerance`, or beam search, replayed
+    (`replay_beam`, `search`: its settings but `beam_size`), meets a choice within
+    `tolerance` (LAST_BITS between two engines, SCORE_TOLERANCE within ours)."""
+    if ends_with_eos(mine) == ends_with_eos(other):
+        return True
+    if beam_size == 1:
+        return greedy_parts_at_a_tie(next_logits, mine, other, tie=tolerance)
+    search = {"n_best": 1, **search}
+    return replay_beam(next_logits, beam_size=beam_size, **search).smallest_margin < tolerance
+
+
+def translations_part_at_a_tie(
+    model, vocabularies, settings, sentence: str, ours: str, theirs: str, *, tolerance: float
+) -> bool:
+    """Whether two translations `ours` and `theirs` of `sentence` by one search (the
+    DecodingSettings `settings`: its source prefix, target prefix, length limit and rules) of
+    `model` may differ (`search_parts_at_a_tie`): greedy, where the texts, tokenized back
+    with `vocabularies.target`, first part, the two tokens' logits within `tolerance`; beam,
+    where the replay meets a choice within `tolerance`. `tolerance`: TIE (greedy) or
+    LAST_BITS (beam) between two engines, SCORE_TOLERANCE within ours. Imports the library
+    (and so TensorFlow's tokenizers) only when called."""
+    import keras_transformer as kt
+    from keras_transformer.decoding.settings import prefix_ids
+
+    translator = kt.evaluation.Translator(model, vocabularies, decoding=settings)
+    inputs = translator.preprocessor.generate_preprocess(
+        [sentence], source_prefix=settings.source_prefix
+    )
+    source = np.asarray(inputs["source_ids"])[0]
+    prefix = prefix_ids(settings, vocabularies.target)
+    prefix = [] if prefix is None else np.asarray(prefix[0]).tolist()
+    mine, other = (
+        prefix + np.asarray(vocabularies.target.tokenize(text)).tolist() for text in (ours, theirs)
+    )
+    return search_parts_at_a_tie(
+        teacher_forced(model, source),
+        mine,
+        other,
+        tolerance=tolerance,
+        beam_size=settings.beam_size,
+        length_penalty=settings.length_penalty,
+        limit=length_limit(source, settings.max_extra_length, model.config.max_length),
+        n_best=1,
+        finish_rule=settings.finish_rule,
+        stopping=settings.stopping,
+        ranking=settings.ranking,
+        prefix=prefix,
+    )
 
 
 def output_ids(ids) -> list[list[int]]:
@@ -236,7 +334,7 @@ def ours_part_at_a_tie(
     prefix) have logits within SCORE_TOLERANCE. Otherwise `replay_beam`'s settings (the
     test's beam search: `beam_size`, `length_penalty`, `limit`, `n_best`, its rules): the
     replay meets a choice within SCORE_TOLERANCE. `next_logits`: as `replay_beam` takes it
-    (`model_next_logits`)."""
+    (`teacher_forced`)."""
     a, b = output_ids(ids_a), output_ids(ids_b)
     if a == b:
         return False
@@ -248,24 +346,3 @@ def ours_part_at_a_tie(
         return False
     logits = np.asarray(next_logits([[BOS_ID, *a[:step]]]))[0]
     return abs(float(logits[a[step]]) - float(logits[b[step]])) < SCORE_TOLERANCE
-
-
-def model_next_logits(model, sentence) -> Callable[[list[list[int]]], np.ndarray]:
-    """`replay_beam`'s `next_logits` for a Keras model of ours and one source sentence: the
-    logits after each prefix, by teacher forcing the whole prefix through the full model (no
-    cache), memoised."""
-    sentence, memo = np.asarray(sentence), {}
-
-    def call(prefixes):
-        missing = [tuple(p) for p in prefixes if tuple(p) not in memo]
-        for length in sorted({len(p) for p in missing}):
-            same = [p for p in missing if len(p) == length]
-            logits = model(
-                {"source_ids": np.tile(sentence, [len(same), 1]), "target_ids": np.array(same)},
-                training=False,
-            )
-            for prefix, row in zip(same, np.asarray(logits)[:, -1], strict=True):
-                memo[prefix] = row
-        return np.stack([memo[tuple(p)] for p in prefixes])
-
-    return call
