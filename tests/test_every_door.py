@@ -22,8 +22,10 @@ k_finished stopping, `kt.export.ctranslate2`); elsewhere it ranks its own hypoth
 (tests/test_ctranslate2.py). Its logits differ from ours in their last bits and its softmax
 leaves out a sliver of mass (SLIVER), so it may part from ours at a near tie: tests/ties.py's
 rule (`parts_at_a_tie`), which tests/test_ctranslate2.py's comparisons use too. Our own
-doors (one engine, in graphs of their own) are held to each other's texts and ids exactly,
-without a tie rule.
+doors (one engine, in graphs of their own, on a model trained in the run) are held to each
+other's texts and ids but where the search meets a choice within SCORE_TOLERANCE, where
+their last bits may order it either way (`ours_part_at_a_tie`: tests/ties.py's rule for two
+computations of our own search); most rows alike (all when written).
 
 A new door is one line of DOORS (a function from the spine and a row to an `Answer`, and
 the settings it serves), a new setting one line of SETTINGS.
@@ -48,7 +50,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.decoding import DecodingSettings
-from keras_transformer.decoding.settings import with_source_prefix
+from keras_transformer.decoding.settings import prefix_ids, with_source_prefix
 from keras_transformer.evaluation import Translator
 from keras_transformer.models import TransformerSeq2SeqLM
 from keras_transformer.text import BOS_ID, EOS_ID
@@ -507,6 +509,68 @@ def parts_at_a_tie(spine: Spine, case: Case, row: int, ours, theirs) -> bool:
     return False
 
 
+def ours_part_at_a_tie(spine: Spine, case: Case, row: int, ours, theirs) -> bool:
+    """Whether two of our doors' hypotheses of sentence `row` (target ids as `Answer` holds
+    them, forced prefix included, no EOS; best first) may differ: `ties.ours_part_at_a_tie`,
+    greedy search parting at two tokens whose logits are within SCORE_TOLERANCE, or beam
+    search, replayed with the settings (its rules, n-best, length limit and forced target
+    prefix), meeting a choice within it."""
+    settings, task = case.settings, spine.task(case.model)
+    source = spine.source_ids(case)[row]  # the source prefix included
+    source = source[: np.count_nonzero(source)]
+    search = None
+    if settings.beam_size > 1:
+        prefix = prefix_ids(settings, task.preprocessor.tokenizer.target)
+        search = {
+            "beam_size": settings.beam_size,
+            "length_penalty": settings.length_penalty,
+            "limit": ties.length_limit(
+                source, settings.max_extra_length, task.backbone.config.max_length
+            ),
+            "n_best": settings.n_best,
+            "finish_rule": settings.finish_rule,
+            "stopping": settings.stopping,
+            "ranking": settings.ranking,
+            "prefix": [] if prefix is None else np.asarray(prefix[0]).tolist(),
+        }
+
+    def rows(hypotheses) -> list[list[int]]:  # each ended by EOS, padded to one width
+        rows = [[*h, EOS_ID] for h in hypotheses]
+        width = max(map(len, rows))
+        return [row + [0] * (width - len(row)) for row in rows]
+
+    next_logits = ties.teacher_forced(task, source)
+    return ties.ours_part_at_a_tie(next_logits, rows(ours), rows(theirs), search)
+
+
+def our_ties(spine: Spine, setting: str, door: str, answer: Answer) -> set[int]:
+    """The sentences where our door's texts or ids part from the first door's of ours that
+    shows them (`reference`), each at a tie (`ours_part_at_a_tie`, texts tokenized back;
+    an AssertionError naming the first that does not)."""
+    case = SETTINGS[setting]
+    sentences = spine.sentences(case)
+    tied = set()
+    for aspect in ("texts", "ids"):
+        given, found = getattr(answer, aspect), reference(spine, setting, aspect)
+        if given is None or found is None or found[0] == door:
+            continue
+        name, expected = found
+        assert len(given) == len(expected) == len(sentences), (door, setting, aspect)
+        for row, (a, b) in enumerate(zip(given, expected, strict=True)):
+            if a == b:
+                continue
+            ids = (
+                (a, b)
+                if aspect == "ids"
+                else ([target_ids(spine, case, text) for text in h] for h in (a, b))
+            )
+            assert ours_part_at_a_tie(spine, case, row, *ids), difference(
+                setting, door, name, f"{aspect}, not at a tie", row, sentences[row], a, b
+            )
+            tied.add(row)
+    return tied
+
+
 def target_ids(spine: Spine, case: Case, text: str) -> list[int]:
     """A translation's target ids, as the target tokenizer cuts it (its prefix first)."""
     prefix = case.settings.target_prefix
@@ -564,11 +628,16 @@ def difference(setting: str, door: str, name: str, aspect: str, row: int, senten
 
 def assert_same(spine: Spine, setting: str, door: str) -> None:
     """The door's answer for the setting against the first door's of ours that shows each
-    part of it (`reference`); CTranslate2's, but where it parts at a tie."""
+    part of it (`reference`), but where it parts at a tie: CTranslate2's (`parts_at_a_tie`)
+    or ours (`ours_part_at_a_tie`, most rows alike)."""
     case = SETTINGS[setting]
     answer = spine.answer(setting, door)
     sentences = spine.sentences(case)
-    tied = ctranslate2_ties(spine, setting, door, answer) if DOORS[door].ctranslate2 else set()
+    if DOORS[door].ctranslate2:
+        tied = ctranslate2_ties(spine, setting, door, answer)
+    else:
+        tied = our_ties(spine, setting, door, answer)
+        assert len(sentences) - len(tied) > len(sentences) // 2, (setting, door, sorted(tied))
     for aspect in ("texts", "ids", "scores"):
         given, found = getattr(answer, aspect), reference(spine, setting, aspect)
         if given is None or found is None or found[0] == door:

@@ -122,57 +122,21 @@ def run_files(texts, *paths):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def parts_at_a_tie(model, vocabularies, settings, sentence: str, ours: str, theirs: str):
-    """Whether LiteRT's translation `theirs` of `sentence` may differ from the library's
-    `ours` (tests/ties.py; the same search in two engines whose logits differ in their last
-    bits). Greedy: where the two texts, tokenized back, first part, the model's logits of
-    the two tokens are within TIE. Beam: the search, replayed (`ties.replay_beam`, the
-    settings' rules), meets a choice within LAST_BITS."""
-    from keras_transformer.decoding.settings import prefix_ids
-
-    translator = kt.evaluation.Translator(model, vocabularies, decoding=settings)
-    inputs = translator.preprocessor.generate_preprocess(
-        [sentence], source_prefix=settings.source_prefix
-    )
-    source_ids = np.asarray(inputs["source_ids"])
-    prefix = prefix_ids(settings, vocabularies.target)
-    prefix = [] if prefix is None else np.asarray(prefix[0]).tolist()
-
-    def next_logits(prefixes):
-        inputs = {"source_ids": np.repeat(source_ids, len(prefixes), 0), "target_ids": prefixes}
-        return np.asarray(model({k: np.array(v) for k, v in inputs.items()}))[:, -1]
-
-    if settings.beam_size == 1:
-        mine, other = (
-            prefix + np.asarray(vocabularies.target.tokenize(text)).tolist()
-            for text in (ours, theirs)
-        )
-        return ties.greedy_parts_at_a_tie(next_logits, mine, other)
-    limit = int((source_ids != 0).sum()) + settings.max_extra_length
-    limit = min(limit, model.config.max_length)
-    replay = ties.replay_beam(
-        next_logits,
-        beam_size=settings.beam_size,
-        length_penalty=settings.length_penalty,
-        limit=limit,
-        n_best=1,
-        finish_rule=settings.finish_rule,
-        stopping=settings.stopping,
-        ranking=settings.ranking,
-        prefix=prefix,
-    )
-    return replay.smallest_margin < ties.LAST_BITS
-
-
 def alike(model, vocabularies, settings, sentences, ours, theirs) -> int:
     """How many of LiteRT's translations `theirs` equal the library's `ours`; each other
-    one must part at a tie (`parts_at_a_tie`)."""
+    one must part at a tie (`ties.translations_part_at_a_tie`: the same search in two
+    engines whose logits differ in their last bits; greedy, where the texts, tokenized
+    back, first part, the model's logits of the two tokens within TIE; beam, where the
+    search, replayed with the settings' rules, meets a choice within LAST_BITS)."""
+    tolerance = ties.TIE if settings.beam_size == 1 else ties.LAST_BITS
     same = 0
     for sentence, mine, other in zip(sentences, ours, theirs, strict=True):
         if mine == other:
             same += 1
             continue
-        assert parts_at_a_tie(model, vocabularies, settings, sentence, mine, other), (
+        assert ties.translations_part_at_a_tie(
+            model, vocabularies, settings, sentence, mine, other, tolerance=tolerance
+        ), (
             sentence,
             mine,
             other,
@@ -214,7 +178,7 @@ def test_translations_equal_the_library_s_without_keras(exported, model):
     """The interpreter's translations equal `kt.evaluation.Translator`'s (the preprocessor's
     text, `kt.decoding.decode`, the same settings), greedy and beam; blank input gives "".
     The rule (tests/ties.py): a translation may differ only where the search parts at a tie
-    (`parts_at_a_tie`); all but one alike (all of them when written)."""
+    (`alike`); all but one alike (all of them when written)."""
     answer = run_files(SENTENCES, exported["greedy"], exported["beam"])
     assert answer["loaded"] == []
     for (name, settings), translations in zip(

@@ -75,10 +75,14 @@ def test_a_keras_file_saved_before_the_renames_loads_with_its_weights():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         model = keras.saving.load_model(FIXTURE / "model.keras")
-    # expected.npz was computed on the CPU that made the fixture: to 1e-6 (outputs up to 2.2).
+    # expected.npz was computed on the CPU that made the fixture: another CPU's kernels
+    # (oneDNN or Eigen, another ISA) sum in another order, a few float32 ulps (1.2e-7 x 2.2,
+    # the largest output) a layer; a weight not loaded moves outputs by far more than 1e-5.
     expected = np.load(FIXTURE / "expected.npz")
     outputs = model(expected["inputs"], training=False)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(outputs), expected["outputs"], atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(outputs), expected["outputs"], rtol=1e-5, atol=1e-5
+    )
     kinds = [type(layer) for layer in model.layers]
     assert sum(issubclass(kind, kt.layers.TransformerAttention) for kind in kinds) == 1
     assert sum(issubclass(kind, kt.layers.PerReplicaDropout) for kind in kinds) == 1
