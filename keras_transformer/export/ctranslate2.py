@@ -18,24 +18,24 @@ Face models, but not Keras ones. This module maps a `keras_transformer.Transform
 A model CTranslate2 cannot run (an activation it lacks) is refused with a `ValueError` that
 says why. The directory holds CTranslate2's `model.bin`, `config.json` and vocabularies, our
 SentencePiece models (`shared.model`, or `source.model` and `target.model`) and
-`manifest.json` (model config, decoding settings with the source and target prefixes, special
-ids, and the arguments of CTranslate2's `translate_batch` that carry them:
-`ctranslate2_options`). Running it needs only `ctranslate2` and `sentencepiece`: its runtime is
-`kt.serving.CTranslate2Translator` (`trainers.translate --model DIR` runs it, without
-TensorFlow). Writing it needs the optional `ctranslate2` package
-(`pip install keras-transformer[ctranslate2]`).
+`manifest.json` (`kt._manifest.write_manifest`'s, as every export's: this package's version,
+the model config, the weights' type as `quantize` and as CTranslate2's `quantization`; then
+the decoding settings with the source and target prefixes, special ids, and the arguments of
+CTranslate2's `translate_batch` that carry them: `ctranslate2_options`). Running it needs
+only `ctranslate2` and `sentencepiece`: its runtime is `kt.serving.CTranslate2Translator`
+(`trainers.translate --model DIR` runs it, without TensorFlow). Writing it needs the optional
+`ctranslate2` package (`pip install keras-transformer[ctranslate2]`).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import keras
 import numpy as np
 
 from keras_transformer._files import atomic_directory
+from keras_transformer._manifest import write_manifest
 from keras_transformer.decoding.settings import (
     DecodingSettings,
     check_source_prefix,
@@ -208,29 +208,31 @@ def export_ctranslate2(
         temporary.mkdir()
         spec.save(str(temporary))
         vocabularies.write(temporary)
-        facts = {
-            "format": FORMAT,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "quantization": quantization or "float32",
-            "model_config": model.config.to_dict(),
-            "vocabulary": {
-                "source": names[0],
-                "target": names[-1],
-                "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
-                **_piece_rules(vocabularies),
+        write_manifest(
+            temporary / MANIFEST,
+            model_config=model.config.to_dict(),
+            quantize=quantization or "float32",
+            facts={
+                "format": FORMAT,
+                "quantization": quantization or "float32",  # CTranslate2's name, as before
+                "vocabulary": {
+                    "source": names[0],
+                    "target": names[-1],
+                    "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+                    **_piece_rules(vocabularies),
+                },
+                "decoding": {
+                    "beam_size": beam_size,
+                    "length_penalty": length_penalty,
+                    "max_extra_length": max_extra_length,
+                    "max_length": model.config.max_length,
+                    "target_prefix": target_prefix,
+                    "source_prefix": source_prefix,
+                    **ctranslate2_decoding(settings),
+                },
             },
-            "decoding": {
-                "beam_size": beam_size,
-                "length_penalty": length_penalty,
-                "max_extra_length": max_extra_length,
-                "max_length": model.config.max_length,
-                "target_prefix": target_prefix,
-                "source_prefix": source_prefix,
-                **ctranslate2_decoding(settings),
-            },
-            **(manifest or {}),
-        }
-        (temporary / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+            extra=manifest,
+        )
     return directory
 
 

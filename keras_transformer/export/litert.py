@@ -59,9 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import re
-import time
 from pathlib import Path
 
 import keras
@@ -69,7 +67,7 @@ import tensorflow as tf
 
 from keras_transformer import _logs, decoding, fast
 from keras_transformer._files import atomic_directory
-from keras_transformer._version import __version__
+from keras_transformer._manifest import write_manifest
 from keras_transformer.decoding import search
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe
@@ -161,39 +159,38 @@ def export_litert(
     with atomic_directory(path) as temporary:
         temporary.mkdir()
         (temporary / MODEL_FILE).write_bytes(blob)
-        facts = {
-            "format": FORMAT,
-            "package": "keras-transformer",
-            "package_version": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "model_config": model.config.to_dict(),
-            "quantize": quantize or "float32",
-            "int8_table": int8_table if quantize == "int8" else None,
-            "sizes": {MODEL_FILE: len(blob)},
-            "languages": {
-                "source": language_codes(vocabularies.source),
-                "target": language_codes(vocabularies.target),
+        write_manifest(
+            temporary / MANIFEST,
+            model_config=model.config.to_dict(),
+            quantize=quantize or "float32",
+            facts={
+                "format": FORMAT,
+                "int8_table": int8_table if quantize == "int8" else None,
+                "sizes": {MODEL_FILE: len(blob)},
+                "languages": {
+                    "source": language_codes(vocabularies.source),
+                    "target": language_codes(vocabularies.target),
+                },
+                "vocabulary": {
+                    "source_size": vocabularies.source.vocabulary_size(),
+                    "target_size": vocabularies.target.vocabulary_size(),
+                    "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+                },
+                "decoding": {
+                    **settings.to_dict(),
+                    "max_input_tokens": model.config.max_length - 1,
+                },
+                "signatures": {
+                    name: {
+                        "inputs": {s.name: "string [batch]" for s in function.input_signature},
+                        "outputs": {"translations": "string [batch]"},
+                    }
+                    for name, function in functions.items()
+                },
+                "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
             },
-            "vocabulary": {
-                "source_size": vocabularies.source.vocabulary_size(),
-                "target_size": vocabularies.target.vocabulary_size(),
-                "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
-            },
-            "decoding": {
-                **settings.to_dict(),
-                "max_input_tokens": model.config.max_length - 1,
-            },
-            "signatures": {
-                name: {
-                    "inputs": {spec.name: "string [batch]" for spec in function.input_signature},
-                    "outputs": {"translations": "string [batch]"},
-                }
-                for name, function in functions.items()
-            },
-            "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
-            **(manifest or {}),
-        }
-        (temporary / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+            extra=manifest,
+        )
     return path
 
 

@@ -60,18 +60,16 @@ export leaves earlier versions intact and TF Serving never sees a half-written o
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
-import time
 from pathlib import Path
 
 import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer._files import atomic_directory
+from keras_transformer._manifest import write_manifest
 from keras_transformer._ragged import concat_rows
-from keras_transformer._version import __version__
 from keras_transformer.decoding.settings import (
     DEFAULT,
     LANGUAGE_CODE,
@@ -640,83 +638,65 @@ def export_saved_model(
         extra = temporary / "assets.extra"
         extra.mkdir()
         vocabularies.write(extra)
-        facts = {
-            "package": "keras-transformer",
-            "package_version": _package_version(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "model_config": model.config.to_dict(),
-            "quantize": precision.weights,  # the weights' type: "float32", "int8"...
-            **({"quantize_fallback": precision.fallback} if precision.fallback else {}),
-            "vocabulary": {
-                "files": sorted(vocabularies.file_names),
-                "source_size": vocabularies.source.vocabulary_size(),
-                "target_size": vocabularies.target.vocabulary_size(),
-                "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+        write_manifest(
+            extra / MANIFEST,
+            model_config=model.config.to_dict(),
+            quantize=precision.weights,  # the weights' type: "float32", "int8"...
+            facts={
+                **({"quantize_fallback": precision.fallback} if precision.fallback else {}),
+                "vocabulary": {
+                    "files": sorted(vocabularies.file_names),
+                    "source_size": vocabularies.source.vocabulary_size(),
+                    "target_size": vocabularies.target.vocabulary_size(),
+                    "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+                },
+                "decoding": {
+                    **settings,
+                    "target_prefix": target_prefix,
+                    "max_input_tokens": model.config.max_length - 1,
+                },
+                "signatures": signature_facts(hypotheses, prefix_signature),
             },
-            "decoding": {
-                **settings,
-                "target_prefix": target_prefix,
-                "max_input_tokens": model.config.max_length - 1,
-            },
-            "signatures": {
-                "serving_default": {
-                    "inputs": {"text": "string [batch]"},
-                    "outputs": {"translation": "string [batch]", "score": "float32 [batch]"},
-                },
-                "serving_xla": {
-                    "inputs": {"text": "string [batch]"},
-                    "outputs": {"translation": "string [batch]", "score": "float32 [batch]"},
-                    "server_flag": "--xla_cpu_compilation_enabled=true",
-                },
-                "n_best": {
-                    "inputs": {"text": "string [batch]"},
-                    "outputs": {
-                        "translations": f"string [batch, {hypotheses}]",
-                        "scores": f"float32 [batch, {hypotheses}]",
-                    },
-                },
-                "translate_ids": {
-                    "inputs": {"source_ids": "int32 [batch, src_len]"},
-                    "outputs": {"ids": "int32 [batch, out_len]", "score": "float32 [batch]"},
-                },
-                **(
-                    {
-                        "serving_prefix": {
-                            "inputs": {
-                                "text": "string [batch]",
-                                "target_prefix": "string [batch]",
-                            },
-                            "outputs": {
-                                "translation": "string [batch]",
-                                "score": "float32 [batch]",
-                            },
-                        }
-                    }
-                    if prefix_signature
-                    else {}
-                ),
-                **(
-                    {
-                        "serving_languages": {
-                            "inputs": {
-                                "text": "string [batch]",
-                                "source_prefix": "string [batch]",
-                                "target_prefix": "string [batch]",
-                            },
-                            "outputs": {
-                                "translation": "string [batch]",
-                                "score": "float32 [batch]",
-                            },
-                        }
-                    }
-                    if prefix_signature
-                    else {}
-                ),
-            },
-            **(manifest or {}),
-        }
-        (extra / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+            extra=manifest,
+        )
     return final
+
+
+TEXT_IN = {"text": "string [batch]"}  # the text signatures' input
+ONE_OUT = {"translation": "string [batch]", "score": "float32 [batch]"}  # and their output
+
+
+def signature_facts(hypotheses: int, prefix_signature: bool) -> dict:
+    """The manifest's `signatures`: each signature's inputs and outputs (the module doc),
+    `hypotheses` the `n_best` signature's count, `serving_prefix` and `serving_languages`
+    with `prefix_signature`."""
+    signatures = {
+        "serving_default": {"inputs": TEXT_IN, "outputs": ONE_OUT},
+        "serving_xla": {
+            "inputs": TEXT_IN,
+            "outputs": ONE_OUT,
+            "server_flag": "--xla_cpu_compilation_enabled=true",
+        },
+        "n_best": {
+            "inputs": TEXT_IN,
+            "outputs": {
+                "translations": f"string [batch, {hypotheses}]",
+                "scores": f"float32 [batch, {hypotheses}]",
+            },
+        },
+        "translate_ids": {
+            "inputs": {"source_ids": "int32 [batch, src_len]"},
+            "outputs": {"ids": "int32 [batch, out_len]", "score": "float32 [batch]"},
+        },
+    }
+    if prefix_signature:
+        prefix = {"target_prefix": "string [batch]"}
+        signatures["serving_prefix"] = {"inputs": {**TEXT_IN, **prefix}, "outputs": ONE_OUT}
+        signatures["serving_languages"] = {
+            "inputs": {**TEXT_IN, "source_prefix": "string [batch]", **prefix},
+            "outputs": ONE_OUT,
+        }
+    return signatures
 
 
 def resolve_model(model, vocabularies, directory, decoding=None, **overrides):
@@ -741,10 +721,6 @@ def resolve_model(model, vocabularies, directory, decoding=None, **overrides):
         vocabularies = preprocessor.tokenizer.vocabularies
     settings = decoding or getattr(model, "decoding", None) or DecodingSettings()
     return model, vocabularies, Path(directory), settings.replace(**overrides)
-
-
-def _package_version() -> str:
-    return __version__
 
 
 __all__ = [
