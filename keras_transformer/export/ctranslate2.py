@@ -124,74 +124,62 @@ def transformer_spec(model, vocabularies):
     return spec
 
 
-def export_ctranslate2(
+def write(
     model,
-    vocabularies=None,
-    directory=None,
+    path,
     *,
-    quantization: str | None = None,
+    vocabularies=None,
     decoding: DecodingSettings | None = None,
-    beam_size: int | None = None,
-    length_penalty: float | None = None,
-    max_extra_length: int | None = None,
+    quantize: str | None = None,
     manifest: dict | None = None,
-    target_prefix: str | None = None,
-    ranking: str | None = None,
-    source_prefix: str | None = None,
 ) -> Path:
-    """Writes `directory`, a CTranslate2 model of `model` (see the module doc).
-
-    `export_ctranslate2(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset or
-    model directory it loads from) with its vocabulary and decoding settings.
+    """Writes `path`, a CTranslate2 model of `model` (see the module doc): the CTranslate2
+    format's writer, `kt.export.export(task, path, format="ctranslate2")`.
 
     Args:
         model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
-            loads, or a trained `keras_transformer.Transformer`.
+            loads, or a trained `keras_transformer.Transformer` (with `vocabularies`).
+        path: str or path. The directory to write; must not exist yet (written
+            atomically).
         vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
-        directory: str or path; must not exist yet (written atomically).
-        quantization: str or None. CTranslate2's weight type ("int8", "int8_float32",
-            "int16", "float16"...); None keeps float32.
+            Defaults to None.
         decoding: `kt.decoding.DecodingSettings` or None: the settings recorded in the
             manifest for translators of the directory (beam size, length penalty, extra
-            length). None takes the task's, or the defaults (the paper's).
-        beam_size: int or None. When given, overrides that setting of `decoding`, as do
-            the two below.
-        length_penalty: float or None.
-        max_extra_length: int or None.
-        manifest: dict or None. Extra facts for `manifest.json`.
-        target_prefix: str or None. Text every translation starts with (NLLB's target
-            language code, "spa_Latn"), recorded in the manifest for translators of the
-            directory, which give its tokens to CTranslate2's `translate_batch(...,
-            target_prefix=...)`. None takes the settings' (`decoding.target_prefix`).
-            Defaults to None.
-        ranking: str or None. The length penalty's form (`DecodingSettings.ranking`); None
-            takes the settings'. With "length" translators run CTranslate2's own ranking
-            (its `length_penalty`): its beam search is then ours with `finish_rule="fairseq"`
-            and `stopping="k_finished"`, which the manifest records. With "gnmt", which
-            CTranslate2 lacks, they ask it for `beam_size` hypotheses scored by
-            log-probability alone and rank them by ours (its stopping rule is then its own:
-            the manifest records none).
-        source_prefix: str or None. Text put in front of every source (NLLB's source
-            language code, "eng_Latn"; a multilingual OPUS-MT model's ">>spa<<"), recorded
-            in the manifest for translators of the directory, which put it there as
-            `with_source_prefix` does (a source that starts with a language code keeps its
-            own). None takes the settings' (`decoding.source_prefix`). Defaults to None.
+            length, the source and target prefixes, the ranking). None takes the task's, or
+            the defaults (the paper's). Defaults to None.
+
+            The prefixes: the source prefix is put in front of every source (NLLB's source
+            language code, "eng_Latn"; a multilingual OPUS-MT model's ">>spa<<"; a source
+            that starts with a language code keeps its own, as `with_source_prefix` does),
+            the target prefix's tokens are given to CTranslate2's `translate_batch(...,
+            target_prefix=...)`. The ranking: with "length" translators run CTranslate2's
+            own (its `length_penalty`): its beam search is then ours with
+            `finish_rule="fairseq"` and `stopping="k_finished"`, which the manifest records.
+            With "gnmt", which CTranslate2 lacks, they ask it for `beam_size` hypotheses
+            scored by log-probability alone and rank them by ours (its stopping rule is
+            then its own: the manifest records none). The settings' stopping and finish
+            rules are CTranslate2's own otherwise.
+        quantize: str or None. CTranslate2's weight type ("int8", "int8_float32", "int16",
+            "float16"...: its `quantization`); None keeps float32. Defaults to None.
+        manifest: dict or None. Extra facts for `manifest.json`. Defaults to None.
 
     Returns:
         The directory written.
+
+    Raises:
+        FileExistsError: `path` exists.
+        ValueError: a setting, or a model, CTranslate2 cannot hold (before anything is
+            written).
+        ImportError: the optional `ctranslate2` package is missing.
+
+    Examples:
+        Skipped by the doctests: it needs a trained model (`docs/` runs one).
+
+        >>> import keras_transformer as kt  # doctest: +SKIP
+        >>> task = kt.models.TransformerSeq2SeqLM.from_preset("runs/demo")  # doctest: +SKIP
+        >>> kt.export.export(task, "saved_models/demo-ct2", format="ctranslate2")  # doctest: +SKIP
     """
-    model, vocabularies, directory, settings = resolve_model(
-        model,
-        vocabularies,
-        directory,
-        decoding,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_extra_length=max_extra_length,
-        target_prefix=target_prefix,
-        ranking=ranking,
-        source_prefix=source_prefix,
-    )
+    model, vocabularies, directory, settings = resolve_model(model, vocabularies, path, decoding)
     beam_size, length_penalty = settings.beam_size, settings.length_penalty
     target_prefix, source_prefix = settings.target_prefix, settings.source_prefix
     check_target_prefix(target_prefix, vocabularies.target)
@@ -201,7 +189,7 @@ def export_ctranslate2(
         raise FileExistsError(f"{directory} exists; choose a new directory")
     spec = transformer_spec(model, vocabularies)
     spec.validate()
-    spec.optimize(quantization=quantization)
+    spec.optimize(quantization=quantize)
     names = list(vocabularies.files)  # ["shared.model"] or ["source.model", "target.model"]
     directory.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(directory) as temporary:
@@ -211,10 +199,10 @@ def export_ctranslate2(
         write_manifest(
             temporary / MANIFEST,
             model_config=model.config.to_dict(),
-            quantize=quantization or "float32",
+            quantize=quantize or "float32",
             facts={
                 "format": FORMAT,
-                "quantization": quantization or "float32",  # CTranslate2's name, as before
+                "quantization": quantize or "float32",  # CTranslate2's name, as before
                 "vocabulary": {
                     "source": names[0],
                     "target": names[-1],
@@ -234,6 +222,71 @@ def export_ctranslate2(
             extra=manifest,
         )
     return directory
+
+
+def export_ctranslate2(
+    model,
+    vocabularies=None,
+    directory=None,
+    *,
+    quantization: str | None = None,
+    decoding: DecodingSettings | None = None,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    max_extra_length: int | None = None,
+    manifest: dict | None = None,
+    target_prefix: str | None = None,
+    ranking: str | None = None,
+    source_prefix: str | None = None,
+) -> Path:
+    """`kt.export.export(model, directory, format="ctranslate2", quantize=quantization, ...)`
+    under its former name, with its former arguments: the same directory (`write`). A plain
+    alias, kept as it was.
+
+    `export_ctranslate2(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset or
+    model directory it loads from) with its vocabulary and decoding settings.
+
+    Args:
+        model: a `TransformerSeq2SeqLM`, a directory it loads from, or a `Transformer`.
+        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
+        directory: str or path; must not exist yet (written atomically).
+        quantization: str or None. CTranslate2's weight type: `write`'s `quantize`.
+        decoding: `kt.decoding.DecodingSettings` or None, as `write`'s.
+        beam_size: int or None. When given, overrides that setting of `decoding`, as do
+            the five below but `manifest` (`kt.export.export` takes the settings alone:
+            `decoding=settings.replace(beam_size=...)`).
+        length_penalty: float or None.
+        max_extra_length: int or None.
+        manifest: dict or None. Extra facts for `manifest.json`.
+        target_prefix: str or None. Text every translation starts with (NLLB's target
+            language code, "spa_Latn").
+        ranking: str or None. The length penalty's form (`DecodingSettings.ranking`).
+        source_prefix: str or None. Text put in front of every source (NLLB's source
+            language code, "eng_Latn").
+
+    Returns:
+        The directory written.
+    """
+    model, vocabularies, directory, settings = resolve_model(
+        model,
+        vocabularies,
+        directory,
+        decoding,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_extra_length=max_extra_length,
+        target_prefix=target_prefix,
+        ranking=ranking,
+        source_prefix=source_prefix,
+    )
+    return write(
+        model,
+        directory,
+        vocabularies=vocabularies,
+        decoding=settings,
+        quantize=quantization,
+        manifest=manifest,
+    )
 
 
 def ctranslate2_decoding(settings: DecodingSettings) -> dict:
@@ -366,4 +419,5 @@ __all__ = [
     "ctranslate2_decoding",
     "export_ctranslate2",
     "transformer_spec",
+    "write",
 ]

@@ -79,6 +79,7 @@ from keras_transformer.decoding.settings import (
     language_codes,
 )
 from keras_transformer.export.precision import reduced_precision
+from keras_transformer.serving.savedmodel import EXTRA
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"
@@ -529,66 +530,44 @@ def next_version(directory) -> int:
     return max(versions, default=0) + 1
 
 
-def export_saved_model(
+def write(
     model,
-    vocabularies=None,
-    directory=None,
+    path,
     *,
-    version: int | None = None,
-    manifest: dict | None = None,
+    vocabularies=None,
     decoding: DecodingSettings | None = None,
-    beam_size: int | None = None,
-    length_penalty: float | None = None,
-    max_extra_length: int | None = None,
-    stopping: str | None = None,
-    finish_rule: str | None = None,
-    target_prefix: str | None = None,
-    prefix_signature: bool | None = None,
-    ranking: str | None = None,
-    source_prefix: str | None = None,
     quantize: str | None = None,
+    manifest: dict | None = None,
+    version: int | None = None,
+    prefix_signature: bool | None = None,
 ) -> Path:
-    """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
-
-    `export_saved_model(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset
-    or model directory it loads from) with its vocabulary and decoding settings;
-    `export_saved_model(model, vocabularies, directory)` a `Transformer` and its
-    vocabularies.
+    """Writes `path/VERSION/`, a SavedModel that translates text (see the module doc): the
+    SavedModel format's writer, `kt.export.export(task, path, format="savedmodel")`.
 
     Args:
         model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
-            loads, or a trained `keras_transformer.Transformer`.
-        vocabularies: its `keras_transformer.text.Vocabularies`; None (or left out) takes the
-            task's.
-        directory: str or path. The model's folder under `saved_models/`.
-        version: int or None. The version folder; None takes the next free number.
-        manifest: dict or None. Extra facts (config, metrics...) for `assets.extra/manifest.json`.
-        decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph.
-            None takes the task's, or the defaults (the paper's) for a `Transformer`.
-        beam_size: int or None. When given, overrides that setting of `decoding`, as do
-            the four below and `ranking`.
-        length_penalty: float or None.
-        max_extra_length: int or None.
-        stopping: str or None.
-        finish_rule: str or None.
-        target_prefix: str or None. Text that every translation of `serving_default`,
-            `serving_xla`, `n_best` and `translate_ids` starts with (NLLB's target language
-            code, "spa_Latn"). None takes the settings' (`decoding.target_prefix`).
+            loads, or a trained `keras_transformer.Transformer` (with `vocabularies`).
+        path: str or path. The model's folder under `saved_models/` (TF Serving's: one
+            numbered folder a version).
+        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
             Defaults to None.
-        prefix_signature: bool or None. Write the `serving_prefix` signature, which takes a
-            target prefix per sentence, and `serving_languages`, which takes both prefixes
-            (both languages) per sentence. None writes them for a target vocabulary with
-            language codes (an imported NLLB-200 model's). Defaults to None.
-        ranking: str or None. The length penalty's form ("gnmt" or "length").
-        source_prefix: str or None. Text that every source of the text signatures starts
-            with (NLLB's source language code, "eng_Latn"; a source that starts with a code
-            keeps its own). None takes the settings' (`decoding.source_prefix`). Defaults to
-            None.
+        decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph
+            (beam size, length penalty, stopping rule, extra length, n-best, the source and
+            target prefixes: every text signature's). None takes the task's, or the defaults
+            (the paper's) for a `Transformer`. Defaults to None.
         quantize: str or None. "int8" or "bfloat16": the SavedModel holds a copy of the
             model with weights of that type (`kt.export.precision.reduced_precision`;
             `model` itself is left as it is; bfloat16 falls back to float32 weights, with
             a warning, on a CPU without bfloat16 arithmetic). None exports the model as it
             is. Defaults to None.
+        manifest: dict or None. Extra facts (config, metrics...) for
+            `assets.extra/manifest.json`. Defaults to None.
+        version: int or None. The version folder; None takes the next free number.
+            Defaults to None.
+        prefix_signature: bool or None. Write the `serving_prefix` signature, which takes a
+            target prefix per sentence, and `serving_languages`, which takes both prefixes
+            (both languages) per sentence. None writes them for a target vocabulary with
+            language codes (an imported NLLB-200 model's). Defaults to None.
 
     Returns:
         The path of the written version.
@@ -596,21 +575,16 @@ def export_saved_model(
     Raises:
         ValueError: a bad setting, or `quantize` with a model that is already quantized or
             has LoRA adapters (before anything is written).
+        FileExistsError: the version exists (versions are never overwritten).
+
+    Examples:
+        Skipped by the doctests: tracing the signatures takes a while (`docs/` runs one).
+
+        >>> import keras_transformer as kt  # doctest: +SKIP
+        >>> task = kt.models.TransformerSeq2SeqLM.from_preset("runs/demo")  # doctest: +SKIP
+        >>> kt.export.export(task, "saved_models/demo", format="savedmodel")  # doctest: +SKIP
     """
-    model, vocabularies, directory, settings = resolve_model(
-        model,
-        vocabularies,
-        directory,
-        decoding,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_extra_length=max_extra_length,
-        stopping=stopping,
-        finish_rule=finish_rule,
-        target_prefix=target_prefix,
-        ranking=ranking,
-        source_prefix=source_prefix,
-    )
+    model, vocabularies, directory, settings = resolve_model(model, vocabularies, path, decoding)
     beam_size, target_prefix = settings.beam_size, settings.target_prefix
     check_target_prefix(target_prefix, vocabularies.target)
     check_source_prefix(settings.source_prefix, vocabularies.source)
@@ -635,7 +609,7 @@ def export_saved_model(
             model, vocabularies, **settings, **prefix, prefix_signature=prefix_signature
         )
         write_saved_model(temporary, endpoints, model, _tokenizers(vocabularies))
-        extra = temporary / "assets.extra"
+        extra = temporary / EXTRA  # the runtime's: manifest and vocabulary beside the graph
         extra.mkdir()
         vocabularies.write(extra)
         write_manifest(
@@ -660,6 +634,87 @@ def export_saved_model(
             extra=manifest,
         )
     return final
+
+
+def export_saved_model(
+    model,
+    vocabularies=None,
+    directory=None,
+    *,
+    version: int | None = None,
+    manifest: dict | None = None,
+    decoding: DecodingSettings | None = None,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    max_extra_length: int | None = None,
+    stopping: str | None = None,
+    finish_rule: str | None = None,
+    target_prefix: str | None = None,
+    prefix_signature: bool | None = None,
+    ranking: str | None = None,
+    source_prefix: str | None = None,
+    quantize: str | None = None,
+) -> Path:
+    """`kt.export.export(model, directory, format="savedmodel", ...)` under its former name,
+    with its former arguments: the same SavedModel (`write`). A plain alias, kept as it was.
+
+    `export_saved_model(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset
+    or model directory it loads from) with its vocabulary and decoding settings;
+    `export_saved_model(model, vocabularies, directory)` a `Transformer` and its
+    vocabularies.
+
+    Args:
+        model: a `TransformerSeq2SeqLM`, a directory it loads from, or a `Transformer`.
+        vocabularies: its `keras_transformer.text.Vocabularies`; None (or left out) takes the
+            task's.
+        directory: str or path. The model's folder under `saved_models/`.
+        version: int or None. As `write`'s, with `manifest`, `prefix_signature` and
+            `quantize`.
+        manifest: dict or None.
+        decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph.
+            None takes the task's, or the defaults (the paper's) for a `Transformer`.
+        beam_size: int or None. When given, overrides that setting of `decoding`, as do
+            the seven below (`kt.export.export` takes the settings alone:
+            `decoding=settings.replace(beam_size=...)`).
+        length_penalty: float or None.
+        max_extra_length: int or None.
+        stopping: str or None.
+        finish_rule: str or None.
+        target_prefix: str or None. Text that every translation of the four signatures
+            without a prefix input starts with (NLLB's target language code, "spa_Latn").
+        prefix_signature: bool or None.
+        ranking: str or None. The length penalty's form ("gnmt" or "length").
+        source_prefix: str or None. Text that every source of the text signatures starts
+            with (NLLB's source language code, "eng_Latn").
+        quantize: str or None.
+
+    Returns:
+        The path of the written version.
+    """
+    model, vocabularies, directory, settings = resolve_model(
+        model,
+        vocabularies,
+        directory,
+        decoding,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_extra_length=max_extra_length,
+        stopping=stopping,
+        finish_rule=finish_rule,
+        target_prefix=target_prefix,
+        ranking=ranking,
+        source_prefix=source_prefix,
+    )
+    return write(
+        model,
+        directory,
+        vocabularies=vocabularies,
+        decoding=settings,
+        quantize=quantize,
+        manifest=manifest,
+        version=version,
+        prefix_signature=prefix_signature,
+    )
 
 
 TEXT_IN = {"text": "string [batch]"}  # the text signatures' input
@@ -728,5 +783,6 @@ __all__ = [
     "export_saved_model",
     "next_version",
     "translation_endpoints",
+    "write",
     "write_saved_model",
 ]

@@ -1,4 +1,4 @@
-"""The runtime of a CTranslate2 directory (`kt.export.ctranslate2.export_ctranslate2`): text
+"""The runtime of a CTranslate2 directory (`kt.export.export(..., format="ctranslate2")`): text
 in, translations out, as the SavedModel gives them, with `ctranslate2` and `sentencepiece`
 alone (no TensorFlow, no Keras).
 
@@ -33,7 +33,7 @@ FORMAT = "keras-transformer/ctranslate2"  # manifest.json's "format"
 
 
 def is_ctranslate2(path) -> bool:
-    """Whether `path` is a CTranslate2 directory written by `export_ctranslate2`. ValueError
+    """Whether `path` is a CTranslate2 directory written by `kt.export.export`. ValueError
     naming its manifest.json where that is damaged (`read_manifest`)."""
     path = Path(path)
     manifest = path / MANIFEST

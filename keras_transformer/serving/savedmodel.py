@@ -1,4 +1,4 @@
-"""A client of the TF Serving SavedModel (`kt.export.export_saved_model`) in Python: text in,
+"""A client of the TF Serving SavedModel (`kt.export.export`) in Python: text in,
 translations out through its signatures, with `tensorflow` and `tensorflow_text` alone (no
 Keras, none of this library's models), as TF Serving runs it.
 
@@ -229,8 +229,8 @@ class SavedModelTranslator:
         if "serving_prefix" not in self.loaded.signatures:
             raise ValueError(
                 f"{self.version} has no serving_prefix signature, which takes a target "
-                "prefix; export it again (kt.export.export_saved_model(..., "
-                "prefix_signature=True)), or with the target prefix as its own"
+                "prefix; export it again (kt.export.export(..., prefix_signature=True)), or "
+                "with the target prefix as its own"
             )
         return self.loaded.signatures["serving_prefix"]
 
