@@ -144,21 +144,12 @@ def write(
         vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
             Defaults to None.
         decoding: `kt.decoding.DecodingSettings` or None: the settings recorded in the
-            manifest for translators of the directory (beam size, length penalty, extra
-            length, the source and target prefixes, the ranking). None takes the task's, or
-            the defaults (the paper's). Defaults to None.
-
-            The prefixes: the source prefix is put in front of every source (NLLB's source
-            language code, "eng_Latn"; a multilingual OPUS-MT model's ">>spa<<"; a source
-            that starts with a language code keeps its own, as `with_source_prefix` does),
-            the target prefix's tokens are given to CTranslate2's `translate_batch(...,
-            target_prefix=...)`. The ranking: with "length" translators run CTranslate2's
-            own (its `length_penalty`): its beam search is then ours with
-            `finish_rule="fairseq"` and `stopping="k_finished"`, which the manifest records.
-            With "gnmt", which CTranslate2 lacks, they ask it for `beam_size` hypotheses
-            scored by log-probability alone and rank them by ours (its stopping rule is
-            then its own: the manifest records none). The settings' stopping and finish
-            rules are CTranslate2's own otherwise.
+            manifest for the directory's runtime, `CTranslate2Translator` (beam size, length
+            penalty, extra length, the source prefix it puts in front of each source, the
+            target prefix it forces, the ranking: "length" is CTranslate2's own, "gnmt" a
+            re-ranking of its hypotheses, `ctranslate2_decoding`). The stopping and finish
+            rules are CTranslate2's own. None takes the task's, or the defaults (the
+            paper's). Defaults to None.
         quantize: str or None. CTranslate2's weight type ("int8", "int8_float32", "int16",
             "float16"...: its `quantization`); None keeps float32. Defaults to None.
         manifest: dict or None. Extra facts for `manifest.json`. Defaults to None.
@@ -247,22 +238,21 @@ def export_ctranslate2(
     model directory it loads from) with its vocabulary and decoding settings.
 
     Args:
-        model: a `TransformerSeq2SeqLM`, a directory it loads from, or a `Transformer`.
-        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
-        directory: str or path; must not exist yet (written atomically).
-        quantization: str or None. CTranslate2's weight type: `write`'s `quantize`.
-        decoding: `kt.decoding.DecodingSettings` or None, as `write`'s.
+        model: as `write`'s, with `vocabularies`, `decoding` and `manifest`.
+        vocabularies: its `keras_transformer.text.Vocabularies`, or None.
+        directory: str or path. `write`'s `path`.
+        quantization: str or None. `write`'s `quantize`: CTranslate2's weight type.
+        decoding: `kt.decoding.DecodingSettings` or None.
         beam_size: int or None. When given, overrides that setting of `decoding`, as do
-            the five below but `manifest` (`kt.export.export` takes the settings alone:
+            `length_penalty`, `max_extra_length`, `target_prefix`, `ranking` and
+            `source_prefix` (`kt.export.export` takes the settings alone:
             `decoding=settings.replace(beam_size=...)`).
         length_penalty: float or None.
         max_extra_length: int or None.
-        manifest: dict or None. Extra facts for `manifest.json`.
-        target_prefix: str or None. Text every translation starts with (NLLB's target
-            language code, "spa_Latn").
-        ranking: str or None. The length penalty's form (`DecodingSettings.ranking`).
-        source_prefix: str or None. Text put in front of every source (NLLB's source
-            language code, "eng_Latn").
+        manifest: dict or None.
+        target_prefix: str or None.
+        ranking: str or None.
+        source_prefix: str or None.
 
     Returns:
         The directory written.

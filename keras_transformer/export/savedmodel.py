@@ -664,28 +664,26 @@ def export_saved_model(
     vocabularies.
 
     Args:
-        model: a `TransformerSeq2SeqLM`, a directory it loads from, or a `Transformer`.
+        model: as `write`'s, with `vocabularies`, `decoding`, `quantize`, `manifest`,
+            `version` and `prefix_signature`.
         vocabularies: its `keras_transformer.text.Vocabularies`; None (or left out) takes the
             task's.
-        directory: str or path. The model's folder under `saved_models/`.
-        version: int or None. As `write`'s, with `manifest`, `prefix_signature` and
-            `quantize`.
+        directory: str or path. `write`'s `path`.
+        version: int or None.
         manifest: dict or None.
-        decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph.
-            None takes the task's, or the defaults (the paper's) for a `Transformer`.
+        decoding: `kt.decoding.DecodingSettings` or None.
         beam_size: int or None. When given, overrides that setting of `decoding`, as do
-            the seven below (`kt.export.export` takes the settings alone:
-            `decoding=settings.replace(beam_size=...)`).
+            `length_penalty`, `max_extra_length`, `stopping`, `finish_rule`,
+            `target_prefix`, `ranking` and `source_prefix` (`kt.export.export` takes the
+            settings alone: `decoding=settings.replace(beam_size=...)`).
         length_penalty: float or None.
         max_extra_length: int or None.
         stopping: str or None.
         finish_rule: str or None.
-        target_prefix: str or None. Text that every translation of the four signatures
-            without a prefix input starts with (NLLB's target language code, "spa_Latn").
+        target_prefix: str or None.
         prefix_signature: bool or None.
-        ranking: str or None. The length penalty's form ("gnmt" or "length").
-        source_prefix: str or None. Text that every source of the text signatures starts
-            with (NLLB's source language code, "eng_Latn").
+        ranking: str or None.
+        source_prefix: str or None.
         quantize: str or None.
 
     Returns:
