@@ -14,9 +14,10 @@ Public API (`__all__`, and `dir()`; each module's `__all__` lists its own):
                                         slices decoded at once under XLA (parallel_search)
     corpus, text, data                  corpus readers, SentencePiece vocabularies, tf.data
     evaluation                          Translator (text in, text out) and sacrebleu scores
-    export                              the TF Serving SavedModel and the CTranslate2 writer
-    serving                             the translators of the exported directories, in
-                                        Python (CTranslate2's without TensorFlow)
+    export                              export(task, path, format=...): a TF Serving
+                                        SavedModel, a CTranslate2 model or a LiteRT file
+    serving                             open(path): the translators of the exports, in
+                                        Python (CTranslate2's and LiteRT's without TensorFlow)
     models                              the keras-hub task family: TransformerSeq2SeqLM
                                         (from_preset, generate, fit, save_to_preset), its
                                         backbone, tokenizer and preprocessor

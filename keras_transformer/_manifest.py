@@ -1,16 +1,22 @@
-"""Reading a `manifest.json`, the facts an export or a vocabulary directory carries (STYLE
-14): one reader for every door, so that a damaged one is named with what is wrong with it
-(`ValueError: runs/x/manifest.json: not valid JSON (Expecting ',' delimiter: line 3 column
-5)`), never a bare parser message.
+"""`manifest.json`, the facts an export or a vocabulary directory carries (STYLE 14): one
+writer for every export (`write_manifest`: this package, its version, the time, the model's
+configuration and weights, then the format's own facts), and one reader for every door
+(`read_manifest`), so that a damaged one is named with what is wrong with it (`ValueError:
+runs/x/manifest.json: not valid JSON (Expecting ',' delimiter: line 3 column 5)`), never a
+bare parser message.
 
-It imports nothing but the standard library: the light runtimes (`keras_transformer.serving`)
-load it without Keras or TensorFlow (`serving.common.library_module`).
+It imports nothing but the standard library at its top: the light runtimes
+(`keras_transformer.serving`) load it without Keras or TensorFlow
+(`serving.common.library_module`).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+
+PACKAGE = "keras-transformer"  # every export manifest's "package"
 
 # The JSON names of what `json.loads` may return, by their Python types' names.
 JSON_KINDS = {
@@ -71,4 +77,53 @@ def read_manifest(path, *keys: str) -> dict:
     return manifest
 
 
-__all__ = ["read_manifest"]
+def write_manifest(
+    path, *, model_config: dict, quantize: str, facts: dict, extra: dict | None = None
+) -> dict:
+    """Writes an export's `manifest.json` at `path`: the facts every export carries, then
+    the format's own, then the caller's.
+
+    Every manifest holds `package` and `package_version` (this package's), `created` (UTC,
+    ISO 8601), `model_config` and `quantize` (the type of the weights written: "float32",
+    "int8"...). `facts` adds the format's own (its vocabulary, decoding settings,
+    signatures...), and `extra` the caller's (an experiment, metrics), over both.
+
+    Args:
+        path: str or path. The file to write (in the export's folder, which is written
+            atomically around it).
+        model_config: dict. The model's `TransformerConfig.to_dict()`.
+        quantize: str. The weights' type.
+        facts: dict. The format's own entries.
+        extra: dict or None. The caller's entries, over the others. Defaults to None.
+
+    Returns:
+        The manifest written, a dict.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from keras_transformer._manifest import read_manifest, write_manifest
+        >>> path = Path(tempfile.mkdtemp()) / "manifest.json"
+        >>> _ = write_manifest(
+        ...     path, model_config={}, quantize="int8", facts={"format": "x"}, extra={"n": 1}
+        ... )
+        >>> manifest = read_manifest(path, "created")
+        >>> manifest["package"], manifest["quantize"], manifest["format"], manifest["n"]
+        ('keras-transformer', 'int8', 'x', 1)
+    """
+    from keras_transformer._version import __version__  # the package is imported: it exports
+
+    manifest = {
+        "package": PACKAGE,
+        "package_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model_config": model_config,
+        "quantize": quantize,
+        **facts,
+        **(extra or {}),
+    }
+    Path(path).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+__all__ = ["PACKAGE", "read_manifest", "write_manifest"]

@@ -73,8 +73,10 @@ def demo_exports(folder: Path) -> None:
         num_decoder_layers=1,
     )
     model = kt.build_transformer(config)
-    export.export_saved_model(model, vocabularies, folder / "saved_models" / "demo")
-    export.ctranslate2.export_ctranslate2(model, vocabularies, folder / "saved_models" / "demo-ct2")
+    export.export(model, folder / "saved_models" / "demo", vocabularies=vocabularies)
+    export.export(
+        model, folder / "saved_models" / "demo-ct2", format="ctranslate2", vocabularies=vocabularies
+    )
 
 
 PREPARE = {"guides/serving.md": demo_exports}

@@ -354,15 +354,18 @@ def test_the_programs_refuse_to_quantize_a_quantized_model_before_writing(model_
 def test_export_cli_passes_quantize_to_ctranslate2_and_keeps_quantization(
     model_dir, monkeypatch, tmp_path
 ):
-    """`--quantize` is CTranslate2's weight type too; `--quantization`, its former name,
-    still works, with a warning."""
+    """`--quantize` is CTranslate2's weight type too (its writer's `quantize`, which
+    `kt.export.export` hands it); `--quantization`, its former name, still works, with a
+    warning."""
     asked = []
 
-    def export_ctranslate2(task, out, quantization=None, manifest=None):
-        asked.append(quantization)
+    def write(task, out, *, quantize=None, manifest=None, **_):
+        asked.append(quantize)
+        out.mkdir()
+        (out / "manifest.json").write_text(json.dumps({"quantize": quantize}))
         return out
 
-    monkeypatch.setattr(export.ctranslate2, "export_ctranslate2", export_ctranslate2)
+    monkeypatch.setattr(export.ctranslate2, "write", write)
     common = ("trainers.export", "--model-dir", model_dir, "--format", "ctranslate2")
     result = run_main(*common, "--out", tmp_path / "a", "--quantize", "int8_float16")
     assert "int8_float16 weights" in result.stdout and "deprecated" not in result.stderr

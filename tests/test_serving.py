@@ -133,13 +133,14 @@ def test_the_former_names_in_trainers_translate_warn_and_are_the_librarys():
 
 
 def test_translate_help_names_every_translator(capsys):
-    """`kt-translate --help` names each of the library's translators, one a format it reads."""
+    """`kt-translate --help` names each of the library's translators, one a format it reads
+    (the table's runtimes)."""
     from trainers import translate
 
     with pytest.raises(SystemExit):
         translate.main(["--help"])
     usage = capsys.readouterr().out
-    translators = [name for name in serving.__all__ if name.endswith("Translator")]
+    translators = [entry.runtime.__name__ for entry in serving.FORMATS.values()]
     assert {"SavedModelTranslator", "CTranslate2Translator", "LiteRTTranslator"} <= set(translators)
     assert [name for name in translators if f"`{name}`" not in usage] == []
 

@@ -49,13 +49,16 @@ from pathlib import Path
 
 from trainers import errors, flags
 from trainers.errors import ConfigError
+from trainers.library import light_module
 from trainers.run_dir import MODEL, RunDirectory, write_json
 
-# The weights' types: both formats take the first two (the SavedModel's `quantize`), the
-# others are CTranslate2's own (its `quantization`).
-SAVED_MODEL_TYPES = ("int8", "bfloat16")
-QUANTIZE_TYPES = (*SAVED_MODEL_TYPES, "int8_float32", "int8_float16", "int16", "float16")
-LITERT_TYPES = ("int8", "float16")
+# The table of formats, without the package's __init__ (which starts TensorFlow): the flags
+# are checked against it first.
+_formats = light_module("keras_transformer.serving").formats
+FORMATS, DEFAULT = _formats.FORMATS, _formats.DEFAULT
+# The weights' types, every format's (the SavedModel's int8 and bfloat16 first, then
+# CTranslate2's own), each checked against its format's.
+QUANTIZE_TYPES = tuple(dict.fromkeys(t for entry in FORMATS.values() for t in entry.quantize))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -76,9 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--format",
-        default="savedmodel",
-        choices=["savedmodel", "ctranslate2", "litert"],
-        help="default: savedmodel",
+        default=DEFAULT,
+        choices=list(FORMATS),
+        help=f"default: {DEFAULT}",
     )
     parser.add_argument(
         "--int8-table",
@@ -124,6 +127,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def flag_problem(args: argparse.Namespace) -> str | None:
+    """Why the flags cannot go together, by the table of formats (each format's weight types,
+    options and the settings it decides itself), or None: checked before any work."""
+    found = FORMATS[args.format]
+    if args.quantize not in (None, *found.quantize):
+        takers = [name for name, entry in FORMATS.items() if args.quantize in entry.quantize]
+        return (
+            f"--quantize {args.quantize}: --format {found.name} takes "
+            f"{' or '.join(found.quantize)} (--quantize {args.quantize} applies to --format "
+            f"{' and '.join(takers)} only)"
+        )
+    if args.int8_table and not ("int8_table" in found.options and args.quantize == "int8"):
+        takers = [name for name, entry in FORMATS.items() if "int8_table" in entry.options]
+        return f"--int8-table applies to --format {' and '.join(takers)} --quantize int8 only"
+    if args.stopping and "stopping" in found.decides:
+        takers = [name for name, entry in FORMATS.items() if "stopping" not in entry.decides]
+        return (
+            f"--stopping applies to --format {' and '.join(takers)} (a {found.title} "
+            "decides it itself)"
+        )
+    return None
+
+
 @errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -134,23 +160,8 @@ def main(argv=None) -> int:
                 f"--quantization {args.quantization} and --quantize {args.quantize} disagree"
             )
         args.quantize = args.quantization
-    if args.format == "litert" and args.quantize not in (None, *LITERT_TYPES):
-        return errors.fail(
-            f"--quantize {args.quantize}: --format litert takes {' or '.join(LITERT_TYPES)}"
-        )
-    if args.quantize not in (None, *SAVED_MODEL_TYPES) and args.format == "savedmodel":
-        return errors.fail(
-            f"--quantize {args.quantize} applies to --format ctranslate2 only (a SavedModel "
-            f"takes {' or '.join(SAVED_MODEL_TYPES)})"
-        )
-    if args.int8_table and not (args.format == "litert" and args.quantize == "int8"):
-        return errors.fail("--int8-table applies to --format litert --quantize int8 only")
-    if args.stopping and args.format == "ctranslate2":
-        return errors.fail(
-            ValueError(
-                "--stopping applies to --format savedmodel and litert (CTranslate2 has its own)"
-            )
-        )
+    if problem := flag_problem(args):
+        return errors.fail(problem)
     if problem := flags.creatable(args.out):  # before any work
         return errors.fail(f"--out {args.out}: {problem}")
     run = RunDirectory(args.model_dir)
@@ -159,7 +170,6 @@ def main(argv=None) -> int:
     except ConfigError as error:
         return errors.fail(error)
     from keras_transformer import export, fast
-    from keras_transformer._files import atomic_write
     from keras_transformer._manifest import read_manifest
 
     try:  # the flags over the directory's decoding settings
@@ -179,46 +189,49 @@ def main(argv=None) -> int:
         "source_model": str(run.model(args.model)),
         "metrics": run.metrics(args.model),
     }
-    if args.format in ("litert", "ctranslate2"):
-        if args.format == "litert":
-            write, what = export.litert.export_litert, "LiteRT file"
-            weights = {"quantize": args.quantize, "int8_table": args.int8_table}
-        else:
-            write, what = export.ctranslate2.export_ctranslate2, "CTranslate2 model"
-            weights = {"quantization": args.quantize}
-        try:
-            written = write(task, args.out, manifest=manifest, **weights)
-        except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
-            return errors.fail(error)
-        print(f"wrote {written} ({what}, {args.quantize or 'float32'} weights)")
-        return errors.EXIT_OK
+    found = FORMATS[args.format]
+    given = {"version": args.version, "int8_table": args.int8_table}  # a format's own flags
+    options = {name: value for name, value in given.items() if name in found.options}
     try:
         # Warnings (bfloat16's fallback to float32) as the programs print them: one line each.
         with (
             warnings.catch_warnings(record=True) as caught,
             fast.switched(experiment.training.fast),  # its beam search's top-k, as in training
         ):
-            version = export.export_saved_model(
-                task, args.out, version=args.version, manifest=manifest, quantize=args.quantize
+            written = export.export(
+                task,
+                args.out,
+                format=found.name,
+                quantize=args.quantize,
+                manifest=manifest,
+                **options,
             )
-    except (FileExistsError, NotADirectoryError, ValueError) as error:  # an existing
-        return errors.fail(error)  # --version, a model already quantized...
+    except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
+        return errors.fail(error)  # an existing --version, a model already quantized...
     finally:
         for warning in caught:
             print(f"warning: {warning.message}", file=sys.stderr)
-    weights = read_manifest(version / "assets.extra" / export.MANIFEST, "quantize")["quantize"]
+    weights = read_manifest(written / found.manifest_file, "quantize")["quantize"]
+    wrote = f"wrote {written} ({found.caption}, {weights} weights)"
+    if found.versioned:  # a model folder of versions: the Keras model beside them
+        wrote += f" and {keep_keras_model(run, args, task, manifest)} (Keras model)"
+    print(wrote)
+    return errors.EXIT_OK
+
+
+def keep_keras_model(run: RunDirectory, args, task, manifest: dict) -> Path:
+    """`--out/keras/`: the model file itself (a kt.Transformer, as model.fit fine-tunes it),
+    its vocabulary and the manifest, beside a SavedModel's versions. Returns the folder."""
+    from keras_transformer._files import atomic_write
+    from keras_transformer.export import MANIFEST
+
     keras_dir = args.out / "keras"
     keras_dir.mkdir(parents=True, exist_ok=True)
-    # The model file itself (a kt.Transformer, as model.fit fine-tunes it), and its vocabulary.
     source = run.model(args.model)
     atomic_write(keras_dir / MODEL, lambda temporary: shutil.copyfile(source, temporary))
     task.preprocessor.tokenizer.vocabularies.save(keras_dir / "vocab")
-    write_json(keras_dir / export.MANIFEST, manifest | {"for": "model.fit fine-tuning"})
-    print(
-        f"wrote {version} (SavedModel for TF Serving, {weights} weights) and {keras_dir} "
-        "(Keras model)"
-    )
-    return errors.EXIT_OK
+    write_json(keras_dir / MANIFEST, manifest | {"for": "model.fit fine-tuning"})
+    return keras_dir
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ settings are the export's (`trainers.export`). --model (or its older name --save
   imported; an NLLB-200 file takes language codes as prefixes (`--source-prefix eng_Latn
   --target-prefix spa_Latn`), other files none; no --n-best yet.
 
-The translators are the library's (`keras_transformer.serving`: `SavedModelTranslator`,
-`CTranslate2Translator`, `LiteRTTranslator`); this program reads and writes the lines around
+The translators are the library's: its table of formats (`keras_transformer.serving.formats`,
+as `kt.serving.open` reads it) picks `SavedModelTranslator`, `CTranslate2Translator` or
+`LiteRTTranslator` by what --model holds; this program reads and writes the lines around
 them. For a CTranslate2 directory or a LiteRT file it loads that package alone, without the
 rest of the library: neither TensorFlow nor Keras is imported.
 
@@ -153,25 +154,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+FLAGS = ("--source-prefix", "--target-prefix")  # what a refused prefix is called here
+
+
 def load_translator(args):
-    """The translator of --model, its prefixes checked against its vocabulary before the
-    model loads (ValueError naming the flag)."""
-    if serving.is_litert(args.model):
-        serving.litert.check_prefixes(
-            serving.litert.languages(args.model),
-            args.source_prefix,
-            args.target_prefix,
-            names=("--source-prefix", "--target-prefix"),
-        )
-        return serving.LiteRTTranslator(
-            args.model,
-            source_prefix=args.source_prefix,
-            target_prefix=args.target_prefix,
-            threads=args.threads,
-        )
-    ctranslate2 = serving.is_ctranslate2(args.model)
+    """The translator of --model: the runtime of its format (`kt.serving.formats`, by what
+    the path holds), its prefixes checked against its vocabulary before the model loads
+    (ValueError naming the flag)."""
     try:
-        version = None if ctranslate2 else serving.resolve_version(args.model)
+        found = serving.formats.find(args.model)
     except FileNotFoundError as error:  # a training run directory: say how to export it
         run = RunDirectory(args.model)
         if not run.experiment_file.exists():
@@ -185,25 +176,22 @@ def load_translator(args):
             raise
         out = f"saved_models/{args.model.resolve().name}"
         command = ["python", "-m", "trainers.export", "--model-dir", str(args.model), "--out"]
+        default = serving.formats.FORMATS[serving.formats.DEFAULT]
+        others = " or ".join(
+            f"--format {name}" for name in serving.formats.FORMATS if name != default.name
+        )
         raise FileNotFoundError(
             f"{error}; it is a training run directory ({run.model().name}, "
             f"{run.experiment_file.name}): export it first, {shlex.join(command)} {out} (a "
-            f"SavedModel; --format ctranslate2 or --format litert for the others), then "
-            f"--model {out}"
+            f"{default.title}; {others} for the others), then --model {out}"
         ) from None
-    if not ctranslate2:  # before TensorFlow starts, which the prefix check below may start
-        serving.savedmodel.set_threads(args.threads)
-    prefixes = {"source_prefix": args.source_prefix, "target_prefix": args.target_prefix}
-    if args.source_prefix is not None or args.target_prefix is not None:
-        module = serving.ctranslate2 if ctranslate2 else serving.savedmodel
-        serving.check_prefixes(
-            *module.vocabularies(args.model if ctranslate2 else version),
-            **prefixes,
-            names=("--source-prefix", "--target-prefix"),
-        )
-    if ctranslate2:
-        return serving.CTranslate2Translator(args.model, threads=args.threads, **prefixes)
-    return serving.SavedModelTranslator(version, threads=args.threads, **prefixes)
+    return found.open(
+        args.model,
+        source_prefix=args.source_prefix,
+        target_prefix=args.target_prefix,
+        threads=args.threads,
+        prefix_names=FLAGS,
+    )
 
 
 def batches(lines, size: int):
@@ -269,9 +257,11 @@ def main(argv=None) -> int:
     if problem := flags.first_missing(("--model", args.model), ("--input", args.input)):
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    if args.with_scores and serving.is_litert(args.model):
+    unscored = [f for f in serving.FORMATS.values() if not f.scores and f.recognises(args.model)]
+    if args.with_scores and unscored:
         print(
-            "error: --with-scores: a LiteRT file gives translations without scores", file=sys.stderr
+            f"error: --with-scores: a {unscored[0].title} gives translations without scores",
+            file=sys.stderr,
         )
         return 2
     try:

@@ -1,14 +1,20 @@
-"""Exports of a trained model for serving.
+"""Exports of a trained model for serving: `export(task, path, format=...)` writes any
+format of the table (`kt.serving.formats`), by that format's writer.
 
-savedmodel.py    `export_saved_model`: a TF Serving SavedModel, text in, translations out
-                 (tokenization and beam search in the graph)
+formats.py       `export`, one door for the three formats, and `writer`
+savedmodel.py    `write`: a TF Serving SavedModel, text in, translations out (tokenization
+                 and beam search in the graph)
 precision.py     `reduced_precision`: the int8 or bfloat16 copy of a model that an export
                  writes with `quantize=`
-ctranslate2.py   `export_ctranslate2`: a CTranslate2 model directory (the optional
-                 `ctranslate2` package; imported on first use)
-litert.py        `export_litert`: one LiteRT file for a device, text in, translations out
+ctranslate2.py   `write`: a CTranslate2 model directory (the optional `ctranslate2`
+                 package; imported on first use)
+litert.py        `write`: one LiteRT file for a device, text in, translations out
                  (tokenization, search and detokenization inside; imported on first use)
 litert_bpe.py    `BpeCut`: SentencePiece's BPE cut in LiteRT's builtin ops, for litert.py
+
+The former names, `export_saved_model`, `ctranslate2.export_ctranslate2` and
+`export_litert`, are plain aliases of `export(format=...)` with their former arguments, kept
+as they were.
 """
 
 from keras_transformer._backends import require_tensorflow
@@ -18,6 +24,7 @@ require_tensorflow("kt.export")
 import importlib
 
 from keras_transformer.export import precision
+from keras_transformer.export.formats import export, writer
 from keras_transformer.export.savedmodel import (
     MANIFEST,
     export_saved_model,
@@ -39,6 +46,7 @@ def __getattr__(name: str):
 __all__ = [
     "MANIFEST",
     "ctranslate2",
+    "export",
     "export_litert",
     "export_saved_model",
     "litert",
@@ -46,4 +54,5 @@ __all__ = [
     "precision",
     "translation_endpoints",
     "write_saved_model",
+    "writer",
 ]

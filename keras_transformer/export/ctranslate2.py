@@ -18,24 +18,24 @@ Face models, but not Keras ones. This module maps a `keras_transformer.Transform
 A model CTranslate2 cannot run (an activation it lacks) is refused with a `ValueError` that
 says why. The directory holds CTranslate2's `model.bin`, `config.json` and vocabularies, our
 SentencePiece models (`shared.model`, or `source.model` and `target.model`) and
-`manifest.json` (model config, decoding settings with the source and target prefixes, special
-ids, and the arguments of CTranslate2's `translate_batch` that carry them:
-`ctranslate2_options`). Running it needs only `ctranslate2` and `sentencepiece`: its runtime is
-`kt.serving.CTranslate2Translator` (`trainers.translate --model DIR` runs it, without
-TensorFlow). Writing it needs the optional `ctranslate2` package
-(`pip install keras-transformer[ctranslate2]`).
+`manifest.json` (`kt._manifest.write_manifest`'s, as every export's: this package's version,
+the model config, the weights' type as `quantize` and as CTranslate2's `quantization`; then
+the decoding settings with the source and target prefixes, special ids, and the arguments of
+CTranslate2's `translate_batch` that carry them: `ctranslate2_options`). Running it needs
+only `ctranslate2` and `sentencepiece`: its runtime is `kt.serving.CTranslate2Translator`
+(`trainers.translate --model DIR` runs it, without TensorFlow). Writing it needs the optional
+`ctranslate2` package (`pip install keras-transformer[ctranslate2]`).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import keras
 import numpy as np
 
 from keras_transformer._files import atomic_directory
+from keras_transformer._manifest import write_manifest
 from keras_transformer.decoding.settings import (
     DecodingSettings,
     check_source_prefix,
@@ -124,6 +124,97 @@ def transformer_spec(model, vocabularies):
     return spec
 
 
+def write(
+    model,
+    path,
+    *,
+    vocabularies=None,
+    decoding: DecodingSettings | None = None,
+    quantize: str | None = None,
+    manifest: dict | None = None,
+) -> Path:
+    """Writes `path`, a CTranslate2 model of `model` (see the module doc): the CTranslate2
+    format's writer, `kt.export.export(task, path, format="ctranslate2")`.
+
+    Args:
+        model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
+            loads, or a trained `keras_transformer.Transformer` (with `vocabularies`).
+        path: str or path. The directory to write; must not exist yet (written
+            atomically).
+        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
+            Defaults to None.
+        decoding: `kt.decoding.DecodingSettings` or None: the settings recorded in the
+            manifest for the directory's runtime, `CTranslate2Translator` (beam size, length
+            penalty, extra length, the source prefix it puts in front of each source, the
+            target prefix it forces, the ranking: "length" is CTranslate2's own, "gnmt" a
+            re-ranking of its hypotheses, `ctranslate2_decoding`). The stopping and finish
+            rules are CTranslate2's own. None takes the task's, or the defaults (the
+            paper's). Defaults to None.
+        quantize: str or None. CTranslate2's weight type ("int8", "int8_float32", "int16",
+            "float16"...: its `quantization`); None keeps float32. Defaults to None.
+        manifest: dict or None. Extra facts for `manifest.json`. Defaults to None.
+
+    Returns:
+        The directory written.
+
+    Raises:
+        FileExistsError: `path` exists.
+        ValueError: a setting, or a model, CTranslate2 cannot hold (before anything is
+            written).
+        ImportError: the optional `ctranslate2` package is missing.
+
+    Examples:
+        Skipped by the doctests: it needs a trained model (`docs/` runs one).
+
+        >>> import keras_transformer as kt  # doctest: +SKIP
+        >>> task = kt.models.TransformerSeq2SeqLM.from_preset("runs/demo")  # doctest: +SKIP
+        >>> kt.export.export(task, "saved_models/demo-ct2", format="ctranslate2")  # doctest: +SKIP
+    """
+    model, vocabularies, directory, settings = resolve_model(model, vocabularies, path, decoding)
+    beam_size, length_penalty = settings.beam_size, settings.length_penalty
+    target_prefix, source_prefix = settings.target_prefix, settings.source_prefix
+    check_target_prefix(target_prefix, vocabularies.target)
+    check_source_prefix(source_prefix, vocabularies.source)
+    max_extra_length = settings.max_extra_length
+    if directory.exists():
+        raise FileExistsError(f"{directory} exists; choose a new directory")
+    spec = transformer_spec(model, vocabularies)
+    spec.validate()
+    spec.optimize(quantization=quantize)
+    names = list(vocabularies.files)  # ["shared.model"] or ["source.model", "target.model"]
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(directory) as temporary:
+        temporary.mkdir()
+        spec.save(str(temporary))
+        vocabularies.write(temporary)
+        write_manifest(
+            temporary / MANIFEST,
+            model_config=model.config.to_dict(),
+            quantize=quantize or "float32",
+            facts={
+                "format": FORMAT,
+                "quantization": quantize or "float32",  # CTranslate2's name, as before
+                "vocabulary": {
+                    "source": names[0],
+                    "target": names[-1],
+                    "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+                    **_piece_rules(vocabularies),
+                },
+                "decoding": {
+                    "beam_size": beam_size,
+                    "length_penalty": length_penalty,
+                    "max_extra_length": max_extra_length,
+                    "max_length": model.config.max_length,
+                    "target_prefix": target_prefix,
+                    "source_prefix": source_prefix,
+                    **ctranslate2_decoding(settings),
+                },
+            },
+            extra=manifest,
+        )
+    return directory
+
+
 def export_ctranslate2(
     model,
     vocabularies=None,
@@ -139,43 +230,29 @@ def export_ctranslate2(
     ranking: str | None = None,
     source_prefix: str | None = None,
 ) -> Path:
-    """Writes `directory`, a CTranslate2 model of `model` (see the module doc).
+    """`kt.export.export(model, directory, format="ctranslate2", quantize=quantization, ...)`
+    under its former name, with its former arguments: the same directory (`write`). A plain
+    alias, kept as it was.
 
     `export_ctranslate2(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset or
     model directory it loads from) with its vocabulary and decoding settings.
 
     Args:
-        model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
-            loads, or a trained `keras_transformer.Transformer`.
-        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
-        directory: str or path; must not exist yet (written atomically).
-        quantization: str or None. CTranslate2's weight type ("int8", "int8_float32",
-            "int16", "float16"...); None keeps float32.
-        decoding: `kt.decoding.DecodingSettings` or None: the settings recorded in the
-            manifest for translators of the directory (beam size, length penalty, extra
-            length). None takes the task's, or the defaults (the paper's).
+        model: as `write`'s, with `vocabularies`, `decoding` and `manifest`.
+        vocabularies: its `keras_transformer.text.Vocabularies`, or None.
+        directory: str or path. `write`'s `path`.
+        quantization: str or None. `write`'s `quantize`: CTranslate2's weight type.
+        decoding: `kt.decoding.DecodingSettings` or None.
         beam_size: int or None. When given, overrides that setting of `decoding`, as do
-            the two below.
+            `length_penalty`, `max_extra_length`, `target_prefix`, `ranking` and
+            `source_prefix` (`kt.export.export` takes the settings alone:
+            `decoding=settings.replace(beam_size=...)`).
         length_penalty: float or None.
         max_extra_length: int or None.
-        manifest: dict or None. Extra facts for `manifest.json`.
-        target_prefix: str or None. Text every translation starts with (NLLB's target
-            language code, "spa_Latn"), recorded in the manifest for translators of the
-            directory, which give its tokens to CTranslate2's `translate_batch(...,
-            target_prefix=...)`. None takes the settings' (`decoding.target_prefix`).
-            Defaults to None.
-        ranking: str or None. The length penalty's form (`DecodingSettings.ranking`); None
-            takes the settings'. With "length" translators run CTranslate2's own ranking
-            (its `length_penalty`): its beam search is then ours with `finish_rule="fairseq"`
-            and `stopping="k_finished"`, which the manifest records. With "gnmt", which
-            CTranslate2 lacks, they ask it for `beam_size` hypotheses scored by
-            log-probability alone and rank them by ours (its stopping rule is then its own:
-            the manifest records none).
-        source_prefix: str or None. Text put in front of every source (NLLB's source
-            language code, "eng_Latn"; a multilingual OPUS-MT model's ">>spa<<"), recorded
-            in the manifest for translators of the directory, which put it there as
-            `with_source_prefix` does (a source that starts with a language code keeps its
-            own). None takes the settings' (`decoding.source_prefix`). Defaults to None.
+        manifest: dict or None.
+        target_prefix: str or None.
+        ranking: str or None.
+        source_prefix: str or None.
 
     Returns:
         The directory written.
@@ -192,46 +269,14 @@ def export_ctranslate2(
         ranking=ranking,
         source_prefix=source_prefix,
     )
-    beam_size, length_penalty = settings.beam_size, settings.length_penalty
-    target_prefix, source_prefix = settings.target_prefix, settings.source_prefix
-    check_target_prefix(target_prefix, vocabularies.target)
-    check_source_prefix(source_prefix, vocabularies.source)
-    max_extra_length = settings.max_extra_length
-    if directory.exists():
-        raise FileExistsError(f"{directory} exists; choose a new directory")
-    spec = transformer_spec(model, vocabularies)
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    names = list(vocabularies.files)  # ["shared.model"] or ["source.model", "target.model"]
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_directory(directory) as temporary:
-        temporary.mkdir()
-        spec.save(str(temporary))
-        vocabularies.write(temporary)
-        facts = {
-            "format": FORMAT,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "quantization": quantization or "float32",
-            "model_config": model.config.to_dict(),
-            "vocabulary": {
-                "source": names[0],
-                "target": names[-1],
-                "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
-                **_piece_rules(vocabularies),
-            },
-            "decoding": {
-                "beam_size": beam_size,
-                "length_penalty": length_penalty,
-                "max_extra_length": max_extra_length,
-                "max_length": model.config.max_length,
-                "target_prefix": target_prefix,
-                "source_prefix": source_prefix,
-                **ctranslate2_decoding(settings),
-            },
-            **(manifest or {}),
-        }
-        (temporary / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
-    return directory
+    return write(
+        model,
+        directory,
+        vocabularies=vocabularies,
+        decoding=settings,
+        quantize=quantization,
+        manifest=manifest,
+    )
 
 
 def ctranslate2_decoding(settings: DecodingSettings) -> dict:
@@ -364,4 +409,5 @@ __all__ = [
     "ctranslate2_decoding",
     "export_ctranslate2",
     "transformer_spec",
+    "write",
 ]

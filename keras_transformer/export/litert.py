@@ -1,13 +1,13 @@
 """A LiteRT (TensorFlow Lite) file for a device: text in, translations out, in one file.
 
-`export_litert` writes `DIRECTORY/model.tflite` and `DIRECTORY/manifest.json`. The file's
-signature `serving_default` takes `text` (string `[batch]`) and gives `translations`
-(string `[batch]`). An NLLB-200 file has two more, as the SavedModel's: `serving_prefix`
-takes `text` and `target_prefix` (a language code a sentence, "spa_Latn"), and
-`serving_languages` `text`, `source_prefix` and `target_prefix` (both languages a sentence;
-"" for none); a code the vocabulary lacks makes that sentence's translation "" (the file
-cannot fail a request by name: `LiteRTTranslator` checks codes against the manifest's
-`languages` first). Inside it:
+`write` (`kt.export.export(..., format="litert")`) writes `DIRECTORY/model.tflite` and
+`DIRECTORY/manifest.json`. The file's signature `serving_default` takes `text` (string
+`[batch]`) and gives `translations` (string `[batch]`). An NLLB-200 file has two more, as
+the SavedModel's: `serving_prefix` takes `text` and `target_prefix` (a language code a
+sentence, "spa_Latn"), and `serving_languages` `text`, `source_prefix` and `target_prefix`
+(both languages a sentence; "" for none); a code the vocabulary lacks makes that sentence's
+translation "" (the file cannot fail a request by name: `LiteRTTranslator` checks codes
+against the manifest's `languages` first). Inside it:
 
 - tokenization: tensorflow-text's `FastSentencepieceTokenizer` over the source vocabulary's
   SentencePiece model (a unigram one), or SentencePiece's BPE cut in builtin ops
@@ -27,7 +27,7 @@ cannot fail a request by name: `LiteRTTranslator` checks codes against the manif
   joined by tensorflow-text's `NgramsStringJoin` over the whole row.
 
 The file holds LiteRT's builtin ops and the tensorflow-text ops of `TEXT_OPS`, and no Flex
-(Select TF) op, which a phone's standard runtime lacks; `export_litert` refuses to write a
+(Select TF) op, which a phone's standard runtime lacks; `write` refuses to write a
 file with any other op. An app runs it with a LiteRT interpreter that has the
 tensorflow-text ops registered (in Python: `ai_edge_litert.interpreter.
 InterpreterWithCustomOps(custom_op_registerers=tensorflow_text.tflite_registrar.
@@ -59,9 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import re
-import time
 from pathlib import Path
 
 import keras
@@ -69,16 +67,14 @@ import tensorflow as tf
 
 from keras_transformer import _logs, decoding, fast
 from keras_transformer._files import atomic_directory
-from keras_transformer._version import __version__
+from keras_transformer._manifest import write_manifest
 from keras_transformer.decoding import search
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe
 from keras_transformer.export.savedmodel import resolve_model
+from keras_transformer.serving.litert import FORMAT, MANIFEST, MODEL_FILE
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-FORMAT = "litert"
-MODEL_FILE = "model.tflite"
-MANIFEST = "manifest.json"
 # The custom ops the file may hold: tensorflow-text's, registered by its
 # `tflite_registrar.SELECT_TFTEXT_OPS`.
 TEXT_OPS = (
@@ -93,18 +89,19 @@ WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
 UNK_SURFACE = " \u2047 "  # SentencePiece's text for <unk>
 
 
-def export_litert(
+def write(
     model,
     path,
     *,
     vocabularies=None,
     decoding: DecodingSettings | None = None,
     quantize: str | None = None,
-    int8_table: str | None = None,
     manifest: dict | None = None,
+    int8_table: str | None = None,
 ) -> Path:
     """Writes `path/model.tflite`, text in and translations out (see the module doc), and
-    `path/manifest.json` (settings, sizes, ops).
+    `path/manifest.json` (settings, sizes, ops): the LiteRT format's writer,
+    `kt.export.export(task, path, format="litert")`.
 
     Args:
         model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
@@ -135,7 +132,7 @@ def export_litert(
 
         >>> import keras_transformer as kt  # doctest: +SKIP
         >>> task = kt.models.TransformerSeq2SeqLM.from_preset("runs/demo")  # doctest: +SKIP
-        >>> kt.export.litert.export_litert(task, "on_device/demo")  # doctest: +SKIP
+        >>> kt.export.export(task, "on_device/demo", format="litert")  # doctest: +SKIP
     """
     _check_path(path)
     if quantize is not None and quantize not in QUANTIZE:
@@ -161,40 +158,76 @@ def export_litert(
     with atomic_directory(path) as temporary:
         temporary.mkdir()
         (temporary / MODEL_FILE).write_bytes(blob)
-        facts = {
-            "format": FORMAT,
-            "package": "keras-transformer",
-            "package_version": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "model_config": model.config.to_dict(),
-            "quantize": quantize or "float32",
-            "int8_table": int8_table if quantize == "int8" else None,
-            "sizes": {MODEL_FILE: len(blob)},
-            "languages": {
-                "source": language_codes(vocabularies.source),
-                "target": language_codes(vocabularies.target),
+        write_manifest(
+            temporary / MANIFEST,
+            model_config=model.config.to_dict(),
+            quantize=quantize or "float32",
+            facts={
+                "format": FORMAT,
+                "int8_table": int8_table if quantize == "int8" else None,
+                "sizes": {MODEL_FILE: len(blob)},
+                "languages": {
+                    "source": language_codes(vocabularies.source),
+                    "target": language_codes(vocabularies.target),
+                },
+                "vocabulary": {
+                    "source_size": vocabularies.source.vocabulary_size(),
+                    "target_size": vocabularies.target.vocabulary_size(),
+                    "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+                },
+                "decoding": {
+                    **settings.to_dict(),
+                    "max_input_tokens": model.config.max_length - 1,
+                },
+                "signatures": {
+                    name: {
+                        "inputs": {s.name: "string [batch]" for s in function.input_signature},
+                        "outputs": {"translations": "string [batch]"},
+                    }
+                    for name, function in functions.items()
+                },
+                "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
             },
-            "vocabulary": {
-                "source_size": vocabularies.source.vocabulary_size(),
-                "target_size": vocabularies.target.vocabulary_size(),
-                "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
-            },
-            "decoding": {
-                **settings.to_dict(),
-                "max_input_tokens": model.config.max_length - 1,
-            },
-            "signatures": {
-                name: {
-                    "inputs": {spec.name: "string [batch]" for spec in function.input_signature},
-                    "outputs": {"translations": "string [batch]"},
-                }
-                for name, function in functions.items()
-            },
-            "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
-            **(manifest or {}),
-        }
-        (temporary / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+            extra=manifest,
+        )
     return path
+
+
+def export_litert(
+    model,
+    path,
+    *,
+    vocabularies=None,
+    decoding: DecodingSettings | None = None,
+    quantize: str | None = None,
+    int8_table: str | None = None,
+    manifest: dict | None = None,
+) -> Path:
+    """`kt.export.export(model, path, format="litert", ...)` under its former name, with the
+    same arguments: the same file (`write`). A plain alias, kept as it was.
+
+    Args:
+        model: a `TransformerSeq2SeqLM`, a directory it loads from, or a `Transformer`.
+        path: str or path. The directory to write.
+        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
+        decoding: `kt.decoding.DecodingSettings` or None, as `write`'s, with the three
+            below.
+        quantize: str or None.
+        int8_table: str or None.
+        manifest: dict or None.
+
+    Returns:
+        The directory written.
+    """
+    return write(
+        model,
+        path,
+        vocabularies=vocabularies,
+        decoding=decoding,
+        quantize=quantize,
+        manifest=manifest,
+        int8_table=int8_table,
+    )
 
 
 def translate_text(model, vocabularies, settings: DecodingSettings):
@@ -584,4 +617,5 @@ __all__ = [
     "signatures",
     "surface_tables",
     "translate_text",
+    "write",
 ]

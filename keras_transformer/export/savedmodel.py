@@ -60,18 +60,16 @@ export leaves earlier versions intact and TF Serving never sees a half-written o
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
-import time
 from pathlib import Path
 
 import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer._files import atomic_directory
+from keras_transformer._manifest import write_manifest
 from keras_transformer._ragged import concat_rows
-from keras_transformer._version import __version__
 from keras_transformer.decoding.settings import (
     DEFAULT,
     LANGUAGE_CODE,
@@ -81,6 +79,7 @@ from keras_transformer.decoding.settings import (
     language_codes,
 )
 from keras_transformer.export.precision import reduced_precision
+from keras_transformer.serving.savedmodel import EXTRA
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"
@@ -531,66 +530,44 @@ def next_version(directory) -> int:
     return max(versions, default=0) + 1
 
 
-def export_saved_model(
+def write(
     model,
-    vocabularies=None,
-    directory=None,
+    path,
     *,
-    version: int | None = None,
-    manifest: dict | None = None,
+    vocabularies=None,
     decoding: DecodingSettings | None = None,
-    beam_size: int | None = None,
-    length_penalty: float | None = None,
-    max_extra_length: int | None = None,
-    stopping: str | None = None,
-    finish_rule: str | None = None,
-    target_prefix: str | None = None,
-    prefix_signature: bool | None = None,
-    ranking: str | None = None,
-    source_prefix: str | None = None,
     quantize: str | None = None,
+    manifest: dict | None = None,
+    version: int | None = None,
+    prefix_signature: bool | None = None,
 ) -> Path:
-    """Writes `directory/VERSION/`, a SavedModel that translates text (see the module doc).
-
-    `export_saved_model(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset
-    or model directory it loads from) with its vocabulary and decoding settings;
-    `export_saved_model(model, vocabularies, directory)` a `Transformer` and its
-    vocabularies.
+    """Writes `path/VERSION/`, a SavedModel that translates text (see the module doc): the
+    SavedModel format's writer, `kt.export.export(task, path, format="savedmodel")`.
 
     Args:
         model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
-            loads, or a trained `keras_transformer.Transformer`.
-        vocabularies: its `keras_transformer.text.Vocabularies`; None (or left out) takes the
-            task's.
-        directory: str or path. The model's folder under `saved_models/`.
-        version: int or None. The version folder; None takes the next free number.
-        manifest: dict or None. Extra facts (config, metrics...) for `assets.extra/manifest.json`.
-        decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph.
-            None takes the task's, or the defaults (the paper's) for a `Transformer`.
-        beam_size: int or None. When given, overrides that setting of `decoding`, as do
-            the four below and `ranking`.
-        length_penalty: float or None.
-        max_extra_length: int or None.
-        stopping: str or None.
-        finish_rule: str or None.
-        target_prefix: str or None. Text that every translation of `serving_default`,
-            `serving_xla`, `n_best` and `translate_ids` starts with (NLLB's target language
-            code, "spa_Latn"). None takes the settings' (`decoding.target_prefix`).
+            loads, or a trained `keras_transformer.Transformer` (with `vocabularies`).
+        path: str or path. The model's folder under `saved_models/` (TF Serving's: one
+            numbered folder a version).
+        vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
             Defaults to None.
-        prefix_signature: bool or None. Write the `serving_prefix` signature, which takes a
-            target prefix per sentence, and `serving_languages`, which takes both prefixes
-            (both languages) per sentence. None writes them for a target vocabulary with
-            language codes (an imported NLLB-200 model's). Defaults to None.
-        ranking: str or None. The length penalty's form ("gnmt" or "length").
-        source_prefix: str or None. Text that every source of the text signatures starts
-            with (NLLB's source language code, "eng_Latn"; a source that starts with a code
-            keeps its own). None takes the settings' (`decoding.source_prefix`). Defaults to
-            None.
+        decoding: `kt.decoding.DecodingSettings` or None: the settings baked into the graph
+            (beam size, length penalty, stopping rule, extra length, n-best, the source and
+            target prefixes: every text signature's). None takes the task's, or the defaults
+            (the paper's) for a `Transformer`. Defaults to None.
         quantize: str or None. "int8" or "bfloat16": the SavedModel holds a copy of the
             model with weights of that type (`kt.export.precision.reduced_precision`;
             `model` itself is left as it is; bfloat16 falls back to float32 weights, with
             a warning, on a CPU without bfloat16 arithmetic). None exports the model as it
             is. Defaults to None.
+        manifest: dict or None. Extra facts (config, metrics...) for
+            `assets.extra/manifest.json`. Defaults to None.
+        version: int or None. The version folder; None takes the next free number.
+            Defaults to None.
+        prefix_signature: bool or None. Write the `serving_prefix` signature, which takes a
+            target prefix per sentence, and `serving_languages`, which takes both prefixes
+            (both languages) per sentence. None writes them for a target vocabulary with
+            language codes (an imported NLLB-200 model's). Defaults to None.
 
     Returns:
         The path of the written version.
@@ -598,21 +575,16 @@ def export_saved_model(
     Raises:
         ValueError: a bad setting, or `quantize` with a model that is already quantized or
             has LoRA adapters (before anything is written).
+        FileExistsError: the version exists (versions are never overwritten).
+
+    Examples:
+        Skipped by the doctests: tracing the signatures takes a while (`docs/` runs one).
+
+        >>> import keras_transformer as kt  # doctest: +SKIP
+        >>> task = kt.models.TransformerSeq2SeqLM.from_preset("runs/demo")  # doctest: +SKIP
+        >>> kt.export.export(task, "saved_models/demo", format="savedmodel")  # doctest: +SKIP
     """
-    model, vocabularies, directory, settings = resolve_model(
-        model,
-        vocabularies,
-        directory,
-        decoding,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_extra_length=max_extra_length,
-        stopping=stopping,
-        finish_rule=finish_rule,
-        target_prefix=target_prefix,
-        ranking=ranking,
-        source_prefix=source_prefix,
-    )
+    model, vocabularies, directory, settings = resolve_model(model, vocabularies, path, decoding)
     beam_size, target_prefix = settings.beam_size, settings.target_prefix
     check_target_prefix(target_prefix, vocabularies.target)
     check_source_prefix(settings.source_prefix, vocabularies.source)
@@ -637,86 +609,147 @@ def export_saved_model(
             model, vocabularies, **settings, **prefix, prefix_signature=prefix_signature
         )
         write_saved_model(temporary, endpoints, model, _tokenizers(vocabularies))
-        extra = temporary / "assets.extra"
+        extra = temporary / EXTRA  # the runtime's: manifest and vocabulary beside the graph
         extra.mkdir()
         vocabularies.write(extra)
-        facts = {
-            "package": "keras-transformer",
-            "package_version": _package_version(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "model_config": model.config.to_dict(),
-            "quantize": precision.weights,  # the weights' type: "float32", "int8"...
-            **({"quantize_fallback": precision.fallback} if precision.fallback else {}),
-            "vocabulary": {
-                "files": sorted(vocabularies.file_names),
-                "source_size": vocabularies.source.vocabulary_size(),
-                "target_size": vocabularies.target.vocabulary_size(),
-                "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+        write_manifest(
+            extra / MANIFEST,
+            model_config=model.config.to_dict(),
+            quantize=precision.weights,  # the weights' type: "float32", "int8"...
+            facts={
+                **({"quantize_fallback": precision.fallback} if precision.fallback else {}),
+                "vocabulary": {
+                    "files": sorted(vocabularies.file_names),
+                    "source_size": vocabularies.source.vocabulary_size(),
+                    "target_size": vocabularies.target.vocabulary_size(),
+                    "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+                },
+                "decoding": {
+                    **settings,
+                    "target_prefix": target_prefix,
+                    "max_input_tokens": model.config.max_length - 1,
+                },
+                "signatures": signature_facts(hypotheses, prefix_signature),
             },
-            "decoding": {
-                **settings,
-                "target_prefix": target_prefix,
-                "max_input_tokens": model.config.max_length - 1,
-            },
-            "signatures": {
-                "serving_default": {
-                    "inputs": {"text": "string [batch]"},
-                    "outputs": {"translation": "string [batch]", "score": "float32 [batch]"},
-                },
-                "serving_xla": {
-                    "inputs": {"text": "string [batch]"},
-                    "outputs": {"translation": "string [batch]", "score": "float32 [batch]"},
-                    "server_flag": "--xla_cpu_compilation_enabled=true",
-                },
-                "n_best": {
-                    "inputs": {"text": "string [batch]"},
-                    "outputs": {
-                        "translations": f"string [batch, {hypotheses}]",
-                        "scores": f"float32 [batch, {hypotheses}]",
-                    },
-                },
-                "translate_ids": {
-                    "inputs": {"source_ids": "int32 [batch, src_len]"},
-                    "outputs": {"ids": "int32 [batch, out_len]", "score": "float32 [batch]"},
-                },
-                **(
-                    {
-                        "serving_prefix": {
-                            "inputs": {
-                                "text": "string [batch]",
-                                "target_prefix": "string [batch]",
-                            },
-                            "outputs": {
-                                "translation": "string [batch]",
-                                "score": "float32 [batch]",
-                            },
-                        }
-                    }
-                    if prefix_signature
-                    else {}
-                ),
-                **(
-                    {
-                        "serving_languages": {
-                            "inputs": {
-                                "text": "string [batch]",
-                                "source_prefix": "string [batch]",
-                                "target_prefix": "string [batch]",
-                            },
-                            "outputs": {
-                                "translation": "string [batch]",
-                                "score": "float32 [batch]",
-                            },
-                        }
-                    }
-                    if prefix_signature
-                    else {}
-                ),
-            },
-            **(manifest or {}),
-        }
-        (extra / MANIFEST).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+            extra=manifest,
+        )
     return final
+
+
+def export_saved_model(
+    model,
+    vocabularies=None,
+    directory=None,
+    *,
+    version: int | None = None,
+    manifest: dict | None = None,
+    decoding: DecodingSettings | None = None,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    max_extra_length: int | None = None,
+    stopping: str | None = None,
+    finish_rule: str | None = None,
+    target_prefix: str | None = None,
+    prefix_signature: bool | None = None,
+    ranking: str | None = None,
+    source_prefix: str | None = None,
+    quantize: str | None = None,
+) -> Path:
+    """`kt.export.export(model, directory, format="savedmodel", ...)` under its former name,
+    with its former arguments: the same SavedModel (`write`). A plain alias, kept as it was.
+
+    `export_saved_model(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset
+    or model directory it loads from) with its vocabulary and decoding settings;
+    `export_saved_model(model, vocabularies, directory)` a `Transformer` and its
+    vocabularies.
+
+    Args:
+        model: as `write`'s, with `vocabularies`, `decoding`, `quantize`, `manifest`,
+            `version` and `prefix_signature`.
+        vocabularies: its `keras_transformer.text.Vocabularies`; None (or left out) takes the
+            task's.
+        directory: str or path. `write`'s `path`.
+        version: int or None.
+        manifest: dict or None.
+        decoding: `kt.decoding.DecodingSettings` or None.
+        beam_size: int or None. When given, overrides that setting of `decoding`, as do
+            `length_penalty`, `max_extra_length`, `stopping`, `finish_rule`,
+            `target_prefix`, `ranking` and `source_prefix` (`kt.export.export` takes the
+            settings alone: `decoding=settings.replace(beam_size=...)`).
+        length_penalty: float or None.
+        max_extra_length: int or None.
+        stopping: str or None.
+        finish_rule: str or None.
+        target_prefix: str or None.
+        prefix_signature: bool or None.
+        ranking: str or None.
+        source_prefix: str or None.
+        quantize: str or None.
+
+    Returns:
+        The path of the written version.
+    """
+    model, vocabularies, directory, settings = resolve_model(
+        model,
+        vocabularies,
+        directory,
+        decoding,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_extra_length=max_extra_length,
+        stopping=stopping,
+        finish_rule=finish_rule,
+        target_prefix=target_prefix,
+        ranking=ranking,
+        source_prefix=source_prefix,
+    )
+    return write(
+        model,
+        directory,
+        vocabularies=vocabularies,
+        decoding=settings,
+        quantize=quantize,
+        manifest=manifest,
+        version=version,
+        prefix_signature=prefix_signature,
+    )
+
+
+TEXT_IN = {"text": "string [batch]"}  # the text signatures' input
+ONE_OUT = {"translation": "string [batch]", "score": "float32 [batch]"}  # and their output
+
+
+def signature_facts(hypotheses: int, prefix_signature: bool) -> dict:
+    """The manifest's `signatures`: each signature's inputs and outputs (the module doc),
+    `hypotheses` the `n_best` signature's count, `serving_prefix` and `serving_languages`
+    with `prefix_signature`."""
+    signatures = {
+        "serving_default": {"inputs": TEXT_IN, "outputs": ONE_OUT},
+        "serving_xla": {
+            "inputs": TEXT_IN,
+            "outputs": ONE_OUT,
+            "server_flag": "--xla_cpu_compilation_enabled=true",
+        },
+        "n_best": {
+            "inputs": TEXT_IN,
+            "outputs": {
+                "translations": f"string [batch, {hypotheses}]",
+                "scores": f"float32 [batch, {hypotheses}]",
+            },
+        },
+        "translate_ids": {
+            "inputs": {"source_ids": "int32 [batch, src_len]"},
+            "outputs": {"ids": "int32 [batch, out_len]", "score": "float32 [batch]"},
+        },
+    }
+    if prefix_signature:
+        prefix = {"target_prefix": "string [batch]"}
+        signatures["serving_prefix"] = {"inputs": {**TEXT_IN, **prefix}, "outputs": ONE_OUT}
+        signatures["serving_languages"] = {
+            "inputs": {**TEXT_IN, "source_prefix": "string [batch]", **prefix},
+            "outputs": ONE_OUT,
+        }
+    return signatures
 
 
 def resolve_model(model, vocabularies, directory, decoding=None, **overrides):
@@ -743,14 +776,11 @@ def resolve_model(model, vocabularies, directory, decoding=None, **overrides):
     return model, vocabularies, Path(directory), settings.replace(**overrides)
 
 
-def _package_version() -> str:
-    return __version__
-
-
 __all__ = [
     "MANIFEST",
     "export_saved_model",
     "next_version",
     "translation_endpoints",
+    "write",
     "write_saved_model",
 ]

@@ -55,7 +55,7 @@ class TransformerSeq2SeqLM(
     - `fit(sources, targets)` (or a `tf.data.Dataset` of `(source, target)` pairs, or
       `kt.data.make_dataset`'s batches) trains with the token-weighted, label-smoothed loss;
       `compile()` defaults to the paper's recipe (5.3, 5.4).
-    - `kt.export.export_saved_model(task, directory)` writes the TF Serving SavedModel.
+    - `kt.export.export(task, directory)` writes the TF Serving SavedModel.
 
     Args:
         backbone: `TransformerBackbone`.

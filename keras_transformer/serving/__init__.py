@@ -1,6 +1,13 @@
 """Translators of the exported directories, in Python: text in, translations out, without
 Keras or this library's models (the export's manifest and files say how to translate).
 
+`open(path)` opens any export by what the path holds, through the table of formats:
+
+formats.py       `FORMATS`, the table of the export formats (each one's writer, runtime,
+                 signs and options), `open`, `find`, `get`
+protocols.py     `Translator`, what every runtime offers (`translate`, `n_best_problem`,
+                 `manifest`, `languages`, `threads`); `Runtime` and `Writer`, how the table
+                 opens and writes one
 ctranslate2.py   `CTranslate2Translator`: a CTranslate2 directory (`kt.export.ctranslate2`)
                  run with `ctranslate2` and `sentencepiece` alone, no TensorFlow
 litert.py        `LiteRTTranslator`: a LiteRT file (`kt.export.litert`) run by LiteRT's
@@ -13,7 +20,7 @@ common.py        `Hypothesis` (what both return), `ExportedVocabulary` and `chec
                  (the prefixes checked against an export's vocabulary), the source prefix
                  rule (`kt.decoding.settings.with_source_prefix`)
 
-Both take the decoding settings' source and target prefixes over the export's (NLLB-200's
+Each takes the decoding settings' source and target prefixes over the export's (NLLB-200's
 language codes: `source_prefix="eng_Latn"`, `target_prefix="spa_Latn"`). `trainers.translate`
 is the command line over them.
 
@@ -25,6 +32,8 @@ Examples:
     >>> from keras_transformer import serving
     >>> serving.is_ctranslate2("saved_models/missing")
     False
+    >>> [entry.title for entry in serving.FORMATS.values()]
+    ['SavedModel', 'CTranslate2 model', 'LiteRT file']
 """
 
 from keras_transformer.serving.common import (
@@ -33,19 +42,31 @@ from keras_transformer.serving.common import (
     check_prefixes,
 )
 from keras_transformer.serving.ctranslate2 import CTranslate2Translator, is_ctranslate2
+from keras_transformer.serving.formats import FORMATS, Format, find, open
 from keras_transformer.serving.litert import LiteRTTranslator, is_litert
 from keras_transformer.serving.pieces import PieceRules
-from keras_transformer.serving.savedmodel import SavedModelTranslator, resolve_version
+from keras_transformer.serving.protocols import Translator
+from keras_transformer.serving.savedmodel import (
+    SavedModelTranslator,
+    is_saved_model,
+    resolve_version,
+)
 
 __all__ = [
+    "FORMATS",
     "CTranslate2Translator",
     "ExportedVocabulary",
+    "Format",
     "Hypothesis",
     "LiteRTTranslator",
     "PieceRules",
     "SavedModelTranslator",
+    "Translator",
     "check_prefixes",
+    "find",
     "is_ctranslate2",
     "is_litert",
+    "is_saved_model",
+    "open",
     "resolve_version",
 ]

@@ -1,4 +1,4 @@
-"""The runtime of a CTranslate2 directory (`kt.export.ctranslate2.export_ctranslate2`): text
+"""The runtime of a CTranslate2 directory (`kt.export.export(..., format="ctranslate2")`): text
 in, translations out, as the SavedModel gives them, with `ctranslate2` and `sentencepiece`
 alone (no TensorFlow, no Keras).
 
@@ -28,16 +28,17 @@ from keras_transformer.serving.common import (
 from keras_transformer.serving.pieces import PieceRules
 
 MANIFEST = "manifest.json"
+MODEL_FILE = "model.bin"  # CTranslate2's weights, beside the manifest
 FORMAT = "keras-transformer/ctranslate2"  # manifest.json's "format"
 
 
 def is_ctranslate2(path) -> bool:
-    """Whether `path` is a CTranslate2 directory written by `export_ctranslate2`: CTranslate2's
+    """Whether `path` is a CTranslate2 directory written by `kt.export.export`: CTranslate2's
     model.bin beside a manifest.json of this format. ValueError naming the manifest where that
     is damaged or says no format (`read_manifest`)."""
     path = Path(path)
     manifest = path / MANIFEST
-    if not (path / "model.bin").exists() or not manifest.exists():
+    if not (path / MODEL_FILE).exists() or not manifest.exists():
         return False
     return read_manifest(manifest, "format")["format"] == FORMAT
 
@@ -102,6 +103,8 @@ class CTranslate2Translator:
         target_prefix: str or None. Text every translation starts with (NLLB-200's target
             language code), over the manifest's `decoding.target_prefix`. None keeps the
             manifest's. Defaults to None.
+        prefix_names: tuple of two str. What a refusal of the two prefixes above calls
+            them (a program's flags). Defaults to ("source_prefix", "target_prefix").
 
     Raises:
         ValueError: a prefix names a language the vocabulary lacks, or the manifest's
@@ -117,6 +120,7 @@ class CTranslate2Translator:
         inter_threads: int = 1,
         source_prefix: str | None = None,
         target_prefix: str | None = None,
+        prefix_names: tuple[str, str] = ("source_prefix", "target_prefix"),
     ):
         import sentencepiece
 
@@ -127,10 +131,22 @@ class CTranslate2Translator:
                 f"{directory}: {problem}; CTranslate2Translator takes the directory that "
                 "trainers.export --format ctranslate2 wrote (model.bin and manifest.json)"
             )
+        self.threads, self.compute_type, self.inter_threads = threads, compute_type, inter_threads
+        self.prefix_names = prefix_names
         self.manifest = read_manifest(directory / MANIFEST, "vocabulary", "decoding")
         vocabulary, decoding = self.manifest["vocabulary"], self.manifest["decoding"]
         self.source_vocabulary, self.target_vocabulary = vocabularies(directory)
-        check_prefixes(self.source_vocabulary, self.target_vocabulary, source_prefix, target_prefix)
+        self.languages = {
+            "source": list(self.source_vocabulary.language_codes),
+            "target": list(self.target_vocabulary.language_codes),
+        }
+        check_prefixes(
+            self.source_vocabulary,
+            self.target_vocabulary,
+            source_prefix,
+            target_prefix,
+            names=prefix_names,
+        )
         self.source = sentencepiece.SentencePieceProcessor(
             model_file=str(directory / vocabulary["source"])
         )
@@ -303,6 +319,7 @@ def _given(value, default):
 __all__ = [
     "FORMAT",
     "MANIFEST",
+    "MODEL_FILE",
     "CTranslate2Translator",
     "is_ctranslate2",
     "vocabularies",

@@ -32,8 +32,9 @@ from keras_transformer.serving.common import (
     read_manifest,
 )
 
-FORMAT = "litert"
-MANIFEST = "manifest.json"
+FORMAT = "litert"  # manifest.json's "format"
+MANIFEST = "manifest.json"  # beside the file
+MODEL_FILE = "model.tflite"  # the file, in the folder `kt.export.litert` writes
 # The tensorflow-text ops a file of `kt.export.litert` may hold, by their registrars' names.
 REGISTRARS = (
     "AddByteSplit",
@@ -51,7 +52,7 @@ HOW_TO_REGISTER = (
 def is_litert(path) -> bool:
     """True for a `.tflite` file, or a directory that holds `model.tflite`."""
     path = Path(path)
-    return (path.is_file() and path.suffix == ".tflite") or (path / "model.tflite").is_file()
+    return (path.is_file() and path.suffix == ".tflite") or (path / MODEL_FILE).is_file()
 
 
 def text_op_registrars() -> list:
@@ -102,7 +103,7 @@ def languages(path) -> dict[str, list[str]] | None:
     manifest: NLLB-200's; none for another model; None where the manifest is missing (its
     languages unknown)."""
     path = Path(path)
-    path = path / "model.tflite" if path.is_dir() else path
+    path = path / MODEL_FILE if path.is_dir() else path
     if not (path.parent / MANIFEST).is_file():
         return None
     listed = _manifest(path).get("languages", {})
@@ -166,6 +167,8 @@ class LiteRTTranslator:
         target_prefix: str or None. An NLLB-200 file's target language code ("spa_Latn");
             None takes the export's.
         threads: int. Threads of LiteRT's interpreter; 0 lets LiteRT choose. Defaults to 0.
+        prefix_names: tuple of two str. What a refusal of the two prefixes above calls
+            them (a program's flags). Defaults to ("source_prefix", "target_prefix").
 
     Raises:
         FileNotFoundError: no such file.
@@ -182,18 +185,19 @@ class LiteRTTranslator:
         source_prefix: str | None = None,
         target_prefix: str | None = None,
         threads: int = 0,
+        prefix_names: tuple[str, str] = ("source_prefix", "target_prefix"),
     ):
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise ValueError(f"threads={threads!r}: a number of threads, 0 or more")
         path = Path(path)
         if path.is_dir():
-            path = path / "model.tflite"
+            path = path / MODEL_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no LiteRT file")
-        self.path = path
+        self.path, self.threads, self.prefix_names = path, threads, prefix_names
         self.manifest = _manifest(path)
         self.languages = languages(path)
-        self._check(source_prefix, target_prefix)
+        check_prefixes(self.languages, source_prefix, target_prefix, names=prefix_names)
         self.source_prefix, self.target_prefix = source_prefix, target_prefix
         try:
             from ai_edge_litert.interpreter import InterpreterWithCustomOps
@@ -300,6 +304,8 @@ class LiteRTTranslator:
 
 __all__ = [
     "FORMAT",
+    "MANIFEST",
+    "MODEL_FILE",
     "LiteRTTranslator",
     "REGISTRARS",
     "check_prefixes",

@@ -1,4 +1,4 @@
-"""A client of the TF Serving SavedModel (`kt.export.export_saved_model`) in Python: text in,
+"""A client of the TF Serving SavedModel (`kt.export.export`) in Python: text in,
 translations out through its signatures, with `tensorflow` and `tensorflow_text` alone (no
 Keras, none of this library's models), as TF Serving runs it.
 
@@ -23,24 +23,34 @@ from keras_transformer.serving.common import (
     library_module,
     lines_of,
     prefixed,
+    read_manifest,
 )
 
 EXTRA = "assets.extra"  # the version folder's files beside the graph: manifest, vocabulary
+MANIFEST = f"{EXTRA}/manifest.json"  # kt.export's manifest, in a version folder
 PIECES = "pieces.json"  # kt.text.PIECES: the piece lists of an imported model's vocabulary
+
+
+def is_saved_model(path) -> bool:
+    """Whether `path` holds a SavedModel of `kt.export`: saved_model.pb (a version folder),
+    or numbered version folders (a model folder: `resolve_version` takes the highest)."""
+    path = Path(path)
+    if (path / "saved_model.pb").exists():
+        return True
+    return path.is_dir() and any(p.name.isdigit() for p in path.iterdir())
 
 
 def resolve_version(path) -> Path:
     """A version folder: `path` itself if it holds saved_model.pb, else its highest version.
-    FileNotFoundError when it has neither, naming the three formats an export may be."""
+    FileNotFoundError when it has neither (`kt.serving.open` names the three formats an
+    export may be)."""
     path = Path(path)
     if (path / "saved_model.pb").exists():
         return path
     versions = sorted((p for p in path.glob("*") if p.name.isdigit()), key=lambda p: int(p.name))
     if not versions:
         raise FileNotFoundError(
-            f"{path}: not an exported model: no SavedModel (no saved_model.pb, no version "
-            "folder), no CTranslate2 model (model.bin and manifest.json) and no LiteRT file "
-            "(model.tflite) in it"
+            f"{path}: no SavedModel (no saved_model.pb, no version folder) in it"
         )
     return versions[-1]
 
@@ -119,10 +129,12 @@ class SavedModelTranslator:
             it to the SavedModel. Defaults to None.
         threads: int. Threads of TensorFlow's intra-op and inter-op pools (`set_threads`),
             set before TensorFlow starts; 0 leaves TensorFlow's defaults. Defaults to 0.
+        prefix_names: tuple of two str. What a refusal of the two prefixes above calls
+            them (a program's flags). Defaults to ("source_prefix", "target_prefix").
 
     Raises:
         FileNotFoundError: no such folder, or no saved_model.pb in it (a model folder: its
-            version folder is `resolve_version`'s).
+            version folder is `resolve_version`'s; `kt.serving.open` takes either).
         ValueError: the folder is not a translation SavedModel of `trainers.export`, or a
             prefix names a language its vocabulary lacks.
         RuntimeError: `threads` where TensorFlow has started already with other numbers.
@@ -135,6 +147,7 @@ class SavedModelTranslator:
         source_prefix: str | None = None,
         target_prefix: str | None = None,
         threads: int = 0,
+        prefix_names: tuple[str, str] = ("source_prefix", "target_prefix"),
     ):
         version = Path(version)
         if not (version / "saved_model.pb").is_file():
@@ -146,8 +159,9 @@ class SavedModelTranslator:
             )
         set_threads(threads)  # before the vocabularies' TensorFlow ops
         self.version = version
-        self._vocabularies = None
-        self._check(source_prefix, target_prefix)
+        self.threads, self.prefix_names = threads, prefix_names
+        self._vocabularies = self._manifest = None
+        self._check(source_prefix, target_prefix, names=prefix_names)
         self.source_prefix, self.target_prefix = source_prefix, target_prefix
 
         import tensorflow as tf
@@ -174,9 +188,25 @@ class SavedModelTranslator:
             self._vocabularies = vocabularies(self.version)
         return self._vocabularies
 
-    def _check(self, source_prefix, target_prefix) -> None:
+    @property
+    def manifest(self) -> dict:
+        """The export's manifest (`assets.extra/manifest.json`; {} for a SavedModel without
+        one), read on first use (ValueError naming a damaged one: `read_manifest`)."""
+        if self._manifest is None:
+            path = self.version / MANIFEST
+            self._manifest = read_manifest(path) if path.is_file() else {}
+        return self._manifest
+
+    @property
+    def languages(self) -> dict[str, list[str]]:
+        """The language codes the SavedModel takes as prefixes, by side ("source",
+        "target"): an imported NLLB-200 model's; empty lists for another."""
+        source, target = self.vocabularies
+        return {"source": list(source.language_codes), "target": list(target.language_codes)}
+
+    def _check(self, source_prefix, target_prefix, *, names=("source_prefix", "target_prefix")):
         if source_prefix is not None or target_prefix is not None:
-            check_prefixes(*self.vocabularies, source_prefix, target_prefix)
+            check_prefixes(*self.vocabularies, source_prefix, target_prefix, names=names)
 
     def n_best_problem(self, n_best: int, *, target_prefix: str | None = None) -> str | None:
         """Why `translate` cannot give `n_best` hypotheses a line (with `target_prefix`;
@@ -199,8 +229,8 @@ class SavedModelTranslator:
         if "serving_prefix" not in self.loaded.signatures:
             raise ValueError(
                 f"{self.version} has no serving_prefix signature, which takes a target "
-                "prefix; export it again (kt.export.export_saved_model(..., "
-                "prefix_signature=True)), or with the target prefix as its own"
+                "prefix; export it again (kt.export.export(..., prefix_signature=True)), or "
+                "with the target prefix as its own"
             )
         return self.loaded.signatures["serving_prefix"]
 
@@ -273,4 +303,12 @@ def _best(result) -> list[list[Hypothesis]]:
     ]
 
 
-__all__ = ["SavedModelTranslator", "resolve_version", "set_threads", "vocabularies"]
+__all__ = [
+    "EXTRA",
+    "MANIFEST",
+    "SavedModelTranslator",
+    "is_saved_model",
+    "resolve_version",
+    "set_threads",
+    "vocabularies",
+]

@@ -1,0 +1,121 @@
+"""`export`: a task (or a model and its vocabularies) written in any format of the table
+(`kt.serving.formats.FORMATS`): a TF Serving SavedModel, a CTranslate2 model or a LiteRT
+file, each by its format's writer (`kt.serving.protocols.Writer`), with one set of
+arguments.
+
+The former per-format functions (`export_saved_model`, `kt.export.ctranslate2.
+export_ctranslate2`, `export_litert`) are plain aliases of it, kept as they were.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from keras_transformer.decoding.settings import DecodingSettings
+from keras_transformer.serving.formats import DEFAULT, get
+from keras_transformer.serving.protocols import Writer
+
+
+def writer(name: str) -> Writer:
+    """The writer of the format named `name`, imported from the module the table names.
+
+    Raises:
+        ValueError: no format has that name, naming the three.
+
+    Examples:
+        >>> from keras_transformer.export.formats import writer
+        >>> writer("litert").__module__
+        'keras_transformer.export.litert'
+    """
+    module, function = get(name).writer.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def export(
+    task_or_model,
+    path,
+    *,
+    format: str = DEFAULT,
+    decoding: DecodingSettings | None = None,
+    quantize: str | None = None,
+    vocabularies=None,
+    **format_options,
+) -> Path:
+    """Writes an export of `task_or_model` at `path` in `format`, decoding with `decoding`.
+
+    The formats, and each one's own options (`kt.serving.formats.FORMATS`):
+
+    - "savedmodel": `path/VERSION/`, a TF Serving SavedModel, text in and translations out
+      (`kt.export.savedmodel.write`); options `manifest`, `version` (None: the next
+      free number), `prefix_signature` (None: for a vocabulary with language codes).
+      `quantize`: "int8" or "bfloat16".
+    - "ctranslate2": `path`, a CTranslate2 model directory (`kt.export.ctranslate2.write`;
+      the optional `ctranslate2` package); option `manifest`. `quantize`: CTranslate2's
+      weight types ("int8", "int8_float32", "int16", "float16"...).
+    - "litert": `path/model.tflite`, one LiteRT file for a device
+      (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8).
+      `quantize`: "int8" or "float16".
+
+    Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
+    runs what it wrote.
+
+    Args:
+        task_or_model: a `TransformerSeq2SeqLM`, a directory
+            `TransformerSeq2SeqLM.from_preset` loads, or a trained
+            `keras_transformer.Transformer` (with `vocabularies`).
+        path: str or path. Where to write (a SavedModel's model folder; the directory of
+            the others, which must not exist yet).
+        format: str. "savedmodel", "ctranslate2" or "litert". Defaults to "savedmodel".
+        decoding: `kt.decoding.DecodingSettings` or None: the search written into the
+            export, or recorded in its manifest for its runtime (beam size, length penalty,
+            prefixes...). None takes the task's, or the defaults (the paper's) for a
+            `Transformer`. Defaults to None.
+        quantize: str or None. The weights' type (the format's, above); None exports the
+            model's float32 weights. Defaults to None.
+        vocabularies: the model's `keras_transformer.text.Vocabularies`; None takes the
+            task's. Defaults to None.
+        **format_options: the format's own options (above).
+
+    Returns:
+        The path written: a SavedModel's version folder, the others' directory.
+
+    Raises:
+        ValueError: an unknown format (naming the three), or what its writer refuses (a
+            setting or a model the format cannot hold), before anything is written.
+        TypeError: an option the format does not take, naming those it does.
+        FileExistsError: the directory (a SavedModel's version) exists.
+
+    Examples:
+        Skipped by the doctests: an export takes a while (`docs/` runs them).
+
+        >>> import keras_transformer as kt  # doctest: +SKIP
+        >>> task = kt.models.TransformerSeq2SeqLM.from_preset("runs/demo")  # doctest: +SKIP
+        >>> kt.export.export(task, "saved_models/demo")  # doctest: +SKIP
+        >>> kt.export.export(task, "on_device/demo", format="litert")  # doctest: +SKIP
+
+        An option another format takes is refused by name, before anything is loaded:
+
+        >>> from keras_transformer import export
+        >>> export.export("runs/demo", "x", format="litert", version=2)
+        Traceback (most recent call last):
+        TypeError: version=2: format='litert' takes no option version (its options: ...)
+    """
+    found = get(format)
+    for name, value in format_options.items():
+        if name not in found.options:
+            raise TypeError(
+                f"{name}={value!r}: format={format!r} takes no option {name} (its options: "
+                f"{', '.join(found.options)})"
+            )
+    return writer(format)(
+        task_or_model,
+        path,
+        vocabularies=vocabularies,
+        decoding=decoding,
+        quantize=quantize,
+        **format_options,
+    )
+
+
+__all__ = ["export", "writer"]

@@ -1,0 +1,221 @@
+"""The table of export formats (`kt.serving.formats`) and its two doors: `kt.export.export`
+writes each format as its former function did (the same manifest, the same translations),
+`kt.serving.open` picks each format's runtime by what a path holds and refuses one that holds
+none, naming the three; the three runtimes implement the `Translator` protocol and the three
+writers the `Writer` call, and the former names are plain aliases that hand their arguments
+to the writers."""
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+import keras_transformer as kt
+from keras_transformer import export, serving
+from keras_transformer.export import formats as export_formats
+from keras_transformer.serving import formats
+from tests import bible
+
+SENTENCES = ["In the beginning God created the heavens.", "Amen.", "", "And God said"]
+NOT_AN_EXPORT = (
+    "not an exported model: no SavedModel (no saved_model.pb, no version folder), no "
+    "CTranslate2 model (model.bin and manifest.json) and no LiteRT file (model.tflite) in it"
+)
+
+
+def test_the_table_names_each_format_s_writer_runtime_and_signs():
+    assert list(formats.FORMATS) == ["savedmodel", "ctranslate2", "litert"]
+    assert formats.DEFAULT == "savedmodel"
+    runtimes = [entry.runtime for entry in formats.FORMATS.values()]
+    assert runtimes == [
+        serving.SavedModelTranslator,
+        serving.CTranslate2Translator,
+        serving.LiteRTTranslator,
+    ]
+    for name, entry in formats.FORMATS.items():
+        written_by = export_formats.writer(name)
+        assert written_by is getattr(export, name).write, name
+        assert set(entry.options) <= set(inspect.signature(written_by).parameters), name
+        assert "manifest" in entry.options, name
+    with pytest.raises(ValueError, match="^format='onnx' is not one of 'savedmodel', 'ctr"):
+        formats.get("onnx")
+
+
+@pytest.mark.parametrize("entry", formats.FORMATS.values(), ids=list(formats.FORMATS))
+def test_each_runtime_and_writer_take_the_protocols_calls(entry):
+    """The calls of `Translator`, `Runtime` and `Writer`, bound to each implementation's
+    signature (`isinstance` on an open translator: the slow test below)."""
+    runtime = entry.runtime
+    inspect.signature(runtime).bind(
+        "path", source_prefix=None, target_prefix=None, threads=0, prefix_names=("-s", "-t")
+    )
+    inspect.signature(runtime.translate).bind(
+        None, ["x"], n_best=1, source_prefix=None, target_prefix=None
+    )
+    inspect.signature(runtime.n_best_problem).bind(None, 2)
+    for member in ("translate", "n_best_problem"):
+        assert callable(getattr(runtime, member)), member
+    writer = export_formats.writer(entry.name)
+    options = {name: None for name in entry.options}
+    inspect.signature(writer).bind(
+        "model", "path", vocabularies=None, decoding=None, quantize=None, **options
+    )
+
+
+def test_a_path_is_recognised_by_what_it_holds(tmp_path):
+    model_folder = tmp_path / "saved"
+    (model_folder / "3").mkdir(parents=True)
+    (model_folder / "12").mkdir()
+    (model_folder / "12" / "saved_model.pb").write_bytes(b"")
+    ct2 = tmp_path / "ct2"
+    ct2.mkdir()
+    (ct2 / "model.bin").write_bytes(b"")
+    (ct2 / "manifest.json").write_text(json.dumps({"format": "keras-transformer/ctranslate2"}))
+    device = tmp_path / "device"
+    device.mkdir()
+    (device / "model.tflite").write_bytes(b"")
+    (tmp_path / "alone.tflite").write_bytes(b"")
+    found = {
+        model_folder: "savedmodel",
+        model_folder / "12": "savedmodel",
+        ct2: "ctranslate2",
+        device: "litert",
+        device / "model.tflite": "litert",
+        tmp_path / "alone.tflite": "litert",
+    }
+    for path, name in found.items():
+        assert formats.find(path).name == name, path
+    assert formats.FORMATS["savedmodel"].locate(model_folder) == model_folder / "12"
+
+
+def test_open_refuses_a_path_without_an_export_naming_the_three_formats(tmp_path):
+    (tmp_path / "model.keras").write_bytes(b"")
+    for path in (tmp_path, tmp_path / "missing", tmp_path / "model.keras"):
+        with pytest.raises(FileNotFoundError) as refused:
+            serving.open(path)
+        assert str(refused.value) == f"{path}: {NOT_AN_EXPORT}"
+
+
+def test_export_refuses_an_unknown_format_or_another_format_s_option_first(tmp_path):
+    """Before anything is loaded: the model directory here does not exist."""
+    missing = tmp_path / "no-model"
+    with pytest.raises(ValueError, match="^format='tflite' is not one of 'savedmodel'"):
+        export.export(missing, tmp_path / "out", format="tflite")
+    with pytest.raises(TypeError, match=r"^version=2: format='litert' takes no option ver"):
+        export.export(missing, tmp_path / "out", format="litert", version=2)
+    with pytest.raises(TypeError, match=r"^beam_size=1: format='savedmodel' takes no option"):
+        export.export(missing, tmp_path / "out", beam_size=1)  # decoding=settings.replace(...)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """An untrained tiny model (the bundled vocabulary, max_length 24, one layer a side)."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    vocabularies = bible.vocabularies()
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=vocabularies.target.vocabulary_size(),
+        max_length=24,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    return kt.build_transformer(config), vocabularies
+
+
+BEAM_2 = kt.decoding.DecodingSettings(beam_size=2)
+
+
+@pytest.mark.parametrize(
+    "former, arguments, handed",
+    [
+        (
+            "savedmodel.export_saved_model",
+            {"version": 3, "beam_size": 2, "stopping": "exact", "prefix_signature": True},
+            {"version": 3, "prefix_signature": True, "quantize": None, "manifest": None},
+        ),
+        (
+            "ctranslate2.export_ctranslate2",
+            {"quantization": "int8", "beam_size": 2, "manifest": {"a": 1}},
+            {"quantize": "int8", "manifest": {"a": 1}},
+        ),
+        (
+            "litert.export_litert",
+            {"quantize": "int8", "int8_table": "twice", "decoding": BEAM_2},
+            {"quantize": "int8", "int8_table": "twice", "manifest": None},
+        ),
+    ],
+    ids=["savedmodel", "ctranslate2", "litert"],
+)
+def test_the_former_names_hand_their_arguments_to_the_writer(
+    tiny, tmp_path, monkeypatch, former, arguments, handed
+):
+    """Each former function is its format's writer with the former arguments: settings
+    overrides folded into `decoding`, CTranslate2's `quantization` as `quantize`."""
+    model, vocabularies = tiny
+    module_name, function = former.split(".")
+    module = getattr(export, module_name)
+    calls = []
+    monkeypatch.setattr(module, "write", lambda *args, **kwargs: calls.append((args, kwargs)))
+    if module_name == "litert":  # its former signature: (model, path, *, vocabularies...)
+        getattr(module, function)(model, tmp_path, vocabularies=vocabularies, **arguments)
+    else:  # (model, vocabularies, directory, *, ...)
+        getattr(module, function)(model, vocabularies, tmp_path, **arguments)
+    [(args, kwargs)] = calls
+    assert args[0] is model and Path(args[1]) == tmp_path
+    assert kwargs.pop("vocabularies") is vocabularies
+    settings = kwargs.pop("decoding")
+    assert settings.beam_size == 2
+    assert settings.stopping == arguments.get("stopping", "early")
+    assert kwargs == handed
+
+
+def exported_pair(model, vocabularies, root: Path, name: str) -> tuple[Path, Path]:
+    """The model written by the format's former function and by `kt.export.export`."""
+    if name == "savedmodel":
+        before = export.export_saved_model(model, vocabularies, root / "before", manifest={"n": 1})
+    elif name == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+        before = export.ctranslate2.export_ctranslate2(
+            model, vocabularies, root / "before", manifest={"n": 1}
+        )
+    else:
+        before = export.export_litert(
+            model, root / "before", vocabularies=vocabularies, manifest={"n": 1}
+        )
+    after = export.export(
+        model, root / "after", format=name, vocabularies=vocabularies, manifest={"n": 1}
+    )
+    return before, after
+
+
+@pytest.mark.slow  # each format written twice (a SavedModel's tracing, a LiteRT conversion)
+@pytest.mark.parametrize("name", list(formats.FORMATS))
+def test_export_writes_what_the_former_function_wrote_and_open_runs_it(tiny, tmp_path, name):
+    model, vocabularies = tiny
+    entry = formats.FORMATS[name]
+    before, after = exported_pair(model, vocabularies, tmp_path, name)
+    manifests = []
+    for written in (before, after):
+        manifest = json.loads((written / entry.manifest_file).read_text())
+        assert manifest.pop("created") and manifest["n"] == 1
+        manifests.append(manifest)
+    assert manifests[0] == manifests[1]
+    # TensorFlow runs in this process already: a SavedModel takes no threads of its own.
+    threads = 0 if name == "savedmodel" else 1
+    translations = []
+    for written in (before, after):
+        # A SavedModel's model folder opens its highest version.
+        translator = serving.open(written.parent if entry.versioned else written, threads=threads)
+        assert type(translator) is entry.runtime
+        assert isinstance(translator, serving.Translator)
+        assert translator.threads == threads and translator.manifest["n"] == 1
+        assert translator.languages == {"source": [], "target": []}
+        assert translator.n_best_problem(1) is None
+        hypotheses = translator.translate(SENTENCES)
+        translations.append([[h.text for h in line] for line in hypotheses])
+    assert translations[0] == translations[1]
+    assert translations[0][2] == [""]  # an empty line, as every door answers it
