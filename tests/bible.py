@@ -33,3 +33,23 @@ def vocabularies(shared: bool = True, size: int = 1000) -> text.Vocabularies:
         tokenizer = text.make_tokenizer(source)
         return text.Vocabularies(tokenizer, tokenizer)
     return text.Vocabularies(text.make_tokenizer(source), text.make_tokenizer(target))
+
+
+def tiny_model(seed: int = 3, max_length: int = 24):
+    """An untrained `tiny` Transformer on `vocabularies()`, one layer a side, seeded (the
+    same weights on every CPU): `(model, vocabularies)`, for the tests of exports and
+    serving that need a model, not a translation."""
+    import keras
+
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(seed)
+    vocab = vocabularies()
+    config = kt.TransformerConfig.preset(
+        "tiny",
+        vocab_size=vocab.target.vocabulary_size(),
+        max_length=max_length,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    return kt.build_transformer(config), vocab

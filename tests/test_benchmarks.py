@@ -211,21 +211,10 @@ def test_the_request_benchmark_times_every_part_of_a_request(capsys):
     JSON line (here an untrained tiny model, one sentence, one pass)."""
     import argparse
 
-    import keras
-
     from benchmarks import request
     from tests import bible
 
-    keras.utils.set_random_seed(3)
-    vocabularies = bible.vocabularies()
-    config = kt.TransformerConfig.preset(
-        "tiny",
-        vocab_size=vocabularies.target.vocabulary_size(),
-        max_length=24,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-    )
-    model = kt.build_transformer(config)
+    model, vocabularies = bible.tiny_model()
     args = argparse.Namespace(beams=[1], length_penalty=0.6, stopping="early", repeats=1, fast=True)
     result = request.run(model, vocabularies, ["In the beginning"], args)
     assert result["mode"] == "request" and result["requests"] == 1

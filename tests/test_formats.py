@@ -112,18 +112,7 @@ def test_export_refuses_an_unknown_format_or_another_format_s_option_first(tmp_p
 @pytest.fixture(scope="module")
 def tiny():
     """An untrained tiny model (the bundled vocabulary, max_length 24, one layer a side)."""
-    import keras
-
-    keras.utils.set_random_seed(3)
-    vocabularies = bible.vocabularies()
-    config = kt.TransformerConfig.preset(
-        "tiny",
-        vocab_size=vocabularies.target.vocabulary_size(),
-        max_length=24,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-    )
-    return kt.build_transformer(config), vocabularies
+    return bible.tiny_model()
 
 
 BEAM_2 = kt.decoding.DecodingSettings(beam_size=2)

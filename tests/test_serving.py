@@ -208,7 +208,6 @@ def test_translate_refuses_negative_threads_naming_the_flag(tmp_path):
 def exports(tmp_path_factory):
     """An untrained tiny task (seed 3, greedy search) and a translator of each of its three
     exports: `(task, {format: translator})`."""
-    import keras
 
     import keras_transformer as kt
     from keras_transformer import export
@@ -216,17 +215,9 @@ def exports(tmp_path_factory):
 
     pytest.importorskip("ctranslate2", reason="CTranslate2 (requirements.txt)")
     pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
-    keras.utils.set_random_seed(3)
-    vocabularies = bible.vocabularies()
-    config = kt.TransformerConfig.preset(
-        "tiny",
-        vocab_size=vocabularies.target.vocabulary_size(),
-        max_length=24,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-    )
+    model, vocabularies = bible.tiny_model()
     task = kt.models.TransformerSeq2SeqLM.from_transformer(
-        kt.build_transformer(config),
+        model,
         vocabularies,
         decoding=kt.decoding.DecodingSettings(beam_size=1),
     )
