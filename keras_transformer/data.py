@@ -163,39 +163,54 @@ def make_dataset(
     repeat = training if repeat is None else repeat
     drop_remainder = training if drop_remainder is None else drop_remainder
     if shard is not None:
-        num_shards, index = shard
-        pairs = pairs.shard(num_shards, index)
+        pairs = pairs.shard(*shard)
     if shuffle_buffer:
         pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         pairs = pairs.repeat()
-    lengths = bucket_lengths(max_length)
     examples = (
         _tokenize(pairs, vocabularies)
         .filter(_fits(max_length))
         .map(_with_specials, num_parallel_calls=tf.data.AUTOTUNE)
     )
-    batches = examples.bucket_by_sequence_length(
+    batches = _bucketed(examples, max_length, tokens_per_batch, batch_multiple, drop_remainder)
+    if shuffle_buffer:
+        batches = batches.shuffle(64, seed=seed, reshuffle_each_iteration=True)
+    batches = batches.map(_as_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+    options = _options(deterministic, sharded=shard is not None)
+    return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _bucketed(
+    examples: tf.data.Dataset,
+    max_length: int,
+    tokens_per_batch: int,
+    batch_multiple: int,
+    drop_remainder: bool,
+) -> tf.data.Dataset:
+    """Examples grouped by length into batches of about `tokens_per_batch` positions, each
+    padded to its bucket's length."""
+    return examples.bucket_by_sequence_length(
         element_length_func=plain(
             lambda source, decoder_input, labels: tf.maximum(
                 tf.size(source), tf.size(decoder_input)
             )
         ),
-        bucket_boundaries=[length + 1 for length in lengths],
+        bucket_boundaries=[length + 1 for length in bucket_lengths(max_length)],
         # The last size is for the overflow bucket, which stays empty: pairs were filtered.
         bucket_batch_sizes=bucket_batch_sizes(tokens_per_batch, max_length, batch_multiple)
         + [batch_multiple],
         pad_to_bucket_boundary=True,
         drop_remainder=drop_remainder,
     )
-    if shuffle_buffer:
-        batches = batches.shuffle(64, seed=seed, reshuffle_each_iteration=True)
-    batches = batches.map(_as_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _options(deterministic: bool, sharded: bool) -> tf.data.Options:
     options = workarounds.without_autotune_thread(tf.data.Options())
     options.deterministic = deterministic
-    if shard is not None:  # already split between workers: tf.distribute must not split again
+    if sharded:  # already split between workers: tf.distribute must not split again
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
+    return options
 
 
 @plain
