@@ -59,14 +59,29 @@ def bucket_batch_sizes(tokens_per_batch: int, max_length: int, multiple: int = 1
     ]
 
 
-def _tokenize(pairs: tf.data.Dataset, vocabularies) -> tf.data.Dataset:
-    """(source, target) strings -> (source tokens, target tokens), ragged per example."""
+def _ordered(pairs: tf.data.Dataset, shard, shuffle_buffer: int, seed, repeat: bool):
+    """This worker's shard of the pairs, then shuffled and repeated as asked."""
+    if shard is not None:
+        pairs = pairs.shard(*shard)
+    if shuffle_buffer:
+        pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return pairs.repeat() if repeat else pairs
+
+
+def _examples(pairs: tf.data.Dataset, vocabularies, max_length: int) -> tf.data.Dataset:
+    """(source, target) strings -> (source + EOS, BOS + target, target + EOS) ids, ragged per
+    example; a pair longer than `max_length` on either side (EOS/BOS included) dropped."""
 
     @plain
     def tokenize(sources, targets):
         return vocabularies.source.tokenize(sources), vocabularies.target.tokenize(targets)
 
-    return pairs.batch(_TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    tokens = pairs.batch(_TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    return (
+        tokens.unbatch()
+        .filter(_fits(max_length))
+        .map(_with_specials, num_parallel_calls=tf.data.AUTOTUNE)
+    )
 
 
 @plain
@@ -156,23 +171,15 @@ def make_dataset(
         (['source_ids', 'target_ids'], 'int32')
 
         A training set (`training=True`, the default) is shuffled and repeats forever:
-        `model.fit(make_dataset(pairs, vocabularies, 256, 4096, seed=0), steps_per_epoch=...)`.
+        `model.fit(make_dataset(pairs, vocabularies, max_length=256, tokens_per_batch=4096,
+        seed=0), steps_per_epoch=...)`.
     """
     if shuffle_buffer is None:
         shuffle_buffer = 100_000 if training else 0
     repeat = training if repeat is None else repeat
     drop_remainder = training if drop_remainder is None else drop_remainder
-    if shard is not None:
-        pairs = pairs.shard(*shard)
-    if shuffle_buffer:
-        pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        pairs = pairs.repeat()
-    examples = (
-        _tokenize(pairs, vocabularies)
-        .filter(_fits(max_length))
-        .map(_with_specials, num_parallel_calls=tf.data.AUTOTUNE)
-    )
+    pairs = _ordered(pairs, shard, shuffle_buffer, seed, repeat)
+    examples = _examples(pairs, vocabularies, max_length)
     batches = _bucketed(examples, max_length, tokens_per_batch, batch_multiple, drop_remainder)
     if shuffle_buffer:
         batches = batches.shuffle(64, seed=seed, reshuffle_each_iteration=True)
