@@ -247,7 +247,9 @@ def _build(sections: dict[str, dict], where: _Origins, resolved: bool) -> Experi
     except ValueError as error:
         keys = [f"model.{key}" for key in model] or ["model"]
         raise ConfigError(f"{where(*keys)}: model: {error}") from None
-    _check(model_config, data, training, where, resolved)
+    _check_data(model_config, data, where, resolved)  # the checks that span fields
+    _check_counts(data, training, where)
+    _check_training(training, where)
     return Experiment(preset, model_config, data, training, decoding)
 
 
@@ -292,13 +294,7 @@ def _at_least(where: _Origins, minimum: int, **values) -> None:
             raise ConfigError(f"{where(name)}: {name}={value} must be >= {minimum}")
 
 
-def _check(
-    model: TransformerConfig,
-    data: DataConfig,
-    training: TrainingConfig,
-    where: _Origins,
-    resolved: bool = False,
-):
+def _check_data(model: TransformerConfig, data: DataConfig, where: _Origins, resolved: bool):
     if data.format not in DATA_FORMATS:
         raise ConfigError(
             f"{where('data.format')}: data.format={data.format!r}; choose one of {DATA_FORMATS}"
@@ -325,6 +321,9 @@ def _check(
             f"data.tokens_per_batch={data.tokens_per_batch} is smaller than "
             f"model.max_length={model.max_length}: no batch could hold a long sentence"
         )
+
+
+def _check_counts(data: DataConfig, training: TrainingConfig, where: _Origins) -> None:
     _at_least(
         where,
         1,
@@ -349,6 +348,9 @@ def _check(
         },
     )
     _at_least(where, MIN_VOCAB_SIZE, **{"data.vocab_size": data.vocab_size})
+
+
+def _check_training(training: TrainingConfig, where: _Origins) -> None:
     if training.steps % training.steps_per_epoch:
         raise ConfigError(
             f"{where('training.steps', 'training.steps_per_epoch')}: "
