@@ -797,3 +797,33 @@ def test_the_n_best_signature_returns_the_settings_n_best(model):
     np.testing.assert_allclose(got["scores"].numpy(), scores.numpy(), rtol=1e-5)
     with pytest.raises(ValueError, match="n_best=5 must be between 1 and the beam size 4"):
         export.translation_endpoints(model, vocabularies, beam_size=4, n_best=5)
+
+
+@pytest.mark.parametrize(
+    "options, earlier",
+    [
+        ([], "out/keras"),  # a new version is added, but keras/ holds one model
+        (["--version", "1"], "out/1"),
+        (["--format", "ctranslate2"], "out"),
+        (["--format", "litert"], "out"),
+    ],
+)
+def test_export_cli_refuses_an_earlier_export_before_any_work(tmp_path, options, earlier):
+    """An export already at --out is named, with --overwrite, before the model is loaded
+    (the model directory here does not exist), and stays as it was."""
+    for folder in ("out/1", "out/keras"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "manifest.json").write_text("{}")
+    out = tmp_path / "out"
+    result = _cli(
+        sys.executable, "-m", "trainers.export", "--model-dir", str(tmp_path / "run"),
+        "--out", str(out), *options,
+    )  # fmt: skip
+    where = f"--out {out}" + ("" if earlier == "out" else f": {tmp_path / earlier}")
+    assert result.returncode == 2 and result.stderr == (
+        f"error: {where} exists (an earlier export): --overwrite replaces it once the new "
+        "export is complete, or give another --out\n"
+    )
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "out", "out/1", "out/1/manifest.json", "out/keras", "out/keras/manifest.json"
+    ]  # fmt: skip
