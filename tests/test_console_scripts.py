@@ -301,3 +301,30 @@ def test_the_wheel_ships_the_configs_that_an_installed_kt_train_names(tmp_path):
         "error: --config tiny: no such file, nor a shipped config of that name "
         "(base_wmt14, big_wmt14, demo, small)"
     )
+
+
+def test_average_checkpoints_reports_a_folder_in_place_of_a_file_in_one_line(tmp_path):
+    """Bad inputs of trainers.average_checkpoints that were tracebacks: an --output that is
+    a folder (even with --overwrite: before TensorFlow starts), and a checkpoint that is a
+    folder (once the model is built). One line each, `error: ...`, naming the flag or file;
+    nothing written."""
+    from tests.test_run_dir import trained_directory
+
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    trained_directory(model_dir)  # experiment.yaml and vocab/, as trainers.train writes them
+    (model_dir / "folder.keras").mkdir()
+    status, stderr, heavy = run_program(
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "1",
+        "--output", "folder.keras", "--overwrite",
+    )  # fmt: skip
+    assert (status, heavy) == (2, [])
+    assert stderr == f"error: --output folder.keras: {model_dir / 'folder.keras'} is a folder\n"
+    checkpoint = model_dir / "checkpoints" / "ckpt-00000001.weights.h5"
+    checkpoint.mkdir(parents=True)
+    status, stderr, _ = run_program(
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "1"
+    )
+    assert status == 2
+    assert stderr == f"error: {checkpoint}: a folder, not a checkpoint file\n"
+    assert not (model_dir / "model.averaged.keras").exists()
