@@ -704,7 +704,7 @@ def test_translate_cli_prefixes_the_sources_and_asks_for_the_prefix_signature(ex
     reads it (a line that starts with a language code keeps its own); `--target-prefix`
     needs the `serving_prefix` signature, which this export lacks (its vocabulary has no
     language codes), and a code the vocabulary lacks is refused by the flag's name."""
-    directory, _ = exported
+    directory, version = exported
     translate = ("trainers.translate", "--model", directory)
     by_hand = run_main(*translate, stdin=b"And God said.\nxxx_Zzzz Amen.\n\n")
     prefixed = run_main(
@@ -713,9 +713,17 @@ def test_translate_cli_prefixes_the_sources_and_asks_for_the_prefix_signature(ex
     assert prefixed.stdout == by_hand.stdout
     plain = run_main(*translate, stdin=b"God said.\n").stdout.splitlines()
     assert prefixed.stdout.splitlines()[0] != plain[0]  # the prefix reaches the model
-    no_signature = run_main(*translate, "--target-prefix", "And", stdin=b"Amen.\n", check=False)
-    assert no_signature.returncode == 2 and not no_signature.stdout
-    assert "has no serving_prefix signature" in no_signature.stderr
+    # In a process of its own, as a user runs it: the program's way to the signature.
+    no_signature = _cli(
+        sys.executable, "-m", "trainers.translate", "--model", str(directory),
+        "--target-prefix", "And", input="Amen.\n",
+    )  # fmt: skip
+    assert (no_signature.returncode, no_signature.stdout) == (2, "")
+    assert no_signature.stderr == (
+        f"error: {version} has no serving_prefix signature, which takes "
+        "--target-prefix; export it again with python -m trainers.export --prefix-signature (a "
+        "target prefix a request), or --target-prefix TEXT (the export's own)\n"
+    )
     refused = run_main(*translate, "--source-prefix", "eng_Latn", stdin=b"Amen.\n", check=False)
     assert refused.returncode == 2
     assert refused.stderr.startswith("error: --source-prefix='eng_Latn': 'eng_Latn' looks like")
@@ -766,6 +774,10 @@ def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
     "options, message",
     [
         (["--quantize", "int16"], "--quantize int16 applies to --format ctranslate2 only"),
+        (
+            ["--format", "litert", "--prefix-signature"],
+            "--prefix-signature applies to --format savedmodel only",
+        ),
         (
             ["--format", "ctranslate2", "--stopping", "early"],
             "--stopping applies to --format savedmodel and litert",

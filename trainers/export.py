@@ -95,6 +95,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         help=f"default: {DEFAULT}",
     )
     parser.add_argument(
+        "--prefix-signature",
+        action="store_true",
+        default=None,
+        help="--format savedmodel: write the serving_prefix and serving_languages signatures, "
+        "which take a target prefix (and a source prefix) a request, as trainers.translate "
+        "--target-prefix asks (default: for a vocabulary with language codes, NLLB-200's)",
+    )
+    parser.add_argument(
         "--int8-table",
         choices=["once", "twice"],
         help="--format litert --quantize int8: the tied embedding table stored once (the "
@@ -152,6 +160,9 @@ def flag_problem(args: argparse.Namespace) -> str | None:
     if args.int8_table and not ("int8_table" in found.options and args.quantize == "int8"):
         takers = [name for name, entry in FORMATS.items() if "int8_table" in entry.options]
         return f"--int8-table applies to --format {' and '.join(takers)} --quantize int8 only"
+    if args.prefix_signature and "prefix_signature" not in found.options:
+        takers = [name for name, entry in FORMATS.items() if "prefix_signature" in entry.options]
+        return f"--prefix-signature applies to --format {' and '.join(takers)} only"
     if args.stopping and "stopping" in found.decides:
         takers = [name for name, entry in FORMATS.items() if "stopping" not in entry.decides]
         return (
@@ -207,7 +218,11 @@ def main(argv=None) -> int:
         "metrics": run.metrics(args.model),
     }
     found = FORMATS[args.format]
-    given = {"version": args.version, "int8_table": args.int8_table}  # a format's own flags
+    given = {  # a format's own flags
+        "version": args.version,
+        "int8_table": args.int8_table,
+        "prefix_signature": args.prefix_signature,
+    }
     options = {name: value for name, value in given.items() if name in found.options}
     try:
         # Warnings (bfloat16's fallback to float32) as the programs print them: one line each.
