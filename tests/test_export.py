@@ -474,6 +474,10 @@ def test_saved_model_cli_show_and_run(exported):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Result for output key translation" in run.stdout
     assert "Result for output key score" in run.stdout
+    # TensorFlow's notice that the loader `run` calls is deprecated: written once, by Abseil's
+    # handler, not a second time by TensorFlow's own (docs/guides/serving.md's step).
+    notices = [line for line in run.stderr.splitlines() if "is deprecated" in line]
+    assert len(notices) == 1 and "deprecation.py" in notices[0], run.stderr[-2000:]
 
 
 THREADS_SEEN = """
