@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -328,3 +329,37 @@ def test_average_checkpoints_reports_a_folder_in_place_of_a_file_in_one_line(tmp
     assert status == 2
     assert stderr == f"error: {checkpoint}: a folder, not a checkpoint file\n"
     assert not (model_dir / "model.averaged.keras").exists()
+
+
+# "line" where a sentence to translate is meant: the programs say "sentence" for that, and
+# "line" for a line of a file alone (one sentence a line, line 3 is not UTF-8).
+LINE_FOR_SENTENCE = re.compile(
+    r"source lines?\b|lines? translated|every line is translated|translate lines"
+    r"|gives one (translation|hypothesis) a line|hypotheses a line",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("module", sorted({v.partition(":")[0] for v in SCRIPTS.values()}))
+def test_the_help_says_sentence_for_a_sentence_and_line_for_a_line(module):
+    """Each program's --help (in a process of its own, as a user reads it), and the
+    runtimes' refusals of --n-best, which trainers.translate prints."""
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=ROOT, env={**os.environ, "COLUMNS": "1000"}, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert LINE_FOR_SENTENCE.findall(result.stdout) == [], result.stdout
+    if module == "trainers.translate":
+        from keras_transformer.serving import LiteRTTranslator, SavedModelTranslator
+
+        litert = LiteRTTranslator.n_best_problem(None, 2)
+        saved = SavedModelTranslator.n_best_problem(
+            types.SimpleNamespace(target_prefix=None), 2, target_prefix="spa_Latn"
+        )
+        assert "sentences translated at once" in result.stdout
+        assert (litert, saved) == (
+            "a LiteRT file gives one translation a sentence",
+            "a target prefix gives one hypothesis a sentence (the serving_prefix signature)",
+        )

@@ -233,10 +233,10 @@ class LiteRTTranslator:
         check_prefixes(self.languages, source_prefix, target_prefix)
 
     def n_best_problem(self, n_best: int, *, target_prefix: str | None = None) -> str | None:
-        """Why `translate` cannot give `n_best` hypotheses a line, or None when it can."""
+        """Why `translate` cannot give `n_best` hypotheses a sentence, or None when it can."""
         if n_best < 1:
             return "must be at least 1"
-        return None if n_best == 1 else "a LiteRT file gives one translation a line"
+        return None if n_best == 1 else "a LiteRT file gives one translation a sentence"
 
     def translate(
         self,
@@ -251,7 +251,7 @@ class LiteRTTranslator:
 
         Args:
             lines: sequence of str or bytes (bytes go to the file as they are).
-            n_best: int. 1: a LiteRT file gives one translation a line.
+            n_best: int. 1: a LiteRT file gives one translation a sentence.
             source_prefix: str or None. This call's source language code, over the
                 translator's. Defaults to None.
             target_prefix: str or None. This call's target language code, over the

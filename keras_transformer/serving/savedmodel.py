@@ -217,7 +217,7 @@ class SavedModelTranslator:
         if n_best == 1:
             return None
         if target_prefix is not None:
-            return "a target prefix gives one hypothesis a line (the serving_prefix signature)"
+            return "a target prefix gives one hypothesis a sentence (the serving_prefix signature)"
         if "n_best" not in self.loaded.signatures:
             return "this SavedModel has no n_best signature; export it again"
         kept = self.loaded.signatures["n_best"].structured_outputs["translations"].shape[1]
