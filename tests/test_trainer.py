@@ -503,10 +503,13 @@ def test_export_then_translate_through_the_saved_model(trained, exported, tmp_pa
     nested = tmp_path / "new" / "folder" / "out.txt"
     run_main("trainers.translate", *inputs, "--output", nested)
     assert nested.read_text() == saved.read_text()
-    # An existing version is never overwritten, and says so.
+    # An existing version is not overwritten unless asked, and says so.
     again = run_main("trainers.export", "--model-dir", model_dir, "--out", out, "--version", "1",
                      check=False)  # fmt: skip
-    assert again.returncode == 2 and "exists; versions are never overwritten" in again.stderr
+    assert again.returncode == 2 and again.stderr == (
+        f"error: --out {out}: {out / '1'} exists (an earlier export): --overwrite replaces it "
+        "once the new export is complete, or give another --out\n"
+    )
 
 
 @pytest.mark.exact
