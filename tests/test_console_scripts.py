@@ -305,10 +305,10 @@ def test_the_wheel_ships_the_configs_that_an_installed_kt_train_names(tmp_path):
 
 
 def test_average_checkpoints_reports_a_folder_in_place_of_a_file_in_one_line(tmp_path):
-    """Bad inputs of trainers.average_checkpoints that were tracebacks: an --output that is
-    a folder (even with --overwrite: before TensorFlow starts), and a checkpoint that is a
-    folder (once the model is built). One line each, `error: ...`, naming the flag or file;
-    nothing written."""
+    """Bad inputs of trainers.average_checkpoints that were tracebacks or messages of several
+    lines: an --output that is a folder (even with --overwrite: before TensorFlow starts), a
+    checkpoint that is a folder (once the model is built), an experiment.yaml that is not
+    YAML. One line each, `error: ...`, naming the flag or file; nothing written."""
     from tests.test_run_dir import trained_directory
 
     model_dir = tmp_path / "run"
@@ -329,6 +329,15 @@ def test_average_checkpoints_reports_a_folder_in_place_of_a_file_in_one_line(tmp
     assert status == 2
     assert stderr == f"error: {checkpoint}: a folder, not a checkpoint file\n"
     assert not (model_dir / "model.averaged.keras").exists()
+    # An experiment.yaml that is not YAML: the parser's message, in one line.
+    experiment = model_dir / "experiment.yaml"
+    experiment.write_text(experiment.read_text() + "model: [\n")
+    status, stderr, _ = run_program(
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "1"
+    )
+    assert status == 2
+    assert stderr.startswith(f"error: {experiment}: not valid YAML: ") and stderr.endswith(")\n")
+    assert len(stderr.splitlines()) == 1, stderr
 
 
 # "line" where a sentence to translate is meant: the programs say "sentence" for that, and
