@@ -528,6 +528,10 @@ def test_saved_model_cli_show_and_run(exported):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Result for output key translation" in run.stdout
     assert "Result for output key score" in run.stdout
+    # TensorFlow's notice that the loader `run` calls is deprecated: written once, by Abseil's
+    # handler, not a second time by TensorFlow's own (docs/guides/serving.md's step).
+    notices = [line for line in run.stderr.splitlines() if "is deprecated" in line]
+    assert len(notices) == 1 and "deprecation.py" in notices[0], run.stderr[-2000:]
 
 
 THREADS_SEEN = """
@@ -770,7 +774,7 @@ def test_translate_cli_prefixes_the_sources_and_asks_for_the_prefix_signature(ex
     reads it (a line that starts with a language code keeps its own); `--target-prefix`
     needs the `serving_prefix` signature, which this export lacks (its vocabulary has no
     language codes), and a code the vocabulary lacks is refused by the flag's name."""
-    directory, _ = exported
+    directory, version = exported
     translate = ("trainers.translate", "--model", directory)
     by_hand = run_main(*translate, stdin=b"And God said.\nxxx_Zzzz Amen.\n\n")
     prefixed = run_main(
@@ -779,9 +783,17 @@ def test_translate_cli_prefixes_the_sources_and_asks_for_the_prefix_signature(ex
     assert prefixed.stdout == by_hand.stdout
     plain = run_main(*translate, stdin=b"God said.\n").stdout.splitlines()
     assert prefixed.stdout.splitlines()[0] != plain[0]  # the prefix reaches the model
-    no_signature = run_main(*translate, "--target-prefix", "And", stdin=b"Amen.\n", check=False)
-    assert no_signature.returncode == 2 and not no_signature.stdout
-    assert "has no serving_prefix signature" in no_signature.stderr
+    # In a process of its own, as a user runs it: the program's way to the signature.
+    no_signature = _cli(
+        sys.executable, "-m", "trainers.translate", "--model", str(directory),
+        "--target-prefix", "And", input="Amen.\n",
+    )  # fmt: skip
+    assert (no_signature.returncode, no_signature.stdout) == (2, "")
+    assert no_signature.stderr == (
+        f"error: {version} has no serving_prefix signature, which takes "
+        "--target-prefix; export it again with python -m trainers.export --prefix-signature (a "
+        "target prefix a request), or --target-prefix TEXT (the export's own)\n"
+    )
     refused = run_main(*translate, "--source-prefix", "eng_Latn", stdin=b"Amen.\n", check=False)
     assert refused.returncode == 2
     assert refused.stderr.startswith("error: --source-prefix='eng_Latn': 'eng_Latn' looks like")
@@ -833,6 +845,10 @@ def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
     [
         (["--quantize", "int16"], "--quantize int16 applies to --format ctranslate2 only"),
         (
+            ["--format", "litert", "--prefix-signature"],
+            "--prefix-signature applies to --format savedmodel only",
+        ),
+        (
             ["--format", "ctranslate2", "--stopping", "early"],
             "--stopping applies to --format savedmodel and litert",
         ),
@@ -863,3 +879,33 @@ def test_the_n_best_signature_returns_the_settings_n_best(model):
     np.testing.assert_allclose(got["scores"].numpy(), scores.numpy(), rtol=1e-5)
     with pytest.raises(ValueError, match="n_best=5 must be between 1 and the beam size 4"):
         export.translation_endpoints(model, vocabularies, beam_size=4, n_best=5)
+
+
+@pytest.mark.parametrize(
+    "options, earlier",
+    [
+        ([], "out/keras"),  # a new version is added, but keras/ holds one model
+        (["--version", "1"], "out/1"),
+        (["--format", "ctranslate2"], "out"),
+        (["--format", "litert"], "out"),
+    ],
+)
+def test_export_cli_refuses_an_earlier_export_before_any_work(tmp_path, options, earlier):
+    """An export already at --out is named, with --overwrite, before the model is loaded
+    (the model directory here does not exist), and stays as it was."""
+    for folder in ("out/1", "out/keras"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "manifest.json").write_text("{}")
+    out = tmp_path / "out"
+    result = _cli(
+        sys.executable, "-m", "trainers.export", "--model-dir", str(tmp_path / "run"),
+        "--out", str(out), *options,
+    )  # fmt: skip
+    where = f"--out {out}" + ("" if earlier == "out" else f": {tmp_path / earlier}")
+    assert result.returncode == 2 and result.stderr == (
+        f"error: {where} exists (an earlier export): --overwrite replaces it once the new "
+        "export is complete, or give another --out\n"
+    )
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "out", "out/1", "out/1/manifest.json", "out/keras", "out/keras/manifest.json"
+    ]  # fmt: skip

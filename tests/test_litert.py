@@ -588,6 +588,7 @@ def test_without_tensorflow_text_the_program_says_so_in_one_line(tmp_path):
     (broken / "__init__.py").write_text("raise ImportError('tensorflow_text is broken')\n")
     model = tmp_path / "model.tflite"
     model.write_bytes(b"not read")  # the ops are looked for first
+    (tmp_path / "manifest.json").write_text('{"decoding": {}}')  # (its settings before them)
     paths = [str(broken.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**ENV, "PYTHONPATH": os.pathsep.join(paths)}
     result = run("-m", "trainers.translate", "--model", model, env=env, check=False)
@@ -782,28 +783,15 @@ def test_the_translate_program_takes_an_nllb_file_s_languages(nllb):
     assert refused.returncode == 2 and "--source-prefix='xxx_Zzzz'" in refused.stderr
 
 
-def test_a_file_apart_from_its_manifest_a_broken_file_and_scores(nllb, tmp_path):
-    """An NLLB file copied without its manifest.json: a prefix is refused as that (its
-    languages unknown), not as a file without language codes; a file that is not LiteRT's
-    is named in the error; `--with-scores` on a LiteRT file (which gives no scores) is
-    refused naming the flag, before anything is written."""
-    import shutil
-
+def test_a_broken_file_and_scores(nllb, tmp_path):
+    """A file that is not LiteRT's is named in the error; `--with-scores` on a LiteRT file
+    (which gives no scores) is refused naming the flag, before anything is written."""
     from keras_transformer.serving import LiteRTTranslator
 
     pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
-    alone = tmp_path / "alone.tflite"
-    shutil.copyfile(nllb[3] / "model.tflite", alone)
-    with pytest.raises(ValueError, match=r"target_prefix='spa_Latn': .*manifest.json is missing"):
-        LiteRTTranslator(alone, target_prefix="spa_Latn")
-    with pytest.raises(ValueError, match=r"source_prefix='eng_Latn': .*manifest.json is missing"):
-        LiteRTTranslator(alone).translate(["Amen."], source_prefix="eng_Latn")
-    refused = run_main(
-        "trainers.translate", "--model", alone, "--target-prefix", "spa_Latn", check=False
-    )
-    assert refused.returncode == 2 and "manifest.json is missing" in refused.stderr
     broken = tmp_path / "broken.tflite"
     broken.write_bytes(b"not a flatbuffer")
+    (tmp_path / "manifest.json").write_text((nllb[3] / "manifest.json").read_text())
     with pytest.raises(ValueError, match=f"^{re.escape(str(broken))}: "):
         LiteRTTranslator(broken)
     output = tmp_path / "out.txt"

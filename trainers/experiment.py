@@ -185,7 +185,7 @@ def load_experiment(path, overrides: list[str] = (), *, resolved: bool = False) 
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(error)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with model, data and training sections")
     sections = {}
@@ -216,8 +216,20 @@ def _parse_override(override: str):
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError(f"--set {override!r}: value is not valid YAML: {error}") from None
+        raise ConfigError(
+            f"--set {override!r}: value is not valid YAML: {_one_line(error)}"
+        ) from None
     return section, key.strip(), value
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """The parser's error in one line, as the programs print errors: what it expected and
+    found, and where (its own message spans lines, with an excerpt of the text)."""
+    mark = getattr(error, "problem_mark", None)
+    parts = [getattr(error, "context", None), getattr(error, "problem", None)]
+    what = "; ".join(part for part in parts if part) or str(error)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return " ".join(what.split()) + where
 
 
 def _build(sections: dict[str, dict], where: _Origins, resolved: bool) -> Experiment:

@@ -105,8 +105,8 @@ def parse_args(argv=None, prog: str | None = None):
     )
     parser.add_argument(
         "--source-language",
-        help="NLLB-200: the language code put at the start of every source line that does "
-        "not start with one, e.g. eng_Latn (default: none; the text carries it)",
+        help="NLLB-200: the language code put at the start of every source sentence that "
+        "does not start with one, e.g. eng_Latn (default: none; the text carries it)",
     )
     parser.add_argument(
         "--peak-learning-rate",
