@@ -86,9 +86,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--int8-table",
         choices=["once", "twice"],
-        help="--format litert --quantize int8: the tied embedding table stored once (the "
-        "default: the smallest file, its output projection in float32) or twice (a table's "
-        "size more, the output projection in int8: speed in BENCHMARKS.md)",
+        help="--format litert --quantize int8: the tied embedding table stored twice (the "
+        "default: a lookup copy and the output projection's int8 weights, the projection in "
+        "int8: speed in BENCHMARKS.md) or once (a table's size less, the projection in float32 "
+        "on the table dequantized once a request: for an app whose download size decides); "
+        "the manifest's int8_table names the layout",
     )
     parser.add_argument(
         "--quantize",

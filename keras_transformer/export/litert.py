@@ -19,8 +19,8 @@ against the manifest's `languages` first). Inside it:
   extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
   with `kt.fast` switched off (its output projection would store the embedding twice) and
   as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file);
-  the tied embedding table is read through one lookup of all its rows, so that int8 stores
-  it once (`_one_table`);
+  with `int8_table="once"`, the tied embedding table is read through one lookup of all its
+  rows, so that int8 stores it once (`_one_table`);
 - detokenization: each id's text from a table in the file (the special ids give none, nor do
   NLLB-200's language codes and special tokens; a word-boundary mark is a space but before
   the first piece that shows; byte pieces give their byte),
@@ -113,11 +113,12 @@ def write(
         quantize: str or None. "int8" (dynamic-range int8 weights) or "float16" weights;
             None keeps float32. Defaults to None.
         int8_table: str or None. With `quantize="int8"` only, how the tied embedding table
-            is stored: "once" (the embedding and the output projection read one int8 copy,
-            dequantized whole once a request: the smallest file, its output projection in
-            float32) or "twice" (a lookup copy and the projection's own int8 weights: a
-            table's size more, and the projection in int8; speed in BENCHMARKS.md). None
-            is "once" with int8. Defaults to None.
+            is stored: "twice" (a lookup copy and the output projection's own int8 weights:
+            the projection in int8; speed in BENCHMARKS.md) or "once" (the embedding and the
+            projection read one int8 copy, dequantized whole once a request: a table's size
+            less, its projection in float32; for an app whose download size decides). None
+            is "twice" with int8. The manifest's `int8_table` names the layout. Defaults to
+            None.
         manifest: dict or None. Extra facts for `manifest.json`.
 
     Returns:
@@ -143,7 +144,7 @@ def write(
         raise ValueError(
             f"int8_table={int8_table!r} applies to quantize='int8' only (quantize={quantize!r})"
         )
-    int8_table = int8_table or "once"
+    int8_table = int8_table or "twice"
     model, vocabularies, path, settings = resolve_model(model, vocabularies, path, decoding)
     _check_model(model, vocabularies, settings)
     if path.exists():
