@@ -97,8 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
         "SavedModel's bfloat16 where this CPU computes it natively, else float32); "
-        "CTranslate2's own types for --format ctranslate2; int8, int4 (blockwise, by "
-        "ai-edge-quantizer) or float16 for --format litert",
+        "CTranslate2's own types for --format ctranslate2; int8, int4 (the projections in int4 "
+        "and the embedding table in int8, by ai-edge-quantizer) or float16 for --format litert",
     )
     parser.add_argument(
         "--quantization",

@@ -21,15 +21,16 @@ against the manifest's `languages` first). Inside it:
   as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file),
   the tied embedding table read as the weights' type stores it best (`kt.export.
   litert_trace`: int8 twice, a lookup copy and the projection's int8 weights, or with
-  `int8_table="once"` once; int4 once, through LiteRT's EMBEDDING_LOOKUP);
+  `int8_table="once"` once; int4 once in int8, through LiteRT's EMBEDDING_LOOKUP);
 - detokenization: each id's text from a table in the file (the special ids give none, nor do
   NLLB-200's language codes and special tokens; a word-boundary mark is a space but before
   the first piece that shows; byte pieces give their byte),
   joined by tensorflow-text's `NgramsStringJoin` over the whole row.
 
 The weights: float32, or as `quantize` says (`kt.export.litert_convert`): the converter's
-dynamic-range int8 or float16, or blockwise int4 (ai-edge-quantizer over the float32 file:
-the projections and the embedding table in int4, a scale for each block of 32 weights).
+dynamic-range int8 or float16, or int4 (ai-edge-quantizer over the float32 file: the
+projections' weights in int4 and the embedding table, stored once, in int8, a scale a
+channel; the output projection in float32 on the table, as with `int8_table="once"`).
 
 The file holds LiteRT's builtin ops and the tensorflow-text ops of `TEXT_OPS`, and no Flex
 (Select TF) op, which a phone's standard runtime lacks; `write` refuses to write a
@@ -111,10 +112,10 @@ def write(
         vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
         decoding: `kt.decoding.DecodingSettings` or None: the search written into the file.
             None takes the task's, or the defaults (the paper's) for a `Transformer`.
-        quantize: str or None. "int8" (dynamic-range int8 weights), "int4" (blockwise int4
-            weights by ai-edge-quantizer: the projections and the embedding table, stored
-            once; `kt.export.litert_convert`) or "float16" weights; None keeps float32.
-            Defaults to None.
+        quantize: str or None. "int8" (dynamic-range int8 weights), "int4" (the
+            projections' weights in int4 and the embedding table, stored once, in int8, by
+            ai-edge-quantizer: `kt.export.litert_convert`) or "float16" weights; None keeps
+            float32. Defaults to None.
         int8_table: str or None. With `quantize="int8"` only, how the tied embedding table
             is stored: "twice" (a lookup copy and the output projection's own int8 weights:
             the projection in int8; speed in BENCHMARKS.md) or "once" (the embedding and the

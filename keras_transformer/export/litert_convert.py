@@ -3,7 +3,8 @@
 `convert` turns the traced signatures (`kt.export.litert_trace`) into the file's bytes:
 LiteRT's builtin ops and tensorflow-text's (`TEXT_OPS`) as custom ops, the weights in
 float32, float16 or int8 (the converter's own dynamic-range quantization), or int4
-(ai-edge-quantizer over the float32 file: `INT4_RECIPE`). `check_ops` refuses a file with
+(ai-edge-quantizer over the float32 file: `INT4_RECIPE`, the projections in int4 and the
+embedding table in int8). `check_ops` refuses a file with
 any other op (a Flex op, which a phone's standard runtime lacks).
 """
 
@@ -26,22 +27,21 @@ TEXT_OPS = (
     "TFText>NgramsStringJoin",
 )
 QUANTIZE = ("int8", "int4", "float16")
-INT4_BLOCK = 32  # weights a scale along a product's input axis (ai-edge-quantizer's BLOCKWISE_32)
 
 
-def _int4_entry(operation: str) -> dict:
-    """ai-edge-quantizer's recipe entry for `operation`'s weights: symmetric int4 in blocks of
-    `INT4_BLOCK` (a float scale a block), computed as its dynamic-range kernels compute
-    (`compute_precision` INTEGER: the activations quantized on the fly)."""
+def _entry(operation: str, bits: int) -> dict:
+    """ai-edge-quantizer's recipe entry for `operation`'s weights: symmetric `bits`-bit
+    integers, a float scale for each output channel, computed as its dynamic-range kernels
+    compute (`compute_precision` INTEGER: the activations quantized on the fly)."""
     return {
         "regex": ".*",
         "operation": operation,
         "algorithm_key": "min_max_uniform_quantize",
         "op_config": {
             "weight_tensor_config": {
-                "num_bits": 4,
+                "num_bits": bits,
                 "symmetric": True,
-                "granularity": f"BLOCKWISE_{INT4_BLOCK}",
+                "granularity": "CHANNELWISE",
                 "dtype": "INT",
             },
             "compute_precision": "INTEGER",
@@ -50,9 +50,13 @@ def _int4_entry(operation: str) -> dict:
     }
 
 
-# Every projection (FULLY_CONNECTED: the attention's, the feed-forward's) and the embedding
-# table (its one EMBEDDING_LOOKUP: `litert_trace.looked_up`) in blockwise int4.
-INT4_RECIPE = [_int4_entry("FULLY_CONNECTED"), _int4_entry("EMBEDDING_LOOKUP")]
+# Every projection (FULLY_CONNECTED: the attention's, the feed-forward's) in int4, and the
+# embedding table (its one EMBEDDING_LOOKUP: `litert_trace.looked_up`) in int8: the tied
+# output projection reads the looked-up table, and an int4 table cost test BLEU at the demo's
+# size (BENCHMARKS.md, "On a device: LiteRT"). A scale a channel, not a block: ai-edge-litert
+# 2.3.0's builtin FULLY_CONNECTED kernel (LiteRT without XNNPACK) gives wrong products for
+# blockwise int4 weights, which XNNPACK computes right; channelwise ones both compute alike.
+INT4_RECIPE = [_entry("FULLY_CONNECTED", 4), _entry("EMBEDDING_LOOKUP", 8)]
 
 
 def convert(functions, quantize: str | None = None) -> bytes:
@@ -84,9 +88,9 @@ def convert(functions, quantize: str | None = None) -> bytes:
 
 
 def quantized_int4(blob: bytes) -> bytes:
-    """A float32 LiteRT file with its projections' and embedding lookups' weights in
-    blockwise int4 (`INT4_RECIPE`), by ai-edge-quantizer (`pip install ai-edge-quantizer`);
-    every other op as it was."""
+    """A float32 LiteRT file with its projections' weights in int4 and its embedding
+    lookups' table in int8, a scale a channel (`INT4_RECIPE`), by ai-edge-quantizer (`pip
+    install ai-edge-quantizer`); every other op as it was."""
     try:
         from ai_edge_quantizer import quantizer
     except ImportError as error:
@@ -120,7 +124,6 @@ def check_ops(ops: list[str]) -> None:
 
 
 __all__ = [
-    "INT4_BLOCK",
     "INT4_RECIPE",
     "QUANTIZE",
     "TEXT_OPS",

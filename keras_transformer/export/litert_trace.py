@@ -14,7 +14,8 @@ How the tied embedding table is read decides how a quantizer stores it (`TABLE_R
   cannot fold: the constant has one use, so int8 stores it once, and the projection runs in
   float32 on the rows;
 - "embedding_lookup": the same, the lookup written as LiteRT's EMBEDDING_LOOKUP op
-  (`looked_up`), the op whose table ai-edge-quantizer quantizes (int4: one int4 table).
+  (`looked_up`), the op whose table ai-edge-quantizer quantizes (int4: the table once, in
+  int8).
 """
 
 from __future__ import annotations
