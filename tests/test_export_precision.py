@@ -389,7 +389,12 @@ def test_export_cli_passes_quantize_to_ctranslate2_and_keeps_quantization(
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--quantize", "int4"], "argument --quantize: invalid choice: 'int4'"),
+        (["--quantize", "int2"], "argument --quantize: invalid choice: 'int2'"),
+        (
+            ["--quantize", "int4"],
+            "--quantize int4: --format savedmodel takes int8 or bfloat16 (--quantize int4 "
+            "applies to --format litert only)",
+        ),
         (
             ["--quantize", "int8", "--quantization", "bfloat16"],
             "--quantization bfloat16 and --quantize int8 disagree",

@@ -105,16 +105,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--int8-table",
         choices=["once", "twice"],
-        help="--format litert --quantize int8: the tied embedding table stored once (the "
-        "default: the smallest file, its output projection in float32) or twice (a table's "
-        "size more, the output projection in int8: speed in BENCHMARKS.md)",
+        help="--format litert --quantize int8: the tied embedding table stored twice (the "
+        "default: a lookup copy and the output projection's int8 weights, the projection in "
+        "int8: speed in BENCHMARKS.md) or once (a table's size less, the projection in float32 "
+        "on the table dequantized once a request: for an app whose download size decides); "
+        "the manifest's int8_table names the layout",
     )
     parser.add_argument(
         "--quantize",
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
         "SavedModel's bfloat16 where this CPU computes it natively, else float32); "
-        "CTranslate2's own types for --format ctranslate2; int8 or float16 for --format litert",
+        "CTranslate2's own types for --format ctranslate2; int8, int4 (the projections in int4 "
+        "and the embedding table in int8, by ai-edge-quantizer) or float16 for --format litert",
     )
     parser.add_argument(
         "--quantization",

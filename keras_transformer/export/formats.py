@@ -57,8 +57,9 @@ def export(
       the optional `ctranslate2` package); option `manifest`. `quantize`: CTranslate2's
       weight types ("int8", "int8_float32", "int16", "float16"...).
     - "litert": `path/model.tflite`, one LiteRT file for a device
-      (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8).
-      `quantize`: "int8" or "float16".
+      (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8: "twice",
+      the default, or "once"). `quantize`: "int8", "int4" (ai-edge-quantizer; its table in
+      int8) or "float16".
 
     Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
     runs what it wrote.

@@ -146,7 +146,7 @@ FORMATS: dict[str, Format] = {
             runtime=LiteRTTranslator,
             writer="keras_transformer.export.litert:write",
             manifest_file=LITERT_MANIFEST,
-            quantize=("int8", "float16"),
+            quantize=("int8", "int4", "float16"),
             options=("manifest", "int8_table"),
             scores=False,
         ),
