@@ -36,7 +36,9 @@ pip install 'keras-transformer[ctranslate2]'. `--quantization` is the former nam
 with model.tflite, one LiteRT file that takes text and gives translations (SentencePiece,
 the search and detokenization inside: `kt.export.litert`), and manifest.json. LiteRT's
 interpreter with tensorflow-text's ops runs it; `trainers.translate --model OUT/model.tflite`
-does. int8 is dynamic-range int8 weights.
+does. int8 is dynamic-range int8 weights. `--ops builtin` writes a file of LiteRT's builtin
+ops alone, UTF-8 bytes in and out (no string tensor, no tensorflow-text op), that the stock
+runtimes run: a phone's LiteRT, LiteRT.js in a browser (`kt.export.litert_builtin`).
 """
 
 from __future__ import annotations
@@ -91,6 +93,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "size more, the output projection in int8: speed in BENCHMARKS.md)",
     )
     parser.add_argument(
+        "--ops",
+        choices=["text", "builtin"],
+        help="--format litert: tensorflow-text's ops, strings in and out (text, the default), "
+        "or LiteRT's builtin ops alone, UTF-8 bytes in and out (builtin: for the stock runtimes, "
+        "a phone's or LiteRT.js in a browser)",
+    )
+    parser.add_argument(
         "--quantize",
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
@@ -141,6 +150,9 @@ def flag_problem(args: argparse.Namespace) -> str | None:
     if args.int8_table and not ("int8_table" in found.options and args.quantize == "int8"):
         takers = [name for name, entry in FORMATS.items() if "int8_table" in entry.options]
         return f"--int8-table applies to --format {' and '.join(takers)} --quantize int8 only"
+    if args.ops and "ops" not in found.options:
+        takers = [name for name, entry in FORMATS.items() if "ops" in entry.options]
+        return f"--ops applies to --format {' and '.join(takers)} only"
     if args.stopping and "stopping" in found.decides:
         takers = [name for name, entry in FORMATS.items() if "stopping" not in entry.decides]
         return (
@@ -190,8 +202,11 @@ def main(argv=None) -> int:
         "metrics": run.metrics(args.model),
     }
     found = FORMATS[args.format]
-    given = {"version": args.version, "int8_table": args.int8_table}  # a format's own flags
-    options = {name: value for name, value in given.items() if name in found.options}
+    # A format's own flags, those given.
+    given = {"version": args.version, "int8_table": args.int8_table, "ops": args.ops}
+    options = {
+        name: value for name, value in given.items() if name in found.options and value is not None
+    }
     try:
         # Warnings (bfloat16's fallback to float32) as the programs print them: one line each.
         with (

@@ -21,7 +21,7 @@ def writer(name: str) -> Writer:
     """The writer of the format named `name`, imported from the module the table names.
 
     Raises:
-        ValueError: no format has that name, naming the three.
+        ValueError: no format has that name, naming each.
 
     Examples:
         >>> from keras_transformer.export.formats import writer
@@ -55,7 +55,9 @@ def export(
       weight types ("int8", "int8_float32", "int16", "float16"...).
     - "litert": `path/model.tflite`, one LiteRT file for a device
       (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8).
-      `quantize`: "int8" or "float16".
+      `quantize`: "int8" or "float16"; option `ops`: "text" (tensorflow-text's ops,
+      strings in and out) or "builtin" (builtin ops only, UTF-8 bytes in and out,
+      `kt.export.litert_builtin`).
 
     Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
     runs what it wrote.
@@ -81,7 +83,7 @@ def export(
         The path written: a SavedModel's version folder, the others' directory.
 
     Raises:
-        ValueError: an unknown format (naming the three), or what its writer refuses (a
+        ValueError: an unknown format (naming each), or what its writer refuses (a
             setting or a model the format cannot hold), before anything is written.
         TypeError: an option the format does not take, naming those it does.
         FileExistsError: the directory (a SavedModel's version) exists.

@@ -50,6 +50,10 @@ An NLLB-200 file reads the text as plain text: a language code or other special 
 written in it is cut as text (`LiteRTTranslator` takes a leading code off and gives it as the
 source language), and a blank text is one the normalizer leaves nothing of.
 
+`ops="builtin"` writes instead a file of LiteRT's builtin ops alone, UTF-8 bytes in and out
+(int32 rows, no string tensor), that the stock runtimes run (a phone's, LiteRT.js in a
+browser): `kt.export.litert_builtin`.
+
 Not written: M2M100 models and multilingual OPUS-MT ones (>>spa<< tokens), a prefix that is
 not an NLLB-200 language code, a BPE model with byte fallback or user-defined pieces, n-best
 lists. Each is refused by name.
@@ -70,7 +74,7 @@ from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
 from keras_transformer.decoding import search
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
-from keras_transformer.export import litert_bpe
+from keras_transformer.export import litert_bpe, litert_builtin
 from keras_transformer.export.savedmodel import resolve_model
 from keras_transformer.serving.litert import FORMAT, MANIFEST, MODEL_FILE
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -85,6 +89,7 @@ TEXT_OPS = (
 )
 QUANTIZE = ("int8", "float16")
 INT8_TABLE = ("once", "twice")  # how an int8 file stores the tied embedding table
+OPS = ("text", "builtin")  # tensorflow-text's ops and strings, or builtins and bytes
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
 UNK_SURFACE = " \u2047 "  # SentencePiece's text for <unk>
 
@@ -98,6 +103,7 @@ def write(
     quantize: str | None = None,
     manifest: dict | None = None,
     int8_table: str | None = None,
+    ops: str = "text",
 ) -> Path:
     """Writes `path/model.tflite`, text in and translations out (see the module doc), and
     `path/manifest.json` (settings, sizes, ops): the LiteRT format's writer,
@@ -119,6 +125,10 @@ def write(
             table's size more, and the projection in int8; speed in BENCHMARKS.md). None
             is "once" with int8. Defaults to None.
         manifest: dict or None. Extra facts for `manifest.json`.
+        ops: str. "text": strings in and out, tensorflow-text's ops inside (the module
+            doc); "builtin": LiteRT's builtin ops only, UTF-8 bytes in and out
+            (`kt.export.litert_builtin`), for the stock runtimes (a phone's, LiteRT.js).
+            Defaults to "text".
 
     Returns:
         The directory written.
@@ -143,17 +153,32 @@ def write(
         raise ValueError(
             f"int8_table={int8_table!r} applies to quantize='int8' only (quantize={quantize!r})"
         )
+    if ops not in OPS:
+        raise ValueError(f"ops={ops!r} must be one of {OPS}")
     int8_table = int8_table or "once"
     model, vocabularies, path, settings = resolve_model(model, vocabularies, path, decoding)
     _check_model(model, vocabularies, settings)
+    if ops == "builtin":
+        litert_builtin.check_vocabularies(vocabularies)
     if path.exists():
         raise FileExistsError(f"{path} exists; choose a new directory")
     # float32 reads the one constant from both places; float16's converter keeps one too.
     one_table = quantize == "float16" or (quantize == "int8" and int8_table == "once")
-    functions = signatures(model, vocabularies, settings, one_table=one_table)
+    if ops == "builtin":
+        functions, *sizes = litert_builtin.signatures(model, vocabularies, settings)
+        described = litert_builtin.described_signatures(*sizes)
+    else:
+        functions = signatures(model, vocabularies, settings, one_table=one_table)
+        described = {
+            name: {
+                "inputs": {s.name: "string [batch]" for s in function.input_signature},
+                "outputs": {"translations": "string [batch]"},
+            }
+            for name, function in functions.items()
+        }
     blob = convert(functions, quantize)
-    ops = op_names(blob)
-    check_ops(ops)
+    file_ops = op_names(blob)
+    (litert_builtin.check_builtin if ops == "builtin" else check_ops)(file_ops)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(path) as temporary:
         temporary.mkdir()
@@ -179,14 +204,9 @@ def write(
                     **settings.to_dict(),
                     "max_input_tokens": model.config.max_length - 1,
                 },
-                "signatures": {
-                    name: {
-                        "inputs": {s.name: "string [batch]" for s in function.input_signature},
-                        "outputs": {"translations": "string [batch]"},
-                    }
-                    for name, function in functions.items()
-                },
-                "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
+                "ops": ops,
+                "signatures": described,
+                "custom_ops": sorted(set(file_ops) & set(TEXT_OPS)),
             },
             extra=manifest,
         )
@@ -202,6 +222,7 @@ def export_litert(
     quantize: str | None = None,
     int8_table: str | None = None,
     manifest: dict | None = None,
+    ops: str = "text",
 ) -> Path:
     """`kt.export.export(model, path, format="litert", ...)` under its former name, with the
     same arguments: the same file (`write`). A plain alias, kept as it was.
@@ -215,6 +236,7 @@ def export_litert(
         quantize: str or None.
         int8_table: str or None.
         manifest: dict or None.
+        ops: str. "text" or "builtin".
 
     Returns:
         The directory written.
@@ -227,6 +249,7 @@ def export_litert(
         quantize=quantize,
         manifest=manifest,
         int8_table=int8_table,
+        ops=ops,
     )
 
 

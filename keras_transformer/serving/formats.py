@@ -139,7 +139,7 @@ FORMATS: dict[str, Format] = {
             writer="keras_transformer.export.litert:write",
             manifest_file=LITERT_MANIFEST,
             quantize=("int8", "float16"),
-            options=("manifest", "int8_table"),
+            options=("manifest", "int8_table", "ops"),
             scores=False,
         ),
     )
@@ -150,7 +150,7 @@ def get(name: str) -> Format:
     """The format named `name`.
 
     Raises:
-        ValueError: no format has that name, naming the three.
+        ValueError: no format has that name, naming each.
 
     Examples:
         >>> from keras_transformer.serving import formats

@@ -1,0 +1,467 @@
+"""A LiteRT file of builtin ops only: UTF-8 bytes in, UTF-8 bytes out, no string tensor
+(`kt.export.export(..., format="litert", ops="builtin")`), for the stock LiteRT runtimes
+(Android's, iOS's, LiteRT.js in a browser), which run LiteRT's builtin ops and have neither
+string tensors nor tensorflow-text's kernels.
+
+The file's signature `serving_default` takes `text`, int32 `[1, N]`: a text's UTF-8 bytes,
+0-padded (a byte 0 ends the text; a longer text is cut to N bytes by its caller, at a
+character's start), and gives `translations`, int32 `[1, M]`: the translation's UTF-8 bytes,
+0-padded. N and M are in the manifest (`"signatures"`), as is `"ops": "builtin"`. Inside it:
+
+1. SentencePiece's unigram cut (`UnigramCut`), as `unigram_model.cc`'s Viterbi makes it: the
+   normalizer's whitespace rules (the identity normalizer: leading, trailing and repeated
+   spaces dropped, a space before the text, each space "▁"); each piece that starts at a
+   byte, found in a hash table of the pieces (open addressing, every candidate checked
+   byte for byte); a character no piece of one character covers is an unknown node (the
+   lowest piece score less 10), which byte fallback gives as its bytes' pieces; a
+   `tf.while_loop` over the byte positions keeps the best path to each (ties: the earliest
+   start, as SentencePiece's strict comparison), and a second walks it back. The pieces cut
+   to `max_length - 1`, then EOS, as the text file cuts them.
+2. The search of every other door (`kt.decoding.decode`), traced as `kt.export.litert`'s.
+3. Detokenization: each id's bytes from a table (`kt.export.litert.piece_surfaces`: the text
+   file's, a word boundary a space but before the first piece that shows), laid end to end
+   by a cumulative sum and a scatter.
+
+What it does not hold (refused by name): a normalizer other than the identity one (a
+precompiled character map: NFKC), user-defined pieces, a BPE source model (NLLB-200's: its
+character split needs tensorflow-text), language codes, a piece vocabulary (OPUS-MT).
+Where it differs from the text file: a "▁" written in the text stays its three bytes (the
+text file reads it as a space); tabs and other whitespace than U+0020 are characters, as
+SentencePiece's identity normalizer leaves them, but a text of whitespace alone is blank only
+when it is spaces.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.special_ids import EOS_ID, PAD_ID
+
+SPACE = 256  # the symbol of "▁" in the cut: one symbol, where UTF-8 spends three bytes
+_MULTIPLIER, _MODULUS = 257, 8355667  # the hash: h * 257 + symbol + 1 < 2**31, mod a prime
+_NONE = -1
+_LOW = -1e30  # the score of no path
+UNK_PENALTY = 10.0  # SentencePiece's kUnkPenalty: an unknown character scores min - 10
+
+
+def _proto(proto: bytes):
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    model = pb.ModelProto()
+    model.ParseFromString(proto)
+    return model
+
+
+def check_model(proto: bytes) -> None:
+    """Raises ValueError naming what `UnigramCut` does not cut as SentencePiece does: a model
+    that is not unigram, a normalizer with a character map, user-defined pieces, whitespace
+    rules other than the defaults'."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    model = _proto(proto)
+    kind = pb.TrainerSpec.ModelType.Name(model.trainer_spec.model_type)
+    if kind != "UNIGRAM":
+        raise ValueError(
+            f"the source SentencePiece model is {kind.lower()}: a builtin-ops LiteRT file "
+            "cuts unigram models (ops='text' cuts BPE ones)"
+        )
+    spec = model.normalizer_spec
+    if spec.precompiled_charsmap or spec.name not in ("identity", ""):
+        raise ValueError(
+            f"the source SentencePiece model's normalizer is {spec.name!r}: a builtin-ops "
+            "LiteRT file applies the identity normalizer only (ops='text' applies the others)"
+        )
+    if not spec.escape_whitespaces or model.trainer_spec.treat_whitespace_as_suffix:
+        raise ValueError(
+            "the source SentencePiece model does not mark words with a leading '▁': a "
+            "builtin-ops LiteRT file cuts models that do"
+        )
+    kinds = pb.ModelProto.SentencePiece
+    odd = [p.piece for p in model.pieces if p.type == kinds.USER_DEFINED]
+    if odd:
+        raise ValueError(
+            f"the source SentencePiece model has user-defined pieces ({odd[:3]}): a "
+            "builtin-ops LiteRT file does not cut them"
+        )
+
+
+def _symbols(piece: str) -> list[int]:
+    """A piece's symbols: its UTF-8 bytes, "▁" as `SPACE`."""
+    out = []
+    for character in piece:
+        out += [SPACE] if character == "\u2581" else list(character.encode())
+    return out
+
+
+def piece_table(proto: bytes, load: float = 0.5) -> dict:
+    """The normal pieces of a SentencePiece model as arrays: `symbols` `[slots, longest]`
+    (-1 after a piece's end and in empty slots), `lengths`, `ids` (-1 where empty) and
+    `scores` `[slots]`, placed by `_hash` with linear probing; `probes`, the slots a lookup
+    reads; `longest`, the symbols of the longest piece."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    model = _proto(proto)
+    normal = [
+        (i, _symbols(p.piece), p.score)
+        for i, p in enumerate(model.pieces)
+        if p.type == pb.ModelProto.SentencePiece.NORMAL
+    ]
+    longest = max(len(symbols) for _, symbols, _ in normal)
+    slots = 1 << max(4, int(np.ceil(np.log2(len(normal) / load))))
+    table = {
+        "symbols": np.full((slots, longest), _NONE, np.int32),
+        "lengths": np.zeros(slots, np.int32),
+        "ids": np.full(slots, _NONE, np.int32),
+        "scores": np.full(slots, _LOW, np.float32),
+    }
+    probes = 1
+    for i, symbols, score in normal:
+        start = _hash(symbols) % slots
+        for step in range(slots):
+            slot = (start + step) % slots
+            if table["ids"][slot] == _NONE:
+                table["symbols"][slot, : len(symbols)] = symbols
+                table["lengths"][slot] = len(symbols)
+                table["ids"][slot] = i
+                table["scores"][slot] = score
+                probes = max(probes, step + 1)
+                break
+    return {**table, "probes": probes, "longest": longest, "slots": slots}
+
+
+def _hash(symbols) -> int:
+    h = 0
+    for symbol in symbols:
+        h = (h * _MULTIPLIER + symbol + 1) % _MODULUS
+    return h
+
+
+class UnigramCut:
+    """SentencePiece's unigram cut of UTF-8 bytes in LiteRT's builtin ops (the module doc).
+
+    Args:
+        proto: bytes. The serialized unigram SentencePiece model (`check_model`'s rules).
+        max_length: int. The model's `max_length`: the pieces are cut to `max_length - 1`,
+            then EOS.
+
+    Call arguments:
+        data: int32 `[batch, N]`. UTF-8 bytes, 0-padded.
+
+    Returns:
+        int32 `[batch, len]`: the pieces' ids, cut, then EOS, 0-padded (a blank text is EOS
+        alone), as `TransformerSeq2SeqLMPreprocessor.source_ids` lays them out.
+    """
+
+    def __init__(self, proto: bytes, max_length: int):
+        check_model(proto)
+        model = _proto(proto)
+        self.max_length = max_length
+        table = piece_table(proto)
+        self.longest, self.probes, self.slots = table["longest"], table["probes"], table["slots"]
+        self._symbols = tf.constant(table["symbols"])
+        self._lengths = tf.constant(table["lengths"])
+        self._ids = tf.constant(table["ids"])
+        self._scores = tf.constant(table["scores"])
+        normal = [p.score for p in model.pieces if p.type == 1]
+        self.unk_score = float(np.float32(min(normal)) - np.float32(UNK_PENALTY))
+        self.byte_fallback = model.trainer_spec.byte_fallback
+        self.unk_id = model.trainer_spec.unk_id
+        byte_ids = {p.piece: i for i, p in enumerate(model.pieces) if p.type == 6}
+        self._byte_ids = tf.constant(
+            [byte_ids.get(f"<0x{b:02X}>", self.unk_id) for b in range(256)], tf.int32
+        )
+        self.spec = model.normalizer_spec
+
+    def __call__(self, data):
+        symbols = self.normalize(tf.cast(data, tf.int32))  # (batch, L), -1 after the end
+        pieces, scores = self.lattice(symbols)  # (batch, L, K): a piece from i, k + 1 long
+        ends = self.viterbi(symbols, pieces, scores)
+        return self.ids(symbols, *ends)
+
+    def normalize(self, data):
+        """Bytes `[batch, N]` -> symbols `[batch, N + 1]` (-1 after the end): the identity
+        normalizer's whitespace rules, spaces as `SPACE`, one before a text that is not
+        blank."""
+        batch, width = tf.shape(data)[0], tf.shape(data)[1]
+        valid = data > 0
+        space = data == 32
+        word = valid & ~space  # (batch, N)
+        keep = valid
+        if self.spec.remove_extra_whitespaces:
+            words = tf.cumsum(tf.cast(word, tf.int32), axis=1)  # up to and with i
+            before = tf.pad(words[:, :-1], [[0, 0], [1, 0]])
+            after = words[:, -1:] - words
+            previous = tf.pad(word[:, :-1], [[0, 0], [1, 0]])
+            keep = word | (space & previous & (before > 0) & (after > 0))
+        symbols = tf.where(space, SPACE, data)
+        if self.spec.add_dummy_prefix:
+            first = tf.reduce_any(keep, axis=1, keepdims=True)  # not blank
+            symbols = tf.concat([tf.fill([batch, 1], SPACE), symbols], 1)
+            keep = tf.concat([first, keep], 1)
+        else:
+            symbols = tf.pad(symbols, [[0, 0], [0, 1]])
+            keep = tf.pad(keep, [[0, 0], [0, 1]])
+        return _compact(symbols, keep, width + 1)
+
+    def lattice(self, symbols):
+        """Each piece that starts at each position: ids and scores `[batch, L, longest]`
+        (-1 and `_LOW` where none; at k, the piece of k + 1 symbols), with the unknown
+        node (id -2, `unk_score`) where no piece of one character starts."""
+        longest = self.longest
+        width = tf.shape(symbols)[1]
+        padded = tf.pad(symbols, [[0, 0], [0, longest]], constant_values=_NONE)
+        # windows[:, i, k] = symbols[:, i + k]
+        windows = tf.stack([padded[:, k : k + width] for k in range(longest)], axis=2)
+        h = tf.zeros_like(symbols)
+        hashes, present = [], []
+        inside = tf.ones_like(symbols, tf.bool)
+        for k in range(longest):
+            h = tf.math.floormod(h * _MULTIPLIER + windows[:, :, k] + 1, _MODULUS)
+            inside &= windows[:, :, k] >= 0
+            hashes.append(h)
+            present.append(inside)
+        hashes = tf.stack(hashes, axis=2)  # (batch, L, K)
+        present = tf.stack(present, axis=2)
+        start = tf.math.floormod(hashes, self.slots)
+        slots = tf.math.floormod(start[..., None] + tf.range(self.probes), self.slots)  # +P
+        lengths = tf.range(1, longest + 1)[None, None, :, None]
+        found = tf.gather(self._lengths, slots) == lengths  # (batch, L, K, P)
+        stored = tf.gather(self._symbols, slots)  # (batch, L, K, P, K)
+        column = tf.range(longest)
+        wanted = tf.where(
+            column[None, :] < tf.range(1, longest + 1)[:, None],  # (K, K): k's first k + 1
+            windows[:, :, None, :],
+            _NONE,
+        )  # (batch, L, K, K)
+        same = tf.reduce_min(tf.cast(stored == wanted[:, :, :, None, :], tf.int32), -1) > 0
+        found &= same & present[..., None]
+        ids = tf.reduce_max(tf.where(found, tf.gather(self._ids, slots), _NONE), -1)
+        scores = tf.reduce_max(tf.where(found, tf.gather(self._scores, slots), _LOW), -1)
+        # An unknown character: its UTF-8 length from its first byte, SentencePiece's rule.
+        lead = symbols
+        size = tf.where(lead >= 0xF0, 4, tf.where(lead >= 0xE0, 3, tf.where(lead >= 0xC0, 2, 1)))
+        size = tf.where(lead == SPACE, 1, size)
+        single = tf.gather(ids, size[..., None] - 1, batch_dims=2)[..., 0]
+        unknown = (single == _NONE) & (symbols >= 0)  # (batch, L)
+        at = (tf.range(1, longest + 1)[None, None, :] == size[..., None]) & unknown[..., None]
+        ids = tf.where(at, -2, ids)
+        scores = tf.where(at, tf.constant(self.unk_score, tf.float32), scores)
+        return ids, scores
+
+    def viterbi(self, symbols, pieces, scores):
+        """The best path's nodes: `(ends, unknown)`, bool `[batch, L + 1]`, where a node ends
+        and which positions an unknown node covers, and `chosen` int32 `[batch, L + 1]`,
+        the piece of the node that ends at each position."""
+        longest = self.longest
+        batch, width = tf.shape(symbols)[0], tf.shape(symbols)[1]
+        lengths = tf.reduce_sum(tf.cast(symbols >= 0, tf.int32), axis=1)  # (batch,)
+        steps = tf.range(longest, 0, -1)  # k descending: ties go to the earliest start
+        column = tf.range(width + 1)[None, :]
+        # By end: into[:, j, m] = the node from j - steps[m] to j.
+        starts = tf.range(width + 1)[:, None] - steps[None, :]  # (L + 1, K)
+        flat = tf.maximum(starts, 0) * longest + (steps - 1)[None, :]
+        reachable = starts >= 0
+        into_scores = tf.reshape(scores, [batch, -1])
+        into_scores = tf.where(reachable, tf.gather(into_scores, flat, axis=1), _LOW)
+        into_ids = tf.where(reachable, tf.gather(tf.reshape(pieces, [batch, -1]), flat, axis=1), -1)
+        into_scores = tf.where(into_ids == _NONE, _LOW, into_scores)
+        best = tf.where(column == 0, 0.0, tf.fill([batch, width + 1], _LOW))
+        back = tf.zeros([batch, width + 1], tf.int32)
+        chosen = tf.fill([batch, width + 1], _NONE)
+
+        def step(j, best, back, chosen):
+            previous = tf.gather(best, tf.maximum(j - steps, 0), axis=1)  # (batch, K)
+            candidates = previous + into_scores[:, j, :]
+            m = tf.argmax(candidates, axis=1, output_type=tf.int32)  # the first best
+            value = tf.reduce_max(candidates, axis=1)
+            here = column == j
+            best = tf.where(here, value[:, None], best)
+            back = tf.where(here, tf.gather(steps, m)[:, None], back)
+            piece = tf.gather(into_ids[:, j, :], m[:, None], batch_dims=1)  # (batch, 1)
+            chosen = tf.where(here, piece, chosen)
+            return j + 1, best, back, chosen
+
+        _, best, back, chosen = tf.while_loop(
+            lambda j, *_: j <= tf.reduce_max(lengths),
+            step,
+            (tf.constant(1), best, back, chosen),
+        )
+
+        def walk(j, ends, unknown):
+            k = tf.gather(back, j[:, None], batch_dims=1)[:, 0]  # (batch,)
+            piece = tf.gather(chosen, j[:, None], batch_dims=1)[:, 0]
+            live = j > 0
+            ends |= (column == j[:, None]) & live[:, None]
+            span = (column >= (j - k)[:, None]) & (column < j[:, None])
+            unknown |= span & (live & (piece == -2))[:, None]
+            return tf.where(live, j - k, 0), ends, unknown
+
+        none = tf.zeros([batch, width + 1], tf.bool)
+        _, ends, unknown = tf.while_loop(
+            lambda j, *_: tf.reduce_any(j > 0), walk, (lengths, none, none)
+        )
+        return ends, unknown, chosen
+
+    def ids(self, symbols, ends, unknown, chosen):
+        """The path's ids in order, cut to `max_length - 1`, then EOS, 0-padded."""
+        width = tf.shape(symbols)[1]
+        # A piece's id at its last symbol; an unknown node's bytes' pieces at each byte (or
+        # `<unk>` at its end, without byte fallback).
+        at_end = tf.where(ends[:, 1:], chosen[:, 1:], _NONE)  # (batch, L): ends at i + 1
+        if self.byte_fallback:
+            bytes_ = tf.gather(self._byte_ids, tf.clip_by_value(symbols, 0, 255))
+            tokens = tf.where(unknown[:, :-1], bytes_, at_end)
+        else:
+            tokens = tf.where(at_end == -2, self.unk_id, at_end)
+        keep = tokens >= 0
+        ids = _compact(tokens, keep, width)
+        count = tf.minimum(tf.reduce_sum(tf.cast(keep, tf.int32), axis=1), self.max_length - 1)
+        longest = tf.reduce_max(count) + 1
+        ids = tf.pad(ids, [[0, 0], [0, 1]])[:, :longest]
+        column = tf.range(longest)[None, :]
+        count = count[:, None]
+        return tf.where(column == count, EOS_ID, tf.where(column < count, ids, PAD_ID))
+
+
+def _compact(values, keep, width):
+    """The kept values of each row `[batch, n]` moved to its start, in order, -1 after:
+    `[batch, width]` (at least as many as a row keeps)."""
+    batch = tf.shape(values)[0]
+    keep = tf.cast(keep, tf.int32)
+    position = tf.cumsum(keep, axis=1) - 1
+    position = tf.where(keep > 0, position, width)  # the dropped ones: one column past
+    rows = tf.broadcast_to(tf.range(batch)[:, None], tf.shape(values))
+    indices = tf.stack([rows, position], axis=-1)
+    placed = tf.scatter_nd(indices, (values + 1) * keep, tf.stack([batch, width + 1]))
+    return placed[:, :width] - 1
+
+
+def surface_bytes(pieces: list[str], *, unk: str) -> dict:
+    """Each id's bytes as the text file's detokenization gives them
+    (`kt.export.litert.piece_surfaces`), as arrays: `table` `[vocab, width]` (a space
+    first where the piece starts a word, then its text), `lengths` and `spaces` `[vocab]`,
+    and `shown` (whether an id gives anything)."""
+    from keras_transformer.export.litert import piece_surfaces
+
+    texts, spaces = piece_surfaces(pieces, unk=unk)
+    surfaces = [b" " * space + text for text, space in zip(texts, spaces, strict=True)]
+    width = max(1, max(len(s) for s in surfaces))
+    table = np.zeros((len(surfaces), width), np.int32)
+    for i, surface in enumerate(surfaces):
+        table[i, : len(surface)] = list(surface)
+    return {
+        "table": table,
+        "lengths": np.array([len(s) for s in surfaces], np.int32),
+        "spaces": np.array(spaces, np.int32),
+        "shown": np.array([len(s) > 0 for s in surfaces], np.int32),
+    }
+
+
+def detokenize(surfaces: dict, ids, source_ids, max_length: int):
+    """Ids `[batch, out_len]` (EOS-terminated, 0-padded, out_len <= max_length) -> UTF-8
+    bytes int32 `[batch, max_length * width]`, 0-padded: each id's bytes (`surface_bytes`),
+    the first shown id's space left out; nothing where the source is EOS alone."""
+    table = tf.constant(surfaces["table"])
+    width = surfaces["table"].shape[1]
+    empty = tf.math.count_nonzero(source_ids, axis=1) <= 1
+    ids = tf.where(empty[:, None], PAD_ID, ids)
+    ids = tf.pad(ids, [[0, 0], [0, max_length - tf.shape(ids)[1]]])
+    batch = tf.shape(ids)[0]
+    shown = tf.gather(tf.constant(surfaces["shown"]), ids) > 0  # (batch, max_length)
+    first = tf.argmax(tf.cast(shown, tf.int32), axis=1, output_type=tf.int32)[:, None]
+    column = tf.range(max_length)[None, :]
+    skip = tf.gather(tf.constant(surfaces["spaces"]), ids) * tf.cast(column == first, tf.int32)
+    lengths = tf.gather(tf.constant(surfaces["lengths"]), ids) - skip  # (batch, max_length)
+    offsets = tf.range(width)[None, None, :] + skip[..., None]
+    rows = tf.gather(table, ids)  # (batch, max_length, width)
+    shifted = tf.gather(rows, tf.minimum(offsets, width - 1), batch_dims=2)
+    keep = tf.range(width)[None, None, :] < lengths[..., None]
+    out = max_length * width
+    flat = tf.reshape(shifted, [batch, out])
+    return tf.maximum(_compact(flat, tf.reshape(keep, [batch, out]), out), 0)
+
+
+def check_vocabularies(vocabularies) -> None:
+    """Raises ValueError naming a vocabulary a builtin-ops file does not hold (yet)."""
+    from keras_transformer.decoding.settings import language_codes
+
+    source, target = vocabularies.source, vocabularies.target
+    if vocabularies.pieces or language_codes(source) or language_codes(target):
+        raise ValueError(
+            f"a {type(source).__name__} vocabulary (a piece list or language codes: OPUS-MT, "
+            "NLLB-200, M2M100) is not in builtin-ops LiteRT files yet: ops='text' writes it"
+        )
+    check_model(source.proto)
+
+
+def signatures(model, vocabularies, settings, *, input_bytes: int | None = None) -> dict:
+    """The builtin-ops file's `serving_default`, traced: `text` int32 `[1, input_bytes]`
+    (UTF-8, 0-padded) -> `{"translations": int32 [1, output_bytes]}` (the module doc), and
+    the two sizes: `(functions, input_bytes, output_bytes)`. `input_bytes` None: the
+    model's `max_length` times the longest piece's bytes (a text cut there is never cut
+    before the `max_length - 1` pieces the text file keeps)."""
+    import keras
+
+    from keras_transformer import decoding, fast
+    from keras_transformer.decoding import search
+    from keras_transformer.export.litert import UNK_SURFACE
+
+    check_vocabularies(vocabularies)
+    max_length = model.config.max_length
+    cut = UnigramCut(vocabularies.source.proto, max_length)
+    if input_bytes is None:
+        pieces = vocabularies.source.get_vocabulary()
+        input_bytes = max_length * max(len(piece.encode()) for piece in pieces)
+    surfaces = surface_bytes(vocabularies.target.get_vocabulary(), unk=UNK_SURFACE)
+    output_bytes = max_length * surfaces["table"].shape[1]
+    weights = [(variable, variable.numpy()) for variable in model.variables]
+
+    def serving_default(text):
+        source_ids = cut(text)
+        # Each variable read as a constant of its value (`kt.export.litert.signatures`).
+        constants = [(variable, tf.constant(value)) for variable, value in weights]
+        with keras.StatelessScope(state_mapping=constants):
+            ids, _ = decoding.decode(model, source_ids, settings)
+        out = detokenize(surfaces, ids[:, :max_length], source_ids, max_length)
+        return {"translations": tf.reshape(out, [1, output_bytes])}
+
+    spec = [tf.TensorSpec([1, input_bytes], tf.int32, "text")]
+    # The stock path, one loop: as `kt.export.litert.signatures` traces it.
+    with fast.switched(False), search.loop_phases(1):
+        traced = tf.function(serving_default, input_signature=spec, autograph=False)
+        traced.get_concrete_function()
+    return {"serving_default": traced}, input_bytes, output_bytes
+
+
+def described_signatures(input_bytes: int, output_bytes: int) -> dict:
+    """The file's signature as the manifest describes it."""
+    return {
+        "serving_default": {
+            "inputs": {"text": f"int32 [1, {input_bytes}] UTF-8 bytes, 0-padded"},
+            "outputs": {"translations": f"int32 [1, {output_bytes}] UTF-8 bytes, 0-padded"},
+            "input_bytes": input_bytes,
+            "output_bytes": output_bytes,
+        }
+    }
+
+
+def check_builtin(ops: list[str]) -> None:
+    """Raises ValueError naming every op of `ops` that is not a LiteRT builtin."""
+    other = [op for op in ops if not op.isupper() or not op.replace("_", "").isalnum()]
+    if other:
+        raise ValueError(f"the builtin-ops LiteRT file would hold other ops: {other}")
+
+
+__all__ = [
+    "SPACE",
+    "UnigramCut",
+    "check_builtin",
+    "check_model",
+    "check_vocabularies",
+    "described_signatures",
+    "detokenize",
+    "piece_table",
+    "signatures",
+    "surface_bytes",
+]
