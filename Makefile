@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := runs/demo
 DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 
-.PHONY: demo test test-quick test-numerics docs lint format clean
+.PHONY: demo test test-quick test-numerics docs lint format clean litertjs
 
 # uv fills the virtualenv: it fetches and unpacks the wheels in parallel, where pip does one
 # at a time. It writes the bytecode (`--compile-bytecode`) as pip does, because where
@@ -90,3 +90,15 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache site
+
+# The LiteRT.js files the web format ships (keras_transformer/export/web_assets/litertjs), from
+# the npm packages its lockfile pins: for a maintainer changing the version, not for users.
+WEB_ASSETS := keras_transformer/export/web_assets
+litertjs:
+	work=$$(mktemp -d) && cp $(WEB_ASSETS)/npm/package.json $(WEB_ASSETS)/npm/package-lock.json $$work/ \
+		&& (cd $$work && npm ci --ignore-scripts --no-audit --no-fund) \
+		&& cp $$work/node_modules/@litertjs/core/dist/index.js $(WEB_ASSETS)/litertjs/litertjs-core.js \
+		&& cp $$work/node_modules/@litertjs/wasm-utils/dist/index.js $(WEB_ASSETS)/litertjs/litertjs-wasm-utils.js \
+		&& cp $$work/node_modules/@litertjs/core/wasm/litert_wasm_compat_internal.js \
+			$$work/node_modules/@litertjs/core/wasm/litert_wasm_compat_internal.wasm $(WEB_ASSETS)/litertjs/ \
+		&& rm -rf $$work

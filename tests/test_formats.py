@@ -20,18 +20,20 @@ from tests import bible
 SENTENCES = ["In the beginning God created the heavens.", "Amen.", "", "And God said"]
 NOT_AN_EXPORT = (
     "not an exported model: no SavedModel (no saved_model.pb, no version folder), no "
-    "CTranslate2 model (model.bin and manifest.json) and no LiteRT file (model.tflite) in it"
+    "CTranslate2 model (model.bin and manifest.json), no LiteRT file (model.tflite) and no web "
+    "site (index.html beside model.tflite) in it"
 )
 
 
 def test_the_table_names_each_format_s_writer_runtime_and_signs():
-    assert list(formats.FORMATS) == ["savedmodel", "ctranslate2", "litert"]
+    assert list(formats.FORMATS) == ["savedmodel", "ctranslate2", "litert", "web"]
     assert formats.DEFAULT == "savedmodel"
     runtimes = [entry.runtime for entry in formats.FORMATS.values()]
     assert runtimes == [
         serving.SavedModelTranslator,
         serving.CTranslate2Translator,
         serving.LiteRTTranslator,
+        serving.LiteRTTranslator,  # a site's builtin-ops file, outside a browser
     ]
     for name, entry in formats.FORMATS.items():
         written_by = export_formats.writer(name)
@@ -76,6 +78,10 @@ def test_a_path_is_recognised_by_what_it_holds(tmp_path):
     device.mkdir()
     (device / "model.tflite").write_bytes(b"")
     (tmp_path / "alone.tflite").write_bytes(b"")
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in ("index.html", "model.tflite", "manifest.json"):
+        (site / name).write_bytes(b"")
     found = {
         model_folder: "savedmodel",
         model_folder / "12": "savedmodel",
@@ -83,6 +89,8 @@ def test_a_path_is_recognised_by_what_it_holds(tmp_path):
         device: "litert",
         device / "model.tflite": "litert",
         tmp_path / "alone.tflite": "litert",
+        site: "web",  # a site holds a LiteRT file too
+        site / "model.tflite": "litert",
     }
     for path, name in found.items():
         assert formats.find(path).name == name, path

@@ -36,7 +36,7 @@ from keras_transformer.export.savedmodel import (
 
 def __getattr__(name: str):
     # ctranslate2.py needs the optional `ctranslate2` package only when it writes a model.
-    if name in ("ctranslate2", "litert", "litert_builtin"):
+    if name in ("ctranslate2", "litert", "litert_builtin", "web"):
         return importlib.import_module(f"{__name__}.{name}")
     if name == "export_litert":
         return importlib.import_module(f"{__name__}.litert").export_litert
@@ -53,6 +53,7 @@ __all__ = [
     "next_version",
     "precision",
     "translation_endpoints",
+    "web",
     "write_saved_model",
     "writer",
 ]

@@ -58,6 +58,9 @@ def export(
       `quantize`: "int8" or "float16"; option `ops`: "text" (tensorflow-text's ops,
       strings in and out) or "builtin" (builtin ops only, UTF-8 bytes in and out,
       `kt.export.litert_builtin`).
+    - "web": `path`, a static web site that translates in the browser with LiteRT.js
+      (`kt.export.web.write`): the builtin-ops LiteRT file and the page; option
+      `manifest`. `quantize`: "int8" or "float16".
 
     Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
     runs what it wrote.
@@ -68,7 +71,7 @@ def export(
             `keras_transformer.Transformer` (with `vocabularies`).
         path: str or path. Where to write (a SavedModel's model folder; the directory of
             the others, which must not exist yet).
-        format: str. "savedmodel", "ctranslate2" or "litert". Defaults to "savedmodel".
+        format: str. "savedmodel", "ctranslate2", "litert" or "web". Defaults to "savedmodel".
         decoding: `kt.decoding.DecodingSettings` or None: the search written into the
             export, or recorded in its manifest for its runtime (beam size, length penalty,
             prefixes...). None takes the task's, or the defaults (the paper's) for a
