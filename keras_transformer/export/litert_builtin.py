@@ -39,7 +39,8 @@ import tensorflow as tf
 from keras_transformer.special_ids import EOS_ID, PAD_ID
 
 SPACE = 256  # the symbol of "▁" in the cut: one symbol, where UTF-8 spends three bytes
-_MULTIPLIER, _MODULUS = 257, 8355667  # the hash: h * 257 + symbol + 1 < 2**31, mod a prime
+# The pieces' two hashes: h * multiplier + symbol + 1, mod a prime, below 2**31 at each step.
+HASHES = ((257, 8355667), (263, 8165231))
 _NONE = -1
 _LOW = -1e30  # the score of no path
 UNK_PENALTY = 10.0  # SentencePiece's kUnkPenalty: an unknown character scores min - 10
@@ -94,11 +95,17 @@ def _symbols(piece: str) -> list[int]:
     return out
 
 
-def piece_table(proto: bytes, load: float = 0.5) -> dict:
-    """The normal pieces of a SentencePiece model as arrays: `symbols` `[slots, longest]`
-    (-1 after a piece's end and in empty slots), `lengths`, `ids` (-1 where empty) and
-    `scores` `[slots]`, placed by `_hash` with linear probing; `probes`, the slots a lookup
-    reads; `longest`, the symbols of the longest piece."""
+def piece_table(proto: bytes, load: float = 0.25) -> dict:
+    """The normal pieces of a SentencePiece model as arrays, placed by their hash with
+    linear probing: `first`, `second` (the piece's two hashes, `_hashes`; -1 where empty),
+    `lengths`, `ids` (-1 where empty), `scores` `[slots]` and `symbols` `[slots, longest]`
+    (-1 after a piece's end); `probes`, the slots a lookup reads; `spread`, the multiplier
+    that spreads the first hash over the slots (of a few, the one with the fewest probes);
+    `longest`, the symbols of the longest piece.
+
+    Raises:
+        ValueError: two pieces of one length share both hashes (the lookup would find one).
+    """
     from sentencepiece import sentencepiece_model_pb2 as pb
 
     model = _proto(proto)
@@ -107,34 +114,66 @@ def piece_table(proto: bytes, load: float = 0.5) -> dict:
         for i, p in enumerate(model.pieces)
         if p.type == pb.ModelProto.SentencePiece.NORMAL
     ]
+    keys = [(*_hashes(symbols), len(symbols)) for _, symbols, _ in normal]
+    if len(set(keys)) < len(keys):
+        raise ValueError("two pieces share their hashes: a builtin-ops file cannot cut them")
     longest = max(len(symbols) for _, symbols, _ in normal)
-    slots = 1 << max(4, int(np.ceil(np.log2(len(normal) / load))))
+    slots = _prime_from(int(len(normal) / load))
+    best = None
+    for spread in (97, 12345, 104729, 40503, 65537):
+        spread = spread % slots
+        starts = [(first % slots) * spread % slots for first, _, _ in keys]
+        placed = _placed(starts, slots)
+        if best is None or max(placed[1]) < best[2]:
+            best = (spread, placed[0], max(placed[1]))
+    spread, where, probes = best
     table = {
-        "symbols": np.full((slots, longest), _NONE, np.int32),
+        "first": np.full(slots, _NONE, np.int32),
+        "second": np.full(slots, _NONE, np.int32),
         "lengths": np.zeros(slots, np.int32),
         "ids": np.full(slots, _NONE, np.int32),
         "scores": np.full(slots, _LOW, np.float32),
+        "symbols": np.full((slots, longest), _NONE, np.int32),
     }
-    probes = 1
-    for i, symbols, score in normal:
-        start = _hash(symbols) % slots
-        for step in range(slots):
-            slot = (start + step) % slots
-            if table["ids"][slot] == _NONE:
-                table["symbols"][slot, : len(symbols)] = symbols
-                table["lengths"][slot] = len(symbols)
-                table["ids"][slot] = i
-                table["scores"][slot] = score
-                probes = max(probes, step + 1)
-                break
-    return {**table, "probes": probes, "longest": longest, "slots": slots}
+    for slot, (i, symbols, score), (first, second, length) in zip(where, normal, keys, strict=True):
+        table["first"][slot], table["second"][slot] = first, second
+        table["lengths"][slot], table["ids"][slot], table["scores"][slot] = length, i, score
+        table["symbols"][slot, :length] = symbols
+    return {**table, "probes": probes, "spread": spread, "longest": longest, "slots": slots}
 
 
-def _hash(symbols) -> int:
-    h = 0
-    for symbol in symbols:
-        h = (h * _MULTIPLIER + symbol + 1) % _MODULUS
-    return h
+def _placed(starts: list[int], slots: int) -> tuple[list[int], list[int]]:
+    """Linear probing from each start: each key's slot, and the slots each probe read."""
+    taken = np.zeros(slots, bool)
+    where, steps = [], []
+    for start in starts:
+        step = 0
+        while taken[(start + step) % slots]:
+            step += 1
+        taken[(start + step) % slots] = True
+        where.append((start + step) % slots)
+        steps.append(step + 1)
+    return where, steps
+
+
+def _prime_from(number: int) -> int:
+    def prime(n):
+        return n > 1 and all(n % d for d in range(2, int(n**0.5) + 1))
+
+    while not prime(number):
+        number += 1
+    return number
+
+
+def _hashes(symbols) -> tuple[int, int]:
+    """A piece's two polynomial hashes (`HASHES`), each inside int32 at every step."""
+    out = []
+    for multiplier, modulus in HASHES:
+        h = 0
+        for symbol in symbols:
+            h = (h * multiplier + symbol + 1) % modulus
+        out.append(h)
+    return tuple(out)
 
 
 class UnigramCut:
@@ -159,6 +198,9 @@ class UnigramCut:
         self.max_length = max_length
         table = piece_table(proto)
         self.longest, self.probes, self.slots = table["longest"], table["probes"], table["slots"]
+        self.spread = table["spread"]
+        self._first = tf.constant(table["first"])
+        self._second = tf.constant(table["second"])
         self._symbols = tf.constant(table["symbols"])
         self._lengths = tf.constant(table["lengths"])
         self._ids = tf.constant(table["ids"])
@@ -180,9 +222,9 @@ class UnigramCut:
         return self.ids(symbols, *ends)
 
     def normalize(self, data):
-        """Bytes `[batch, N]` -> symbols `[batch, N + 1]` (-1 after the end): the identity
-        normalizer's whitespace rules, spaces as `SPACE`, one before a text that is not
-        blank."""
+        """Bytes `[batch, N]` -> symbols `[batch, L]` (-1 after the end; L the longest row's
+        symbols): the identity normalizer's whitespace rules, spaces as `SPACE`, one before
+        a text that is not blank."""
         batch, width = tf.shape(data)[0], tf.shape(data)[1]
         valid = data > 0
         space = data == 32
@@ -202,42 +244,53 @@ class UnigramCut:
         else:
             symbols = tf.pad(symbols, [[0, 0], [0, 1]])
             keep = tf.pad(keep, [[0, 0], [0, 1]])
-        return _compact(symbols, keep, width + 1)
+        # Only as many columns as the longest row keeps (one for a blank batch): the
+        # lattice's work follows the text, not the input's width.
+        used = tf.maximum(tf.reduce_max(tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)), 1)
+        return _compact(symbols, keep, width + 1)[:, :used]
 
     def lattice(self, symbols):
         """Each piece that starts at each position: ids and scores `[batch, L, longest]`
         (-1 and `_LOW` where none; at k, the piece of k + 1 symbols), with the unknown
-        node (id -2, `unk_score`) where no piece of one character starts."""
+        node (id -2, `unk_score`) where no piece of one character starts. A window's slot
+        is the one whose two hashes and length are the window's (unique: `piece_table`),
+        its piece then checked symbol for symbol."""
         longest = self.longest
         width = tf.shape(symbols)[1]
         padded = tf.pad(symbols, [[0, 0], [0, longest]], constant_values=_NONE)
         # windows[:, i, k] = symbols[:, i + k]
         windows = tf.stack([padded[:, k : k + width] for k in range(longest)], axis=2)
-        h = tf.zeros_like(symbols)
-        hashes, present = [], []
-        inside = tf.ones_like(symbols, tf.bool)
-        for k in range(longest):
-            h = tf.math.floormod(h * _MULTIPLIER + windows[:, :, k] + 1, _MODULUS)
-            inside &= windows[:, :, k] >= 0
-            hashes.append(h)
-            present.append(inside)
-        hashes = tf.stack(hashes, axis=2)  # (batch, L, K)
-        present = tf.stack(present, axis=2)
-        start = tf.math.floormod(hashes, self.slots)
+        hashes = []
+        for multiplier, modulus in HASHES:
+            h, each = tf.zeros_like(symbols), []
+            for k in range(longest):
+                h = tf.math.floormod(h * multiplier + windows[:, :, k] + 1, modulus)
+                each.append(h)
+            hashes.append(tf.stack(each, axis=2))  # (batch, L, K): the first k + 1 symbols
+        first, second = hashes
+        start = tf.math.floormod(tf.math.floormod(first, self.slots) * self.spread, self.slots)
         slots = tf.math.floormod(start[..., None] + tf.range(self.probes), self.slots)  # +P
         lengths = tf.range(1, longest + 1)[None, None, :, None]
-        found = tf.gather(self._lengths, slots) == lengths  # (batch, L, K, P)
-        stored = tf.gather(self._symbols, slots)  # (batch, L, K, P, K)
-        column = tf.range(longest)
+        hit = (
+            (tf.gather(self._first, slots) == first[..., None])
+            & (tf.gather(self._second, slots) == second[..., None])
+            & (tf.gather(self._lengths, slots) == lengths)
+        )  # (batch, L, K, P): one at most
+        found = tf.reduce_any(hit, axis=-1)
+        slot = tf.gather(
+            slots,
+            tf.argmax(tf.cast(hit, tf.int32), -1, output_type=tf.int32)[..., None],
+            batch_dims=3,
+        )[..., 0]  # (batch, L, K)
         wanted = tf.where(
-            column[None, :] < tf.range(1, longest + 1)[:, None],  # (K, K): k's first k + 1
+            tf.range(longest)[None, :] < tf.range(1, longest + 1)[:, None],  # k's first k + 1
             windows[:, :, None, :],
             _NONE,
         )  # (batch, L, K, K)
-        same = tf.reduce_min(tf.cast(stored == wanted[:, :, :, None, :], tf.int32), -1) > 0
-        found &= same & present[..., None]
-        ids = tf.reduce_max(tf.where(found, tf.gather(self._ids, slots), _NONE), -1)
-        scores = tf.reduce_max(tf.where(found, tf.gather(self._scores, slots), _LOW), -1)
+        same = tf.reduce_all(tf.gather(self._symbols, slot) == wanted, axis=-1)
+        found &= same
+        ids = tf.where(found, tf.gather(self._ids, slot), _NONE)
+        scores = tf.where(found, tf.gather(self._scores, slot), _LOW)
         # An unknown character: its UTF-8 length from its first byte, SentencePiece's rule.
         lead = symbols
         size = tf.where(lead >= 0xF0, 4, tf.where(lead >= 0xE0, 3, tf.where(lead >= 0xC0, 2, 1)))
