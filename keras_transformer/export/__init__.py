@@ -1,7 +1,7 @@
 """Exports of a trained model for serving: `export(task, path, format=...)` writes any
 format of the table (`kt.serving.formats`), by that format's writer.
 
-formats.py       `export`, one door for the three formats, and `writer`
+formats.py       `export`, one door for every format, and `writer`
 savedmodel.py    `write`: a TF Serving SavedModel, text in, translations out (tokenization
                  and beam search in the graph)
 precision.py     `reduced_precision`: the int8 or bfloat16 copy of a model that an export
@@ -11,6 +11,10 @@ ctranslate2.py   `write`: a CTranslate2 model directory (the optional `ctranslat
 litert.py        `write`: one LiteRT file for a device, text in, translations out
                  (tokenization, search and detokenization inside; imported on first use)
 litert_bpe.py    `BpeCut`: SentencePiece's BPE cut in LiteRT's builtin ops, for litert.py
+litert_builtin.py  `UnigramCut` and the bytes signature: litert.py's file of builtin ops
+                 alone (`ops="builtin"`), UTF-8 bytes in and out, for the stock runtimes
+web.py           `write`: a static site that translates in the browser with LiteRT.js (the
+                 builtin-ops file, the page, LiteRT.js from web_assets/)
 
 The former names, `export_saved_model`, `ctranslate2.export_ctranslate2` and
 `export_litert`, are plain aliases of `export(format=...)` with their former arguments, kept

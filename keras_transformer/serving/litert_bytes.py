@@ -24,6 +24,7 @@ def encoded(text: bytes, width: int):
     character's start (a UTF-8 continuation byte is not a start).
 
     Examples:
+        >>> from keras_transformer.serving.litert_bytes import encoded
         >>> encoded("añb".encode(), 2).tolist()
         [[97, 0]]
     """
@@ -45,6 +46,7 @@ def decoded(row) -> str:
     decodes byte pieces that make none).
 
     Examples:
+        >>> from keras_transformer.serving.litert_bytes import decoded
         >>> decoded([72, 105, 0, 0])
         'Hi'
     """
