@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import export, serving
-from keras_transformer.export import litert, litert_builtin
+from keras_transformer.export import litert, litert_unigram
 from keras_transformer.serving.litert_bytes import decoded, encoded
 from keras_transformer.special_ids import EOS_ID
 from tests import bible, ties
@@ -54,7 +54,7 @@ def test_the_unigram_cut_is_sentencepiece_s():
     model = sentencepiece.SentencePieceProcessor(model_proto=proto)
     width = 600
     cut = tf.function(
-        litert_builtin.UnigramCut(proto, MAX_LENGTH),
+        litert_unigram.UnigramCut(proto, MAX_LENGTH),
         input_signature=[tf.TensorSpec([1, width], tf.int32)],
     )
     texts = [*SENTENCES, "\ttab", "x" * 700, *verses(40)]
@@ -69,7 +69,7 @@ def test_the_unigram_cut_is_sentencepiece_s():
 
 def test_the_piece_table_holds_every_normal_piece_once():
     proto = bible.vocabularies().source.proto
-    table = litert_builtin.piece_table(proto)
+    table = litert_unigram.piece_table(proto)
     model = sentencepiece.SentencePieceProcessor(model_proto=proto)
     normal = [
         i
@@ -78,7 +78,7 @@ def test_the_piece_table_holds_every_normal_piece_once():
     ]
     assert sorted(i for i in table["ids"].tolist() if i >= 0) == normal
     assert table["probes"] <= 16 and table["longest"] == max(
-        len(litert_builtin._symbols(model.id_to_piece(i))) for i in normal
+        len(litert_unigram._symbols(model.id_to_piece(i))) for i in normal
     )
 
 
@@ -177,9 +177,19 @@ def test_builtin_refusals_before_anything_is_written(tiny, tmp_path):
     proto.ParseFromString(vocabularies.source.proto)
     proto.normalizer_spec.name = "nmt_nfkc"
     with pytest.raises(ValueError, match="normalizer is 'nmt_nfkc'"):
-        litert_builtin.check_model(proto.SerializeToString())
+        litert_unigram.check_model(proto.SerializeToString())
     proto.normalizer_spec.name = "identity"
     proto.trainer_spec.model_type = pb.TrainerSpec.BPE
     with pytest.raises(ValueError, match="model is bpe: a builtin-ops LiteRT file cuts unigram"):
-        litert_builtin.check_model(proto.SerializeToString())
+        litert_unigram.check_model(proto.SerializeToString())
     assert not list(tmp_path.iterdir())
+
+
+def test_the_ops_flag_applies_to_the_litert_format_only():
+    from trainers import export as program
+
+    flags = ["--model-dir", "runs/x", "--out", "out", "--ops", "builtin"]
+    assert program.flag_problem(program.parse_args(flags)) == (
+        "--ops applies to --format litert only"
+    )
+    assert program.flag_problem(program.parse_args([*flags, "--format", "litert"])) is None

@@ -63,21 +63,24 @@ def test_the_site_s_files(site):
 @pytest.mark.slow  # a browser, LiteRT.js's WASM compiled, 30 verses translated in it
 @pytest.mark.exact
 def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
-    """Headless Chromium, the site served from loopback: the page loads the model (its
-    progress shown), a typed sentence's translation appears, and `window.translate` gives
-    the SavedModel's translation of 30 verses: at least 98% alike, each other one parting
-    at a tie (tests/ties.py, beam). No request leaves for another host."""
+    """Headless Chromium, the site served from loopback: the page loads the model (a
+    progress bar following the download), a typed sentence's translation appears, and
+    `window.translate` gives the SavedModel's translation of 30 verses: at least 98% alike,
+    each other one parting at a tie (tests/ties.py, beam). No request leaves for another
+    host."""
     model, vocabularies = tiny
     written, saved = site
     texts = verses(30)
     expected = [h[0].text for h in serving.open(saved).translate([texts[0], *texts])]
     with browser.served(written) as url, browser.opened(url) as (page, foreign):
-        assert page.locator("#progress").count() == 1  # shown while the model loads
         page.wait_for_function(
             "window.translatorReady === true || window.translatorError !== undefined",
             timeout=180_000,
         )
         assert page.evaluate("window.translatorError") is None
+        # The progress bar followed the model's download, and is hidden once it is loaded.
+        progress = "(bar => [bar.value, bar.hidden])(document.getElementById('progress'))"
+        assert page.evaluate(progress) == [1, True]
         page.fill("#text", texts[0])
         page.click("#go")
         page.wait_for_function(

@@ -11,8 +11,9 @@ ctranslate2.py   `write`: a CTranslate2 model directory (the optional `ctranslat
 litert.py        `write`: one LiteRT file for a device, text in, translations out
                  (tokenization, search and detokenization inside; imported on first use)
 litert_bpe.py    `BpeCut`: SentencePiece's BPE cut in LiteRT's builtin ops, for litert.py
-litert_builtin.py  `UnigramCut` and the bytes signature: litert.py's file of builtin ops
-                 alone (`ops="builtin"`), UTF-8 bytes in and out, for the stock runtimes
+litert_builtin.py  the bytes signature: litert.py's file of builtin ops alone
+                 (`ops="builtin"`), UTF-8 bytes in and out, for the stock runtimes
+litert_unigram.py  `UnigramCut`: SentencePiece's unigram cut of UTF-8 bytes in builtin ops
 web.py           `write`: a static site that translates in the browser with LiteRT.js (the
                  builtin-ops file, the page, LiteRT.js from web_assets/)
 
@@ -40,7 +41,7 @@ from keras_transformer.export.savedmodel import (
 
 def __getattr__(name: str):
     # ctranslate2.py needs the optional `ctranslate2` package only when it writes a model.
-    if name in ("ctranslate2", "litert", "litert_builtin", "web"):
+    if name in ("ctranslate2", "litert", "litert_builtin", "litert_unigram", "web"):
         return importlib.import_module(f"{__name__}.{name}")
     if name == "export_litert":
         return importlib.import_module(f"{__name__}.litert").export_litert

@@ -54,8 +54,8 @@ async function load() {
     document.title = $('title').textContent;
   }
   const bytes = await fetchModel('./model.tflite', manifest.sizes && manifest.sizes['model.tflite']);
-  $('progress').removeAttribute('value');
-  $('status').firstChild.textContent = 'Starting LiteRT… ';
+  $('progress').value = 1;
+  $('status').textContent = 'Starting LiteRT…';
   await loadLiteRt('./litertjs/litert_wasm_compat_internal.js');
   const model = await loadAndCompile(bytes, {accelerator: 'wasm'});
   return {model, width: signature.input_bytes};
@@ -80,6 +80,7 @@ window.translate = (text) => {
 };
 
 ready.then(() => {
+  $('progress').hidden = true;
   $('status').textContent = 'Ready.';
   $('go').disabled = false;
   window.translatorReady = true;
