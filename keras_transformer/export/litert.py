@@ -165,7 +165,9 @@ def write(
     # float32 reads the one constant from both places; float16's converter keeps one too.
     one_table = quantize == "float16" or (quantize == "int8" and int8_table == "once")
     if ops == "builtin":
-        functions, *sizes = litert_builtin.signatures(model, vocabularies, settings)
+        functions, *sizes = litert_builtin.signatures(
+            model, vocabularies, settings, one_table=one_table
+        )
         described = litert_builtin.described_signatures(*sizes)
     else:
         functions = signatures(model, vocabularies, settings, one_table=one_table)

@@ -92,17 +92,21 @@ def check_vocabularies(vocabularies) -> None:
     check_model(source.proto)
 
 
-def signatures(model, vocabularies, settings, *, input_bytes: int | None = None) -> dict:
+def signatures(
+    model, vocabularies, settings, *, input_bytes: int | None = None, one_table: bool = True
+) -> dict:
     """The builtin-ops file's `serving_default`, traced: `text` int32 `[1, input_bytes]`
     (UTF-8, 0-padded) -> `{"translations": int32 [1, output_bytes]}` (the module doc), and
     the two sizes: `(functions, input_bytes, output_bytes)`. `input_bytes` None: the
     model's `max_length` times the longest piece's bytes (a text cut there is never cut
-    before the `max_length - 1` pieces the text file keeps)."""
+    before the `max_length - 1` pieces the text file keeps). `one_table`: the tied embedding
+    table read through one lookup, as `kt.export.litert.signatures` reads it (int8 then
+    stores it once)."""
     import keras
 
     from keras_transformer import decoding, fast
     from keras_transformer.decoding import search
-    from keras_transformer.export.litert import UNK_SURFACE
+    from keras_transformer.export.litert import UNK_SURFACE, _embedding_tables, _one_table
 
     check_vocabularies(vocabularies)
     max_length = model.config.max_length
@@ -113,11 +117,19 @@ def signatures(model, vocabularies, settings, *, input_bytes: int | None = None)
     surfaces = surface_bytes(vocabularies.target.get_vocabulary(), unk=UNK_SURFACE)
     output_bytes = max_length * surfaces["table"].shape[1]
     weights = [(variable, variable.numpy()) for variable in model.variables]
+    tables = {id(table) for table in _embedding_tables(model)} if one_table else set()
 
     def serving_default(text):
         source_ids = cut(text)
         # Each variable read as a constant of its value (`kt.export.litert.signatures`).
-        constants = [(variable, tf.constant(value)) for variable, value in weights]
+        constants = [
+            # `_one_table` needs a length the converter cannot fold: the source's.
+            (
+                variable,
+                _one_table(value, source_ids[0]) if id(variable) in tables else tf.constant(value),
+            )
+            for variable, value in weights
+        ]
         with keras.StatelessScope(state_mapping=constants):
             ids, _ = decoding.decode(model, source_ids, settings)
         out = detokenize(surfaces, ids[:, :max_length], source_ids, max_length)
