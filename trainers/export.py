@@ -39,6 +39,11 @@ interpreter with tensorflow-text's ops runs it; `trainers.translate --model OUT/
 does. int8 is dynamic-range int8 weights. `--ops builtin` writes a file of LiteRT's builtin
 ops alone, UTF-8 bytes in and out (no string tensor, no tensorflow-text op), that the stock
 runtimes run: a phone's LiteRT, LiteRT.js in a browser (`kt.export.litert_builtin`).
+
+`--format web [--quantize int8|float16]` writes the directory --out (which must not exist)
+as a static site that translates in the browser: index.html, the builtin-ops LiteRT file and
+LiteRT.js, shipped inside this package (`kt.export.web`). Any static server serves it
+(`python -m http.server -d OUT`); `trainers.translate --model OUT` runs its file in Python.
 """
 
 from __future__ import annotations
@@ -104,7 +109,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
         "SavedModel's bfloat16 where this CPU computes it natively, else float32); "
-        "CTranslate2's own types for --format ctranslate2; int8 or float16 for --format litert",
+        "CTranslate2's own types for --format ctranslate2; int8 or float16 for --format litert "
+        "and web",
     )
     parser.add_argument(
         "--quantization",
