@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := runs/demo
 DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 
-.PHONY: demo test test-quick test-numerics docs lint format clean
+.PHONY: demo test test-quick test-numerics docs lint format clean litertjs
 
 # uv fills the virtualenv: it fetches and unpacks the wheels in parallel, where pip does one
 # at a time. It writes the bytecode (`--compile-bytecode`) as pip does, because where
@@ -30,6 +30,20 @@ $(STAMP): requirements.txt pyproject.toml
 		$(PIP_INSTALL) -r requirements.txt && $(PIP_INSTALL) --no-deps -e .; \
 	fi
 	touch $(STAMP)
+
+# The browser of tests/test_web.py, which Playwright (requirements.txt) drives: Debian's
+# chromium, installed where no Chromium is on the PATH or in $$CHROMIUM (CI runs as root on a
+# clean clone; elsewhere apt-get runs through sudo). No browser is downloaded by Playwright.
+BROWSER := $(VENV)/.chromium
+$(BROWSER): $(STAMP)
+	if [ -z "$$CHROMIUM" ] && ! command -v chromium >/dev/null && \
+		! command -v chromium-browser >/dev/null; then \
+		command -v apt-get >/dev/null || { echo "tests/test_web.py needs Chromium: install it" \
+			"and put it on the PATH, or set CHROMIUM to its binary"; exit 1; }; \
+		sudo=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+		$$sudo apt-get update -qq && $$sudo apt-get install -y -qq chromium; \
+	fi
+	touch $@
 
 # Train the tiny preset on the bundled corpus, average its last checkpoints, score the test
 # split with sacrebleu, export a SavedModel for TF Serving, and translate through the export.
@@ -54,7 +68,7 @@ demo: $(STAMP)
 # marked `slow` (end-to-end runs of the programs, learning tests), for the edit-test loop.
 PYTEST_SELECT :=
 
-test: $(STAMP) lint
+test: $(STAMP) $(BROWSER) lint
 	@jax_log=$$(mktemp); \
 	KERAS_BACKEND=jax $(BIN)/python -m pytest -p no:cacheprovider $(PYTEST_SELECT) tests/jax \
 		tests/test_layer_contracts.py > $$jax_log 2>&1 & jax_pass=$$!; \
@@ -73,7 +87,7 @@ test-quick:
 # (tests/numeric_path.py, which first prints what each engine used and fails if one is not
 # capped). A test that holds only on one CPU's last bits fails here, not on a user's machine
 # (STYLE.md 22). CI runs it after `make test`.
-test-numerics: $(STAMP)
+test-numerics: $(STAMP) $(BROWSER)
 	$(BIN)/python -m tests.numeric_path --run-exact-tests $(PYTEST_SELECT)
 
 # The documentation site (docs/, mkdocs.yml) into site/: the guides and the API reference
@@ -91,3 +105,15 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache site
+
+# The LiteRT.js files the web format ships (keras_transformer/export/web_assets/litertjs), from
+# the npm packages its lockfile pins: for a maintainer changing the version, not for users.
+WEB_ASSETS := keras_transformer/export/web_assets
+litertjs:
+	work=$$(mktemp -d) && cp $(WEB_ASSETS)/npm/package.json $(WEB_ASSETS)/npm/package-lock.json $$work/ \
+		&& (cd $$work && npm ci --ignore-scripts --no-audit --no-fund) \
+		&& cp $$work/node_modules/@litertjs/core/dist/index.js $(WEB_ASSETS)/litertjs/litertjs-core.js \
+		&& cp $$work/node_modules/@litertjs/wasm-utils/dist/index.js $(WEB_ASSETS)/litertjs/litertjs-wasm-utils.js \
+		&& cp $$work/node_modules/@litertjs/core/wasm/litert_wasm_compat_internal.js \
+			$$work/node_modules/@litertjs/core/wasm/litert_wasm_compat_internal.wasm $(WEB_ASSETS)/litertjs/ \
+		&& rm -rf $$work

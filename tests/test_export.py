@@ -805,7 +805,7 @@ def test_translate_cli_reports_a_missing_export(tmp_path):
 
 
 def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
-    """`--model` naming a folder that holds no export names the three formats; a training
+    """`--model` naming a folder that holds no export names every format; a training
     run directory (model.keras, experiment.yaml) gets the command that exports it (it named
     neither LiteRT nor the export: issue 66); a folder holding a Keras model alone, such as an
     export's keras/ copy, no export command that would fail on it (a new user's trial). In a
@@ -814,8 +814,8 @@ def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
     run.mkdir(parents=True)
     formats = (
         f"error: {run}: not an exported model: no SavedModel (no saved_model.pb, no version "
-        "folder), no CTranslate2 model (model.bin and manifest.json) and no LiteRT file "
-        "(model.tflite) in it"
+        "folder), no CTranslate2 model (model.bin and manifest.json), no LiteRT file "
+        "(model.tflite) and no web site (index.html beside model.tflite) in it"
     )
     for name in (None, "model.keras", "experiment.yaml"):
         if name is not None:
@@ -835,8 +835,8 @@ def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
         assert result.stderr == (
             f"{formats}; it is a training run directory (model.keras, experiment.yaml): "
             f"export it first, python -m trainers.export --model-dir {run} --out "
-            "saved_models/demo (a SavedModel; --format ctranslate2 or --format litert for "
-            "the others), then --model saved_models/demo\n"
+            "saved_models/demo (a SavedModel; --format ctranslate2 or --format litert or "
+            "--format web for the others), then --model saved_models/demo\n"
         )
 
 

@@ -1,7 +1,7 @@
 """The table of export formats (`kt.serving.formats`) and its two doors: `kt.export.export`
 writes each format as its former function did (the same manifest, the same translations),
 `kt.serving.open` picks each format's runtime by what a path holds and refuses one that holds
-none, naming the three; the three runtimes implement the `Translator` protocol and the three
+none, naming each; the runtimes implement the `Translator` protocol and the three
 writers the `Writer` call, and the former names are plain aliases that hand their arguments
 to the writers."""
 
@@ -20,18 +20,20 @@ from tests import bible
 SENTENCES = ["In the beginning God created the heavens.", "Amen.", "", "And God said"]
 NOT_AN_EXPORT = (
     "not an exported model: no SavedModel (no saved_model.pb, no version folder), no "
-    "CTranslate2 model (model.bin and manifest.json) and no LiteRT file (model.tflite) in it"
+    "CTranslate2 model (model.bin and manifest.json), no LiteRT file (model.tflite) and no web "
+    "site (index.html beside model.tflite) in it"
 )
 
 
 def test_the_table_names_each_format_s_writer_runtime_and_signs():
-    assert list(formats.FORMATS) == ["savedmodel", "ctranslate2", "litert"]
+    assert list(formats.FORMATS) == ["savedmodel", "ctranslate2", "litert", "web"]
     assert formats.DEFAULT == "savedmodel"
     runtimes = [entry.runtime for entry in formats.FORMATS.values()]
     assert runtimes == [
         serving.SavedModelTranslator,
         serving.CTranslate2Translator,
         serving.LiteRTTranslator,
+        serving.LiteRTTranslator,  # a site's builtin-ops file, outside a browser
     ]
     for name, entry in formats.FORMATS.items():
         written_by = export_formats.writer(name)
@@ -76,6 +78,10 @@ def test_a_path_is_recognised_by_what_it_holds(tmp_path):
     device.mkdir()
     (device / "model.tflite").write_bytes(b"")
     (tmp_path / "alone.tflite").write_bytes(b"")
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in ("index.html", "model.tflite", "manifest.json"):
+        (site / name).write_bytes(b"")
     found = {
         model_folder: "savedmodel",
         model_folder / "12": "savedmodel",
@@ -83,6 +89,8 @@ def test_a_path_is_recognised_by_what_it_holds(tmp_path):
         device: "litert",
         device / "model.tflite": "litert",
         tmp_path / "alone.tflite": "litert",
+        site: "web",  # a site holds a LiteRT file too
+        site / "model.tflite": "litert",
     }
     for path, name in found.items():
         assert formats.find(path).name == name, path
@@ -134,7 +142,7 @@ BEAM_2 = kt.decoding.DecodingSettings(beam_size=2)
         (
             "litert.export_litert",
             {"quantize": "int8", "int8_table": "twice", "decoding": BEAM_2},
-            {"quantize": "int8", "int8_table": "twice", "manifest": None},
+            {"quantize": "int8", "int8_table": "twice", "manifest": None, "ops": "text"},
         ),
     ],
     ids=["savedmodel", "ctranslate2", "litert"],
@@ -182,7 +190,7 @@ def exported_pair(model, vocabularies, root: Path, name: str) -> tuple[Path, Pat
 
 
 @pytest.mark.slow  # each format written twice (a SavedModel's tracing, a LiteRT conversion)
-@pytest.mark.parametrize("name", list(formats.FORMATS))
+@pytest.mark.parametrize("name", ["savedmodel", "ctranslate2", "litert"])  # a former function each
 def test_export_writes_what_the_former_function_wrote_and_open_runs_it(tiny, tmp_path, name):
     model, vocabularies = tiny
     entry = formats.FORMATS[name]

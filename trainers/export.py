@@ -41,7 +41,14 @@ pip install 'keras-transformer[ctranslate2]'. `--quantization` is the former nam
 LiteRT file that takes text and gives translations (SentencePiece, the search and
 detokenization inside: `kt.export.litert`), and manifest.json. LiteRT's
 interpreter with tensorflow-text's ops runs it; `trainers.translate --model OUT/model.tflite`
-does. int8 is dynamic-range int8 weights.
+does. int8 is dynamic-range int8 weights. `--ops builtin` writes a file of LiteRT's builtin
+ops alone, UTF-8 bytes in and out (no string tensor, no tensorflow-text op), that the stock
+runtimes run: a phone's LiteRT, LiteRT.js in a browser (`kt.export.litert_builtin`).
+
+`--format web [--quantize int8|float16]` writes the directory --out (which must not exist)
+as a static site that translates in the browser: index.html, the builtin-ops LiteRT file and
+LiteRT.js, shipped inside this package (`kt.export.web`). Any static server serves it
+(`python -m http.server -d OUT`); `trainers.translate --model OUT` runs its file in Python.
 """
 
 from __future__ import annotations
@@ -112,12 +119,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         "the manifest's int8_table names the layout",
     )
     parser.add_argument(
+        "--ops",
+        choices=["text", "builtin"],
+        help="--format litert: tensorflow-text's ops, strings in and out (text, the default), "
+        "or LiteRT's builtin ops alone, UTF-8 bytes in and out (builtin: for the stock runtimes, "
+        "a phone's or LiteRT.js in a browser)",
+    )
+    parser.add_argument(
         "--quantize",
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
         "SavedModel's bfloat16 where this CPU computes it natively, else float32); "
         "CTranslate2's own types for --format ctranslate2; int8, int4 (the projections in int4 "
-        "and the embedding table in int8, by ai-edge-quantizer) or float16 for --format litert",
+        "and the embedding table in int8, by ai-edge-quantizer; text ops only) or float16 for "
+        "--format litert; int8 or float16 for --format web",
     )
     parser.add_argument(
         "--quantization",
@@ -166,6 +181,9 @@ def flag_problem(args: argparse.Namespace) -> str | None:
     if args.prefix_signature and "prefix_signature" not in found.options:
         takers = [name for name, entry in FORMATS.items() if "prefix_signature" in entry.options]
         return f"--prefix-signature applies to --format {' and '.join(takers)} only"
+    if args.ops and "ops" not in found.options:
+        takers = [name for name, entry in FORMATS.items() if "ops" in entry.options]
+        return f"--ops applies to --format {' and '.join(takers)} only"
     if args.stopping and "stopping" in found.decides:
         takers = [name for name, entry in FORMATS.items() if "stopping" not in entry.decides]
         return (
@@ -221,12 +239,15 @@ def main(argv=None) -> int:
         "metrics": run.metrics(args.model),
     }
     found = FORMATS[args.format]
-    given = {  # a format's own flags
+    given = {  # a format's own flags, those given
         "version": args.version,
         "int8_table": args.int8_table,
         "prefix_signature": args.prefix_signature,
+        "ops": args.ops,
     }
-    options = {name: value for name, value in given.items() if name in found.options}
+    options = {
+        name: value for name, value in given.items() if name in found.options and value is not None
+    }
     try:
         # Warnings (bfloat16's fallback to float32) as the programs print them: one line each.
         with (

@@ -1,7 +1,7 @@
 """Exports of a trained model for serving: `export(task, path, format=...)` writes any
 format of the table (`kt.serving.formats`), by that format's writer.
 
-formats.py       `export`, one door for the three formats, and `writer`
+formats.py       `export`, one door for every format, and `writer`
 savedmodel.py    `write`: a TF Serving SavedModel, text in, translations out (tokenization
                  and beam search in the graph)
 precision.py     `reduced_precision`: the int8 or bfloat16 copy of a model that an export
@@ -17,6 +17,11 @@ litert_text.py   the file's tokenization and detokenization in ops a device runs
 litert_convert.py  `convert`: LiteRT's converter, the weights' quantization (int8, float16;
                  int4 by ai-edge-quantizer) and `check_ops`, the refusal of other ops
 litert_bpe.py    `BpeCut`: SentencePiece's BPE cut in LiteRT's builtin ops, for litert_text.py
+litert_builtin.py  the bytes signature: litert.py's file of builtin ops alone
+                 (`ops="builtin"`), UTF-8 bytes in and out, for the stock runtimes
+litert_unigram.py  `UnigramCut`: SentencePiece's unigram cut of UTF-8 bytes in builtin ops
+web.py           `write`: a static site that translates in the browser with LiteRT.js (the
+                 builtin-ops file, the page, LiteRT.js from web_assets/)
 
 The former names, `export_saved_model`, `ctranslate2.export_ctranslate2` and
 `export_litert`, are plain aliases of `export(format=...)` with their former arguments, kept
@@ -42,7 +47,7 @@ from keras_transformer.export.savedmodel import (
 
 def __getattr__(name: str):
     # ctranslate2.py needs the optional `ctranslate2` package only when it writes a model.
-    if name in ("ctranslate2", "litert"):
+    if name in ("ctranslate2", "litert", "litert_builtin", "litert_unigram", "web"):
         return importlib.import_module(f"{__name__}.{name}")
     if name == "export_litert":
         return importlib.import_module(f"{__name__}.litert").export_litert
@@ -59,6 +64,7 @@ __all__ = [
     "next_version",
     "precision",
     "translation_endpoints",
+    "web",
     "write_saved_model",
     "writer",
 ]

@@ -23,7 +23,7 @@ def writer(name: str) -> Writer:
     """The writer of the format named `name`, imported from the module the table names.
 
     Raises:
-        ValueError: no format has that name, naming the three.
+        ValueError: no format has that name, naming each.
 
     Examples:
         >>> from keras_transformer.export.formats import writer
@@ -58,8 +58,13 @@ def export(
       weight types ("int8", "int8_float32", "int16", "float16"...).
     - "litert": `path/model.tflite`, one LiteRT file for a device
       (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8: "twice",
-      the default, or "once"). `quantize`: "int8", "int4" (ai-edge-quantizer; its table in
-      int8) or "float16".
+      the default, or "once"), `ops`: "text" (tensorflow-text's ops, strings in and out) or
+      "builtin" (builtin ops only, UTF-8 bytes in and out, `kt.export.litert_builtin`).
+      `quantize`: "int8", "int4" (ai-edge-quantizer; its table in int8; text ops only) or
+      "float16".
+    - "web": `path`, a static web site that translates in the browser with LiteRT.js
+      (`kt.export.web.write`): the builtin-ops LiteRT file and the page; option
+      `manifest`. `quantize`: "int8" or "float16".
 
     Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
     runs what it wrote.
@@ -75,7 +80,7 @@ def export(
             `keras_transformer.Transformer` (with `vocabularies`).
         path: str or path. Where to write (a SavedModel's model folder; the directory of
             the others).
-        format: str. "savedmodel", "ctranslate2" or "litert". Defaults to "savedmodel".
+        format: str. "savedmodel", "ctranslate2", "litert" or "web". Defaults to "savedmodel".
         decoding: `kt.decoding.DecodingSettings` or None: the search written into the
             export, or recorded in its manifest for its runtime (beam size, length penalty,
             prefixes...). None takes the task's, or the defaults (the paper's) for a
@@ -92,7 +97,7 @@ def export(
         The path written: a SavedModel's version folder, the others' directory.
 
     Raises:
-        ValueError: an unknown format (naming the three), or what its writer refuses (a
+        ValueError: an unknown format (naming each), or what its writer refuses (a
             setting or a model the format cannot hold), before anything is written.
         TypeError: an option the format does not take, naming those it does.
         FileExistsError: the destination (the directory, a SavedModel's version) holds an

@@ -56,6 +56,10 @@ An NLLB-200 file reads the text as plain text: a language code or other special 
 written in it is cut as text (`LiteRTTranslator` takes a leading code off and gives it as the
 source language), and a blank text is one the normalizer leaves nothing of.
 
+`ops="builtin"` writes instead a file of LiteRT's builtin ops alone, UTF-8 bytes in and out
+(int32 rows, no string tensor), that the stock runtimes run (a phone's, LiteRT.js in a
+browser): `kt.export.litert_builtin`.
+
 Not written: M2M100 models and multilingual OPUS-MT ones (>>spa<< tokens), a prefix that is
 not an NLLB-200 language code, a BPE model with byte fallback or user-defined pieces, n-best
 lists. Each is refused by name.
@@ -69,7 +73,7 @@ from pathlib import Path
 from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
-from keras_transformer.export import litert_bpe, litert_text
+from keras_transformer.export import litert_bpe, litert_builtin, litert_text
 from keras_transformer.export.litert_convert import (
     QUANTIZE,
     TEXT_OPS,
@@ -89,6 +93,7 @@ from keras_transformer.serving.litert import FORMAT, MANIFEST, MODEL_FILE
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 INT8_TABLE = ("once", "twice")  # how an int8 file stores the tied embedding table
+OPS = ("text", "builtin")  # tensorflow-text's ops and strings, or builtins and bytes
 
 
 def write(
@@ -100,6 +105,7 @@ def write(
     quantize: str | None = None,
     manifest: dict | None = None,
     int8_table: str | None = None,
+    ops: str = "text",
 ) -> Path:
     """Writes `path/model.tflite`, text in and translations out (see the module doc), and
     `path/manifest.json` (settings, sizes, ops): the LiteRT format's writer,
@@ -124,6 +130,10 @@ def write(
             is "twice" with int8. The manifest's `int8_table` names the layout. Defaults to
             None.
         manifest: dict or None. Extra facts for `manifest.json`.
+        ops: str. "text": strings in and out, tensorflow-text's ops inside (the module
+            doc); "builtin": LiteRT's builtin ops only, UTF-8 bytes in and out
+            (`kt.export.litert_builtin`), for the stock runtimes (a phone's, LiteRT.js).
+            Defaults to "text".
 
     Returns:
         The directory written.
@@ -141,16 +151,27 @@ def write(
     """
     _check_path(path)
     table = _table_read(quantize, int8_table)
+    if ops not in OPS:
+        raise ValueError(f"ops={ops!r} must be one of {OPS}")
+    if ops == "builtin" and quantize == "int4":
+        raise ValueError("quantize='int4' is not in builtin-ops files (ops='builtin') yet")
     model, vocabularies, path, settings = resolve_model(model, vocabularies, path, decoding)
     _check_model(model, vocabularies, settings)
+    if ops == "builtin":
+        litert_builtin.check_vocabularies(vocabularies)
     if path.exists():
         raise FileExistsError(f"{path} exists; choose a new directory")
-    functions = signatures(model, vocabularies, settings, table=table)
+    if ops == "builtin":
+        functions, *sizes = litert_builtin.signatures(model, vocabularies, settings, table=table)
+        described = litert_builtin.described_signatures(*sizes)
+    else:
+        functions = signatures(model, vocabularies, settings, table=table)
+        described = _described(functions)
     blob = convert(functions, quantize)
-    ops = op_names(blob)
-    check_ops(ops)
+    file_ops = op_names(blob)
+    (litert_builtin.check_builtin if ops == "builtin" else check_ops)(file_ops)
     layout = (int8_table or "twice") if quantize == "int8" else None
-    facts = _facts(model, vocabularies, settings, functions, blob, ops, layout)
+    facts = _facts(model, vocabularies, settings, described, blob, file_ops, layout, ops)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(path) as temporary:
         temporary.mkdir()
@@ -170,7 +191,7 @@ def _table_read(quantize: str | None, int8_table: str | None) -> str:
     these weights, after checking them: float32 reads the one constant from both places;
     float16's converter keeps one copy of a gathered table; int8 stores it twice (a constant
     read by both) or once (gathered); int4 reads it through EMBEDDING_LOOKUP, whose table
-    ai-edge-quantizer stores once in int4."""
+    ai-edge-quantizer stores once in int8."""
     if quantize is not None and quantize not in QUANTIZE:
         raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
     if int8_table is not None and int8_table not in INT8_TABLE:
@@ -186,10 +207,21 @@ def _table_read(quantize: str | None, int8_table: str | None) -> str:
     return "constant"
 
 
-def _facts(model, vocabularies, settings, functions, blob, ops, int8_table) -> dict:
+def _described(functions: dict) -> dict:
+    """The text file's signatures as its manifest describes them: strings in and out."""
+    return {
+        name: {
+            "inputs": {s.name: "string [batch]" for s in function.input_signature},
+            "outputs": {"translations": "string [batch]"},
+        }
+        for name, function in functions.items()
+    }
+
+
+def _facts(model, vocabularies, settings, described, blob, file_ops, int8_table, ops) -> dict:
     """The manifest's facts of a written file: format, the int8 table's layout, size,
-    languages, vocabulary, the decoding settings, the signatures and the custom ops it
-    needs."""
+    languages, vocabulary, the decoding settings, the ops it is made of ("text" or
+    "builtin"), its signatures (`described`) and the custom ops it needs."""
     return {
         "format": FORMAT,
         "int8_table": int8_table,
@@ -204,14 +236,9 @@ def _facts(model, vocabularies, settings, functions, blob, ops, int8_table) -> d
             "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         },
         "decoding": {**settings.to_dict(), "max_input_tokens": model.config.max_length - 1},
-        "signatures": {
-            name: {
-                "inputs": {s.name: "string [batch]" for s in function.input_signature},
-                "outputs": {"translations": "string [batch]"},
-            }
-            for name, function in functions.items()
-        },
-        "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
+        "ops": ops,
+        "signatures": described,
+        "custom_ops": sorted(set(file_ops) & set(TEXT_OPS)),
     }
 
 
@@ -224,6 +251,7 @@ def export_litert(
     quantize: str | None = None,
     int8_table: str | None = None,
     manifest: dict | None = None,
+    ops: str = "text",
 ) -> Path:
     """`kt.export.export(model, path, format="litert", ...)` under its former name, with the
     same arguments: the same file (`write`). A plain alias, kept as it was.
@@ -237,6 +265,7 @@ def export_litert(
         quantize: str or None.
         int8_table: str or None.
         manifest: dict or None.
+        ops: str. "text" or "builtin".
 
     Returns:
         The directory written.
@@ -249,6 +278,7 @@ def export_litert(
         quantize=quantize,
         manifest=manifest,
         int8_table=int8_table,
+        ops=ops,
     )
 
 

@@ -12,6 +12,9 @@ ctranslate2.py   `CTranslate2Translator`: a CTranslate2 directory (`kt.export.ct
                  run with `ctranslate2` and `sentencepiece` alone, no TensorFlow
 litert.py        `LiteRTTranslator`: a LiteRT file (`kt.export.litert`) run by LiteRT's
                  interpreter with tensorflow-text's ops, no TensorFlow or Keras imported
+litert_bytes.py  the bytes of a builtin-ops LiteRT file (`kt.export.litert_builtin`): a
+                 text's UTF-8 bytes in a 0-padded int32 row, and back
+web.py           a site of `kt.export.web` (`is_web`); its file runs by `LiteRTTranslator`
 pieces.py        `PieceRules`: text into the directory's pieces and back, as the export's
                  tokenizer cuts and joins them
 savedmodel.py    `SavedModelTranslator`: a TF Serving SavedModel (`kt.export`) through its
@@ -33,7 +36,7 @@ Examples:
     >>> serving.is_ctranslate2("saved_models/missing")
     False
     >>> [entry.title for entry in serving.FORMATS.values()]
-    ['SavedModel', 'CTranslate2 model', 'LiteRT file']
+    ['SavedModel', 'CTranslate2 model', 'LiteRT file', 'web site']
 """
 
 from keras_transformer.serving.common import (

@@ -8,6 +8,7 @@ format        writer (kt.export.)   runtime (kt.serving.)   a path that holds on
 savedmodel    savedmodel.write      SavedModelTranslator    saved_model.pb, or version folders
 ctranslate2   ctranslate2.write     CTranslate2Translator   model.bin and manifest.json
 litert        litert.write          LiteRTTranslator        a .tflite file, or model.tflite
+web           web.write             LiteRTTranslator        index.html beside model.tflite
 
 The table lives with the runtimes, which are light (no TensorFlow: `trainers.translate` reads
 it without starting TensorFlow, through `trainers.library.light_module`), and which the
@@ -38,6 +39,8 @@ from keras_transformer.serving.savedmodel import (
     is_saved_model,
     resolve_version,
 )
+from keras_transformer.serving.web import PAGE as WEB_PAGE
+from keras_transformer.serving.web import is_web
 
 DEFAULT = "savedmodel"  # `kt.export.export`'s format, and `trainers.export --format`'s
 
@@ -142,12 +145,25 @@ FORMATS: dict[str, Format] = {
             title="LiteRT file",
             caption="LiteRT file",
             signs=LITERT_MODEL,
-            recognises=is_litert,
+            recognises=lambda path: is_litert(path) and not is_web(path),  # not a site's
             runtime=LiteRTTranslator,
             writer="keras_transformer.export.litert:write",
             manifest_file=LITERT_MANIFEST,
             quantize=("int8", "int4", "float16"),
-            options=("manifest", "int8_table"),
+            options=("manifest", "int8_table", "ops"),
+            scores=False,
+        ),
+        Format(
+            name="web",
+            title="web site",
+            caption="static web site (LiteRT.js)",
+            signs=f"{WEB_PAGE} beside {LITERT_MODEL}",
+            recognises=is_web,
+            runtime=LiteRTTranslator,  # the site's builtin-ops file, outside a browser
+            writer="keras_transformer.export.web:write",
+            manifest_file=LITERT_MANIFEST,
+            quantize=("int8", "float16"),
+            options=("manifest",),
             scores=False,
         ),
     )
@@ -172,7 +188,7 @@ def get(name: str) -> Format:
     """The format named `name`.
 
     Raises:
-        ValueError: no format has that name, naming the three.
+        ValueError: no format has that name, naming each.
 
     Examples:
         >>> from keras_transformer.serving import formats
@@ -180,7 +196,7 @@ def get(name: str) -> Format:
         'CTranslate2Translator'
         >>> formats.get("onnx")
         Traceback (most recent call last):
-        ValueError: format='onnx' is not one of 'savedmodel', 'ctranslate2', 'litert'
+        ValueError: format='onnx' is not one of 'savedmodel', 'ctranslate2', 'litert', 'web'
     """
     if name not in FORMATS:
         raise ValueError(f"format={name!r} is not one of {', '.join(map(repr, FORMATS))}")

@@ -31,6 +31,7 @@ from keras_transformer.serving.common import (
     lines_of,
     read_manifest,
 )
+from keras_transformer.serving.litert_bytes import decoded, encoded, input_bytes, is_builtin
 
 FORMAT = "litert"  # manifest.json's "format"
 MANIFEST = "manifest.json"  # beside the file
@@ -211,7 +212,9 @@ class LiteRTTranslator:
             raise ImportError(
                 "running a LiteRT file needs LiteRT's interpreter: pip install ai-edge-litert"
             ) from None
-        registrars = text_op_registrars()
+        # A builtin-ops file (bytes in and out) needs no custom op.
+        builtin = is_builtin(self.manifest)
+        registrars = [] if builtin else text_op_registrars()
         try:
             # The first allocation applies the XNNPACK delegate, which says so on stderr:
             # done here, with the line held to the level (keras_transformer._logs).
@@ -225,6 +228,7 @@ class LiteRTTranslator:
         except ValueError as error:  # not a LiteRT file ("not a valid Flatbuffer buffer")
             raise ValueError(f"{path}: {error}") from None
         self._run = interpreter.get_signature_runner("serving_default")
+        self._bytes = input_bytes(self.manifest) if builtin else None
         self._languages = None
         if self.languages and self.languages["target"]:
             self._languages = interpreter.get_signature_runner("serving_languages")
@@ -269,6 +273,11 @@ class LiteRTTranslator:
         if (problem := self.n_best_problem(n_best)) is not None:
             raise ValueError(f"n_best={n_best}: {problem}")
         self._check(source_prefix, target_prefix)
+        if self._bytes is not None:  # one line a run: bytes `[1, N]` in and out
+            translations = [
+                self._run(text=encoded(line, self._bytes))["translations"][0] for line in lines
+            ]
+            return [[Hypothesis([], decoded(t), float("nan"))] for t in translations]
         if self._languages is None:
             translations = self._run(text=np.array(lines, dtype=object))["translations"]
         else:

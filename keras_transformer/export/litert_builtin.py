@@ -1,0 +1,176 @@
+"""A LiteRT file of builtin ops only: UTF-8 bytes in, UTF-8 bytes out, no string tensor
+(`kt.export.export(..., format="litert", ops="builtin")`), for the stock LiteRT runtimes
+(Android's, iOS's, LiteRT.js in a browser), which run LiteRT's builtin ops and have neither
+string tensors nor tensorflow-text's kernels.
+
+The file's signature `serving_default` takes `text`, int32 `[1, N]`: a text's UTF-8 bytes,
+0-padded (a byte 0 ends the text; a longer text is cut to N bytes by its caller, at a
+character's start), and gives `translations`, int32 `[1, M]`: the translation's UTF-8 bytes,
+0-padded. N and M are in the manifest (`"signatures"`), as is `"ops": "builtin"`. Inside it:
+
+1. SentencePiece's unigram cut over the bytes (`kt.export.litert_unigram.UnigramCut`:
+   Viterbi over the pieces that start at each byte, a `WHILE` loop), the pieces cut to
+   `max_length - 1`, then EOS, as the text file cuts them.
+2. The search of every other door (`kt.decoding.decode`), traced as `kt.export.litert`'s.
+3. Detokenization: each id's bytes from a table (`kt.export.litert.piece_surfaces`: the text
+   file's, a word boundary a space but before the first piece that shows), laid end to end
+   by a cumulative sum and a scatter.
+
+What it does not hold (refused by name): a normalizer other than the identity one (a
+precompiled character map: NFKC), user-defined pieces, a BPE source model (NLLB-200's: its
+character split needs tensorflow-text), language codes, a piece vocabulary (OPUS-MT).
+Where it differs from the text file: a "▁" written in the text stays its three bytes (the
+text file reads it as a space); tabs and other whitespace than U+0020 are characters, as
+SentencePiece's identity normalizer leaves them, but a text of whitespace alone is blank only
+when it is spaces.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.export.litert_unigram import UnigramCut, check_model, compact
+from keras_transformer.special_ids import PAD_ID
+
+
+def surface_bytes(pieces: list[str], *, unk: str) -> dict:
+    """Each id's bytes as the text file's detokenization gives them
+    (`kt.export.litert.piece_surfaces`), as arrays: `table` `[vocab, width]` (a space
+    first where the piece starts a word, then its text), `lengths` and `spaces` `[vocab]`,
+    and `shown` (whether an id gives anything)."""
+    from keras_transformer.export.litert import piece_surfaces
+
+    texts, spaces = piece_surfaces(pieces, unk=unk)
+    surfaces = [b" " * space + text for text, space in zip(texts, spaces, strict=True)]
+    width = max(1, max(len(s) for s in surfaces))
+    table = np.zeros((len(surfaces), width), np.int32)
+    for i, surface in enumerate(surfaces):
+        table[i, : len(surface)] = list(surface)
+    return {
+        "table": table,
+        "lengths": np.array([len(s) for s in surfaces], np.int32),
+        "spaces": np.array(spaces, np.int32),
+        "shown": np.array([len(s) > 0 for s in surfaces], np.int32),
+    }
+
+
+def detokenize(surfaces: dict, ids, source_ids, max_length: int):
+    """Ids `[batch, out_len]` (EOS-terminated, 0-padded, out_len <= max_length) -> UTF-8
+    bytes int32 `[batch, max_length * width]`, 0-padded: each id's bytes (`surface_bytes`),
+    the first shown id's space left out; nothing where the source is EOS alone."""
+    table = tf.constant(surfaces["table"])
+    width = surfaces["table"].shape[1]
+    empty = tf.math.count_nonzero(source_ids, axis=1) <= 1
+    ids = tf.where(empty[:, None], PAD_ID, ids)
+    ids = tf.pad(ids, [[0, 0], [0, max_length - tf.shape(ids)[1]]])
+    batch = tf.shape(ids)[0]
+    shown = tf.gather(tf.constant(surfaces["shown"]), ids) > 0  # (batch, max_length)
+    first = tf.argmax(tf.cast(shown, tf.int32), axis=1, output_type=tf.int32)[:, None]
+    column = tf.range(max_length)[None, :]
+    skip = tf.gather(tf.constant(surfaces["spaces"]), ids) * tf.cast(column == first, tf.int32)
+    lengths = tf.gather(tf.constant(surfaces["lengths"]), ids) - skip  # (batch, max_length)
+    offsets = tf.range(width)[None, None, :] + skip[..., None]
+    rows = tf.gather(table, ids)  # (batch, max_length, width)
+    shifted = tf.gather(rows, tf.minimum(offsets, width - 1), batch_dims=2)
+    keep = tf.range(width)[None, None, :] < lengths[..., None]
+    out = max_length * width
+    flat = tf.reshape(shifted, [batch, out])
+    return tf.maximum(compact(flat, tf.reshape(keep, [batch, out]), out), 0)
+
+
+def check_vocabularies(vocabularies) -> None:
+    """Raises ValueError naming a vocabulary a builtin-ops file does not hold (yet)."""
+    from keras_transformer.decoding.settings import language_codes
+
+    source, target = vocabularies.source, vocabularies.target
+    if vocabularies.pieces or language_codes(source) or language_codes(target):
+        raise ValueError(
+            f"a {type(source).__name__} vocabulary (a piece list or language codes: OPUS-MT, "
+            "NLLB-200, M2M100) is not in builtin-ops LiteRT files yet: ops='text' writes it"
+        )
+    check_model(source.proto)
+
+
+def signatures(
+    model, vocabularies, settings, *, input_bytes: int | None = None, table: str = "gather"
+) -> dict:
+    """The builtin-ops file's `serving_default`, traced: `text` int32 `[1, input_bytes]`
+    (UTF-8, 0-padded) -> `{"translations": int32 [1, output_bytes]}` (the module doc), and
+    the two sizes: `(functions, input_bytes, output_bytes)`. `input_bytes` None: the
+    model's `max_length` times the longest piece's bytes (a text cut there is never cut
+    before the `max_length - 1` pieces the text file keeps). `table`: how the tied embedding
+    table is read, one of `kt.export.litert_trace.TABLE_READS` but "embedding_lookup" (as
+    `kt.export.litert.write` picks it for the weights' type)."""
+    import keras
+
+    from keras_transformer import decoding, fast
+    from keras_transformer.decoding import search
+    from keras_transformer.export.litert_text import UNK_SURFACE
+    from keras_transformer.export.litert_trace import embedding_tables, gathered
+
+    if table not in ("constant", "gather"):
+        raise ValueError(f"table={table!r}: a builtin-ops file reads 'constant' or 'gather'")
+
+    check_vocabularies(vocabularies)
+    max_length = model.config.max_length
+    cut = UnigramCut(vocabularies.source.proto, max_length)
+    if input_bytes is None:
+        pieces = vocabularies.source.get_vocabulary()
+        input_bytes = max_length * max(len(piece.encode()) for piece in pieces)
+    surfaces = surface_bytes(vocabularies.target.get_vocabulary(), unk=UNK_SURFACE)
+    output_bytes = max_length * surfaces["table"].shape[1]
+    weights = [(variable, variable.numpy()) for variable in model.variables]
+    tables = {id(t) for t in embedding_tables(model)} if table == "gather" else set()
+
+    def serving_default(text):
+        source_ids = cut(text)
+        # Each variable read as a constant of its value (`kt.export.litert.signatures`).
+        constants = [
+            # `gathered` needs a length the converter cannot fold: the source's.
+            (
+                variable,
+                gathered(value, source_ids[0]) if id(variable) in tables else tf.constant(value),
+            )
+            for variable, value in weights
+        ]
+        with keras.StatelessScope(state_mapping=constants):
+            ids, _ = decoding.decode(model, source_ids, settings)
+        out = detokenize(surfaces, ids[:, :max_length], source_ids, max_length)
+        return {"translations": tf.reshape(out, [1, output_bytes])}
+
+    spec = [tf.TensorSpec([1, input_bytes], tf.int32, "text")]
+    # The stock path, one loop: as `kt.export.litert.signatures` traces it.
+    with fast.switched(False), search.loop_phases(1):
+        traced = tf.function(serving_default, input_signature=spec, autograph=False)
+        traced.get_concrete_function()
+    return {"serving_default": traced}, input_bytes, output_bytes
+
+
+def described_signatures(input_bytes: int, output_bytes: int) -> dict:
+    """The file's signature as the manifest describes it."""
+    return {
+        "serving_default": {
+            "inputs": {"text": f"int32 [1, {input_bytes}] UTF-8 bytes, 0-padded"},
+            "outputs": {"translations": f"int32 [1, {output_bytes}] UTF-8 bytes, 0-padded"},
+            "input_bytes": input_bytes,
+            "output_bytes": output_bytes,
+        }
+    }
+
+
+def check_builtin(ops: list[str]) -> None:
+    """Raises ValueError naming every op of `ops` that is not a LiteRT builtin."""
+    other = [op for op in ops if not op.isupper() or not op.replace("_", "").isalnum()]
+    if other:
+        raise ValueError(f"the builtin-ops LiteRT file would hold other ops: {other}")
+
+
+__all__ = [
+    "check_builtin",
+    "check_vocabularies",
+    "described_signatures",
+    "detokenize",
+    "signatures",
+    "surface_bytes",
+]

@@ -1,0 +1,102 @@
+"""The web site (`kt.export.web`): its files (the page, the builtin-ops LiteRT file, LiteRT.js
+shipped inside the package); served from loopback and opened in headless Chromium, it
+translates as the SavedModel does and asks no other host for anything."""
+
+import json
+import math
+import re
+
+import pytest
+
+from keras_transformer import export, serving
+from keras_transformer.serving import formats
+from tests import bible, browser
+from tests.test_litert_builtin import MAX_LENGTH, SEARCHES, alike, verses
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """An untrained tiny model (the bundled vocabulary, max_length 24, one layer a side)."""
+    return bible.tiny_model(max_length=MAX_LENGTH)
+
+
+@pytest.fixture(scope="module")
+def site(tiny, tmp_path_factory):
+    """The tiny model's site (beam search), and its SavedModel beside it."""
+    model, vocabularies = tiny
+    root = tmp_path_factory.mktemp("web")
+    settings = SEARCHES["beam"]
+    written = export.export(
+        model, root / "site", format="web", vocabularies=vocabularies, decoding=settings
+    )
+    saved = export.export(model, root / "saved", vocabularies=vocabularies, decoding=settings)
+    return written, saved
+
+
+def test_the_site_s_files(site):
+    written, _ = site
+    assert sorted(p.name for p in written.iterdir()) == [
+        "app.js",
+        "index.html",
+        "litertjs",
+        "manifest.json",
+        "model.tflite",
+        "service-worker.js",
+    ]
+    assert sorted(p.name for p in (written / "litertjs").iterdir()) == [
+        "litert_wasm_compat_internal.js",
+        "litert_wasm_compat_internal.wasm",
+        "litertjs-core.js",
+        "litertjs-wasm-utils.js",
+    ]
+    facts = json.loads((written / "manifest.json").read_text())
+    assert facts["format"] == "web" and facts["ops"] == "builtin"
+    assert facts["litertjs"]["package"] == "@litertjs/core"
+    assert facts["litertjs"]["license"] == "Apache-2.0"
+    assert facts["litertjs"]["version"] == export.web.litertjs_version()["version"]
+    assert formats.find(written).name == "web"
+    # The page names nothing of another host.
+    for name in ("index.html", "app.js", "service-worker.js"):
+        assert not re.search(r"https?://", (written / name).read_text()), name
+
+
+@pytest.mark.slow  # a browser, LiteRT.js's WASM compiled, 30 verses translated in it
+@pytest.mark.exact
+def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
+    """Headless Chromium, the site served from loopback: the page loads the model (a
+    progress bar following the download), a typed sentence's translation appears, and
+    `window.translate` gives the SavedModel's translation of 30 verses: at least 98% alike,
+    each other one parting at a tie (tests/ties.py, beam). No request leaves for another
+    host."""
+    model, vocabularies = tiny
+    written, saved = site
+    texts = verses(30)
+    expected = [h[0].text for h in serving.open(saved).translate([texts[0], *texts])]
+    with browser.served(written) as url, browser.opened(url) as (page, foreign):
+        page.wait_for_function(
+            "window.translatorReady === true || window.translatorError !== undefined",
+            timeout=180_000,
+        )
+        assert page.evaluate("window.translatorError") is None
+        # The progress bar followed the model's download, and is hidden once it is loaded.
+        progress = "(bar => [bar.value, bar.hidden])(document.getElementById('progress'))"
+        assert page.evaluate(progress) == [1, True]
+        page.fill("#text", texts[0])
+        page.click("#go")
+        page.wait_for_function(
+            "document.getElementById('status').textContent === 'Ready.' && "
+            "document.getElementById('translation').textContent !== ''",
+            timeout=60_000,
+        )
+        shown = page.locator("#translation").text_content()
+        translations = page.evaluate(
+            "async (texts) => { const out = []; "
+            "for (const t of texts) out.push(await window.translate(t)); return out; }",
+            texts,
+        )
+        assert page.evaluate("window.translate('')") == ""
+    assert foreign == []
+    assert shown == expected[0]
+    settings = SEARCHES["beam"]
+    same = alike(model, vocabularies, settings, texts, expected[1:], translations)
+    assert same >= math.ceil(0.98 * len(texts)), (same, len(texts))
