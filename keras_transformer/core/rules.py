@@ -189,8 +189,8 @@ def length_penalty(length, alpha: float, ranking: str = "gnmt"):
 
     Examples:
         >>> from keras_transformer.core.rules import length_penalty
-        >>> length_penalty(7, 0.6), length_penalty(4, 0.5, "length")
-        (1.1486983549970351, 2.0)
+        >>> length_penalty(7, 0.6), length_penalty(4, 0.5, "length")  # 2 ** 0.6, 4 ** 0.5
+        (1.515716566510398, 2.0)
     """
     if ranking == "length":
         return length**alpha
