@@ -18,7 +18,7 @@ against the manifest's `languages` first). Inside it:
   `kt.decoding.decode` (greedy or beam search, with the length penalty, stopping rule and
   extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
   with `kt.fast` switched off (its output projection would store the embedding twice) and
-  as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file);
+  as one loop (`kt.decoding.DecodingPlan(phases=1)`: the decoder step once in the file);
   the tied embedding table is read through one lookup of all its rows, so that int8 stores
   it once (`_one_table`);
 - detokenization: each id's text from a table in the file (the special ids give none, nor do
@@ -58,6 +58,7 @@ lists. Each is refused by name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import re
 from pathlib import Path
@@ -65,10 +66,11 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_transformer import _logs, decoding, fast
+from keras_transformer import _logs, fast
 from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
-from keras_transformer.decoding import search
+from keras_transformer.core import rules
+from keras_transformer.decoding.plan import DecodingPlan
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe
 from keras_transformer.export.savedmodel import resolve_model
@@ -177,7 +179,7 @@ def write(
                 },
                 "decoding": {
                     **settings.to_dict(),
-                    "max_input_tokens": model.config.max_length - 1,
+                    "max_input_tokens": rules.kept_source_tokens(model.config.max_length),
                 },
                 "signatures": {
                     name: {
@@ -268,6 +270,13 @@ def signatures(model, vocabularies, settings: DecodingSettings, *, one_table=Tru
     tables = {id(table) for table in _embedding_tables(model)} if one_table else set()
     source_codes = _codes(source)
     target_codes = _codes(target)
+    # The search, traced as one loop (phases=1): the file holds the decoder step once, where
+    # the search's phases would each carry a copy. The prefixes are the codes' ids below.
+    plan = DecodingPlan(
+        dataclasses.replace(settings, source_prefix=None, target_prefix=None),
+        n_best=settings.n_best,
+        phases=1,
+    )
 
     def translate(text, source_code, target_code):
         """Codes: int32 `[batch]` ids, -1 for none, -2 for a code the vocabulary lacks (the
@@ -288,7 +297,7 @@ def signatures(model, vocabularies, settings: DecodingSettings, *, one_table=Tru
         ]
         prefix = None if target_code is None else tf.maximum(target_code, 0)[:, None]
         with keras.StatelessScope(state_mapping=constants):
-            ids, _ = decoding.decode(model, source_ids, settings, prefix_ids=prefix)
+            ids, _ = plan.search(model, source_ids, prefix)
         return {"translations": _translations(surfaces, ids, source_ids, max_length)}
 
     def fixed(text, name):
@@ -321,9 +330,8 @@ def signatures(model, vocabularies, settings: DecodingSettings, *, one_table=Tru
         functions["serving_languages"] = (serving_languages, [text_spec, source_spec, prefix_spec])
     traced = {}
     # Traced on the stock path: the speed switch's output projection keeps a second copy of
-    # the embedding table, which a device file would carry. One loop: the file holds the
-    # decoder step once, where the search's phases would each carry a copy.
-    with fast.switched(False), search.loop_phases(1):
+    # the embedding table, which a device file would carry.
+    with fast.switched(False):
         for name, (function, spec) in functions.items():
             traced[name] = tf.function(function, input_signature=spec, autograph=False)
             traced[name].get_concrete_function()
@@ -372,7 +380,7 @@ def _bpe_source_ids(cut, text, code, max_length: int, ours=None, trailing=None):
         lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1, keepdims=True)
         column = tf.range(tf.shape(ids)[1])[None, :]
         ids = tf.where((column == lengths) & (spaced & ~skip)[:, None], trailing, ids)
-    ids = tf.concat([ids[:, : max_length - 1], none], 1)
+    ids = tf.concat([ids[:, : rules.kept_source_tokens(max_length)], none], 1)
     lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1, keepdims=True)
     column = tf.range(tf.shape(ids)[1])[None, :]
     return tf.where(column == lengths, EOS_ID, tf.where(column < lengths, ids, PAD_ID))
@@ -400,8 +408,9 @@ def _source_ids(tokenizer, text, max_length: int, ours=None):
     then EOS, 0-padded (as the preprocessor's `source_ids`, with builtin ops). `ours`, if
     given, maps SentencePiece's ids to the vocabulary's (`_our_ids`)."""
     tokens = tokenizer.tokenize(text)  # (batch, (len))
-    lengths = tf.cast(tf.minimum(tokens.row_lengths(), max_length - 1), tf.int32)[:, None]
-    dense = tf.cast(tokens.to_tensor(), tf.int32)[:, : max_length - 1]
+    kept = rules.kept_source_tokens(max_length)
+    lengths = tf.cast(tf.minimum(tokens.row_lengths(), kept), tf.int32)[:, None]
+    dense = tf.cast(tokens.to_tensor(), tf.int32)[:, :kept]
     if ours is not None:
         dense = tf.gather(ours, dense)  # padding maps too: masked below
     dense = tf.pad(dense, [[0, 0], [0, 1]])
@@ -445,7 +454,7 @@ def _translations(surfaces, ids, source_ids, max_length: int):
 
     texts, spaces, shown = surfaces
     vocab = tf.shape(spaces)[0]
-    empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (batch,)
+    empty = rules.nothing_to_translate(tf.math.count_nonzero(source_ids, axis=1))  # (batch,)
     ids = tf.where(empty[:, None], PAD_ID, ids)
     ids = tf.reshape(tf.pad(ids, [[0, 0], [0, max_length - tf.shape(ids)[1]]]), [-1, max_length])
     is_text = tf.cast(tf.gather(shown, ids), tf.int32) > 0  # (batch, max_length)
