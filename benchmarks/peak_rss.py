@@ -36,9 +36,8 @@ def translator(kind: str, path: str, beam: int, threads: int):
             tf.config.threading.set_intra_op_parallelism_threads(threads)
         serve = tf.saved_model.load(path).signatures["serving_xla"]
         return lambda lines: serve(text=tf.constant(lines))["translation"].numpy()
-    from trainers.library import light_module
+    from keras_transformer import serving
 
-    serving = light_module("keras_transformer.serving")
     if kind == "litert":
         engine = serving.LiteRTTranslator(path, threads=threads)
         return lambda lines: engine.translate(lines)

@@ -4,6 +4,9 @@ as Keras 3 layers, a functional-API model, and the paper's training recipe.
 Public API (`__all__`, and `dir()`; each module's `__all__` lists its own):
     TransformerConfig, PAD_ID           from config: sizes, switches and presets
     special_ids                         the special token ids of every vocabulary and search
+    core                                the light core: decoding settings and their rules,
+                                        special ids, the log filter (no TensorFlow, Keras
+                                        or keras-hub: the light runtimes use it)
     Transformer, build_transformer      from model: the functional keras.Model
     WarmupSchedule                      from schedule: the learning-rate schedule (paper 5.3)
     config, model, schedule             the modules of the three lines above
@@ -40,70 +43,83 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # TensorFlow's start-up lines (oneDNN and CUDA notices, the failed cuInit of a machine without
 # a GPU) and SentencePiece's "precompiled_charsmap is empty" are held back, as the programs
 # hold them: TF_CPP_MIN_LOG_LEVEL is 2 unless set (TensorFlow reads it once, as it loads), and
-# `_logs` filters what TensorFlow writes before it reads it. TF_CPP_MIN_LOG_LEVEL=0 shows all.
-from keras_transformer import _logs  # noqa: E402
+# `core.logs` filters what TensorFlow writes before it reads it. TF_CPP_MIN_LOG_LEVEL=0 shows
+# all.
+from keras_transformer.core import logs as _logs  # noqa: E402
 
 if "tensorflow" not in sys.modules:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     _logs.install()
 
-from keras_transformer import _backends  # noqa: E402
+# The package imports nothing heavy itself: `keras_transformer.core` and
+# `keras_transformer.serving` (the light runtimes) import without TensorFlow, Keras or
+# keras-hub. Every module that registers a class with `keras.saving` (the layers, the task
+# family, the imported models' tokenizers) is imported once Keras is loaded, before or after
+# this package (`_registration`), so that `keras.saving.load_model` and keras-hub's
+# `from_preset` find them once `keras_transformer` is imported.
+from keras_transformer import _registration  # noqa: E402
 
-_backends.check_backend()  # Keras may have been imported before, on another backend
+_registration.install()
 
-# Every module that registers a class with `keras.saving` is imported here, so that
-# `keras.saving.load_model` finds them once `keras_transformer` is imported.
-from keras_transformer import (  # noqa: E402
-    decoding,
-    fast,
-    layers,
-    losses,
-    metrics,
-    ops,
-    schedule,
-    special_ids,
-)
-from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: E402
-from keras_transformer.model import Transformer, build_transformer  # noqa: E402
-from keras_transformer.schedule import WarmupSchedule  # noqa: E402
-
-# The task family and the imported models' tokenizers are registered too, so that a new
-# process with nothing but `import keras_transformer` loads every file this library saves
-# (a model directory, a preset, an imported checkpoint, a `.keras` file of the task) through
-# Keras's and keras-hub's own loaders. They bring keras-hub and tensorflow-text: where those
-# packages are missing, nothing that names these classes can load anyway.
-if _backends.text_stack_installed():
-    from keras_transformer import models, tokenizers  # noqa: E402
-
-# Imported on first use (PEP 562): they register nothing and bring what a user of the layers
-# or of the task alone does not need (sacrebleu, the converters, the exports, their
-# translators).
-_LAZY_MODULES = (
+# The public names, each imported on first use (PEP 562).
+_NAMES = {
+    "PAD_ID": "config",
+    "TransformerConfig": "config",
+    "Transformer": "model",
+    "build_transformer": "model",
+    "WarmupSchedule": "schedule",
+}
+_MODULES = (
+    "config",
+    "core",
     "corpus",
     "data",
+    "decoding",
     "evaluation",
     "export",
+    "fast",
+    "layers",
     "lora",
+    "losses",
+    "metrics",
+    "model",
     "models",
+    "ops",
     "pretrained",
+    "schedule",
     "serving",
+    "special_ids",
     "text",
     "tokenizers",
 )
 
 if TYPE_CHECKING:
     from keras_transformer import (  # noqa: F401
+        config,
+        core,
         corpus,
         data,
+        decoding,
         evaluation,
         export,
+        fast,
+        layers,
         lora,
+        losses,
+        metrics,
+        model,
         models,
+        ops,
         pretrained,
+        schedule,
         serving,
+        special_ids,
         text,
         tokenizers,
     )
+    from keras_transformer.config import PAD_ID, TransformerConfig  # noqa: F401
+    from keras_transformer.model import Transformer, build_transformer  # noqa: F401
+    from keras_transformer.schedule import WarmupSchedule  # noqa: F401
 
 
 # Internal modules under their former public names: importing one warns (DeprecationWarning)
@@ -112,7 +128,9 @@ _DEPRECATED_MODULES = ("backends", "files", "ragged", "workarounds")
 
 
 def __getattr__(name: str):
-    if name in _LAZY_MODULES or name in _DEPRECATED_MODULES:
+    if name in _NAMES:
+        return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
+    if name in _MODULES or name in _DEPRECATED_MODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -132,6 +150,7 @@ __all__ = [
     "WarmupSchedule",
     "build_transformer",
     "config",
+    "core",
     "corpus",
     "data",
     "decoding",

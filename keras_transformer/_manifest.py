@@ -6,8 +6,7 @@ runs/x/manifest.json: not valid JSON (Expecting ',' delimiter: line 3 column 5)`
 bare parser message.
 
 It imports nothing but the standard library at its top: the light runtimes
-(`keras_transformer.serving`) load it without Keras or TensorFlow
-(`serving.common.library_module`).
+(`keras_transformer.serving`) import it without Keras or TensorFlow.
 """
 
 from __future__ import annotations

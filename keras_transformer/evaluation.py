@@ -11,20 +11,21 @@ from keras_transformer._backends import require_tensorflow
 require_tensorflow("kt.evaluation")
 
 import keras
-import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-from keras_transformer import decoding as decoding_lib
-from keras_transformer.decoding.settings import BATCH_SIZE, DecodingSettings, prefix_ids
+from keras_transformer import _backends as backends
+from keras_transformer.decoding.plan import DecodingPlan
+from keras_transformer.decoding.settings import BATCH_SIZE, DecodingSettings
 
 
 class Translator:
     """Text in, text out: tokenization, batched cached decoding, detokenization.
 
-    Sentences are decoded in batches of similar length (then put back in input order), so
-    little time goes to padding. The decoder runs as one `tf.function` traced once for any
-    batch and length.
+    A progress bar over what the task's `generate` does: the settings' `DecodingPlan`, its
+    search traced once for any batch and length, and the same batching loop
+    (`kt.models.generation.translate_texts`: batches of similar length, put back in input
+    order, so little time goes to padding).
 
     Args:
         model: a trained `keras_transformer.Transformer`, or a `TransformerSeq2SeqLM` task
@@ -105,42 +106,33 @@ class Translator:
         from keras_transformer.models import TransformerSeq2SeqLMPreprocessor
 
         self.preprocessor = TransformerSeq2SeqLMPreprocessor.for_model(model, vocabularies)
-        prefix = prefix_ids(decoding, vocabularies.target)
-        prefix = None if prefix is None else prefix[0]
-        sampling = self.sampling
-        self._search = tf.function(
-            lambda source_ids: decoding_lib.decode(
-                model, source_ids, decoding, prefix_ids=prefix, sampling=sampling
-            ),
-            input_signature=[tf.TensorSpec([None, None], tf.int32)],
-            autograph=False,  # explicit control flow: nothing to convert (kt.decoding)
-        )
+        self.plan = DecodingPlan.make(decoding, vocabularies.target, sampling=self.sampling)
+        plan = self.plan
+        self._search = backends.traced_search(lambda source_ids: plan.search(model, source_ids))
 
     def translate_ids(self, source_ids):
         """`(ids, scores)` for a batch of source ids `[batch, src_len]` (with `n_best` above
-        1: `[batch, n, out_len]` and `[batch, n]`)."""
+        1: `[batch, n, out_len]` and `[batch, n]`): the plan's search, as the SavedModel's
+        `translate_ids` signature and `kt.decoding.translate_ids` answer."""
         return self._search(tf.convert_to_tensor(source_ids, tf.int32))
 
     def translate(self, texts, progress: bool = False) -> list:
         """Translations of `texts` (str), in the same order, as the task's `generate` gives
         them (with `n_best` above 1, a list of the n best for each); `progress` shows a
         progress bar."""
+        from keras_transformer.models.generation import translate_texts
+
         texts = list(texts)
-        order = np.argsort([len(text) for text in texts], kind="stable")
-        result = [""] * len(texts)
         bar = keras.utils.Progbar(len(texts), unit_name="sentence") if progress else None
-        for start in range(0, len(texts), self.batch_size):
-            positions = order[start : start + self.batch_size]
-            inputs = self.preprocessor.generate_preprocess(
-                [texts[i] for i in positions], source_prefix=self.decoding.source_prefix
-            )
-            ids, _ = self.translate_ids(inputs["source_ids"])
-            translated = self.preprocessor.generate_postprocess({**inputs, "target_ids": ids})
-            for position, translation in zip(positions, translated, strict=True):
-                result[position] = translation
-            if bar is not None:
-                bar.add(len(positions))
-        return result
+        translations, _ = translate_texts(
+            self.preprocessor,
+            self.translate_ids,
+            texts,
+            source_prefix=self.decoding.source_prefix,
+            batch_size=self.batch_size,
+            on_batch=None if bar is None else bar.add,
+        )
+        return translations
 
 
 def _task_vocabularies(model):

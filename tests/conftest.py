@@ -181,17 +181,17 @@ def tiny_export(tmp_path_factory, worker_id):
         directory = tmp_path_factory.mktemp("saved_models") / "tiny"
         calls = []
 
-        decode = decoding.decode
+        search = decoding.DecodingPlan.search
 
-        def recorded(model, source_ids, settings, **kwargs):
-            # The one function every signature's search goes through: its settings' stopping,
-            # and how many hypotheses it was asked for.
-            name = "decode" if kwargs.get("n_best") is None else f"decode n_best={kwargs['n_best']}"
-            calls.append((name, settings.stopping))
-            return decode(model, source_ids, settings, **kwargs)
+        def recorded(plan, model, source_ids, *args, **kwargs):
+            # The one call every signature's search goes through, a `DecodingPlan`'s: its
+            # settings' stopping, and how many hypotheses it was asked for.
+            name = "decode" if plan.n_best == 1 else f"decode n_best={plan.n_best}"
+            calls.append((name, plan.settings.stopping))
+            return search(plan, model, source_ids, *args, **kwargs)
 
         with pytest.MonkeyPatch.context() as patch, kt.fast.switched(True):
-            patch.setattr(export.savedmodel.decoding, "decode", recorded)
+            patch.setattr(decoding.DecodingPlan, "search", recorded)
             version = export.export_saved_model(
                 model, bible.vocabularies(), directory, manifest={"note": "test"}
             )

@@ -122,7 +122,7 @@ def run_program(module: str, *args, cwd=ROOT):
         "    status = 0\n"
         "except SystemExit as exit:\n"
         "    status = exit.code\n"
-        "heavy = [m for m in ('tensorflow', 'keras', 'keras_transformer') if m in sys.modules]\n"
+        "heavy = [m for m in ('tensorflow', 'keras', 'keras_hub') if m in sys.modules]\n"
         "print(json.dumps([status, heavy]))\n"
     )
     result = subprocess.run(

@@ -598,7 +598,8 @@ def test_the_source_prefix_goes_in_front_as_written_by_hand(converted, trained, 
 
 def _translate_alone(directory, *flags, stdin: str) -> tuple[subprocess.CompletedProcess, list]:
     """`python -m trainers.translate --model DIRECTORY FLAGS` in a process of its own, and
-    which of TensorFlow, Keras and the library's package `__init__` it had imported."""
+    which of TensorFlow, Keras and keras-hub it had imported (the library's light core and
+    runtimes import none of them)."""
     code = (
         "import sys, runpy\n"
         "sys.argv = ['trainers.translate', '--model', *sys.argv[1:]]\n"
@@ -606,7 +607,7 @@ def _translate_alone(directory, *flags, stdin: str) -> tuple[subprocess.Complete
         "    runpy.run_module('trainers.translate', run_name='__main__')\n"
         "except SystemExit as exit:\n"
         "    print('status:', exit.code or 0)\n"
-        "loaded = [m for m in ('tensorflow', 'keras', 'keras_transformer') if m in sys.modules]\n"
+        "loaded = [m for m in ('tensorflow', 'keras', 'keras_hub') if m in sys.modules]\n"
         "print('loaded:', loaded)\n"
     )
     result = subprocess.run(

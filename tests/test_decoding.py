@@ -693,8 +693,9 @@ def test_autograph_leaves_the_searches_as_written(random_model, name, as_written
     function it calls). Shown with `tf.autograph.to_graph`, the conversion `tf.function`
     applies, run eagerly (a trace would add seconds, not a check); a `tf.function` itself:
     test_generate.py."""
-    from keras_transformer.decoding import search as module
+    from keras_transformer.decoding import beam, greedy
 
+    module = beam if name in ("beam_search", "translate_ids") else greedy  # translate_ids: 4
     calls = as_written(module, "_decoder")
     search = getattr(kt.decoding, name)
     converted = tf.autograph.to_graph(lambda s: search(random_model, s, max_extra_length=2))
@@ -794,29 +795,31 @@ def test_long_outputs_decode_as_without_a_cache(random_model, search):
 @pytest.mark.parametrize("search", SEARCHES)
 @pytest.mark.exact
 def test_one_loop_decodes_as_the_phases(random_model, search):
-    """`loop_phases(1)` (the LiteRT export's: the step once in a traced graph) decodes as the
+    """`phases=1` (the LiteRT export's plan: the step once in a traced graph) decodes as the
     phased loops, with a buffer of the whole output from the first step; the traced graph
-    holds one loop instead of `PHASES`; the phases come back after the block."""
+    holds one loop instead of `PHASES`. The deprecated `loop_phases` block still sets it."""
     settings = {"max_extra_length": 26}  # the phased decode: the test above's
     ids, scores = decoded(SEARCHES[search], random_model, RANDOM_SOURCE, **settings)
 
-    def loops():
-        function = tf.function(lambda s: SEARCHES[search](random_model, s, **settings))
+    def loops(**phases):
+        function = tf.function(lambda s: SEARCHES[search](random_model, s, **settings, **phases))
         graph = function.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph
         return sum(op.type in ("While", "StatelessWhile") for op in graph.get_operations())
 
-    with kt.decoding.search.loop_phases(1):
-        ids_one, scores_one = SEARCHES[search](random_model, RANDOM_SOURCE, **settings)
-        assert loops() == 1
+    ids_one, scores_one = SEARCHES[search](random_model, RANDOM_SOURCE, **settings, phases=1)
+    assert loops(phases=1) == 1
     assert ids_one.shape == ids.shape
     alike = _alike_but_at_ties(
         random_model, RANDOM_SOURCE, search, ids_one, ids, scores_one, scores, **settings
     )
     assert alike >= 2, alike  # 3 of 3 when written
     assert loops() == kt.decoding.search.PHASES
+    with pytest.warns(DeprecationWarning, match="loop_phases is deprecated"):
+        with kt.decoding.search.loop_phases(1):
+            assert loops() == 1
+    assert loops() == kt.decoding.search.PHASES
     with pytest.raises(ValueError, match="phases=0 must be an int >= 1"):
-        with kt.decoding.search.loop_phases(0):
-            pass
+        kt.decoding.DecodingPlan(phases=0)
 
 
 @pytest.mark.parametrize("shards", [0, 1.5, True])

@@ -233,7 +233,7 @@ def test_early_stopping_is_baked_into_every_signature(traced_export, loaded, mod
     _, version, calls = traced_export
     traced = [name for name, _ in calls]
     # One search for three signatures (serving_default, serving_xla's compiled call of it,
-    # translate_ids), traced once, and n_best's own beam search, each `kt.decoding.decode`.
+    # translate_ids), traced once, and n_best's own beam search, each a `DecodingPlan`'s.
     assert sorted(traced) == ["decode", "decode n_best=4"]
     assert {stopping for _, stopping in calls} == {"early"}
     manifest = json.loads((version / "assets.extra" / "manifest.json").read_text())

@@ -62,6 +62,66 @@ def test_the_text_modules_are_attributes_loaded_on_first_use():
         kt.nothing  # noqa: B018
 
 
+LIGHT = """
+import json, sys
+for name in ("tensorflow", "keras", "keras_hub", "tensorflow_text"):
+    sys.modules[name] = None  # unimportable: `import name` raises ImportError
+import keras_transformer
+import keras_transformer.core
+from keras_transformer import serving
+from keras_transformer.core import logs, rules, settings, special_ids
+from keras_transformer.serving import ctranslate2, litert
+import trainers.translate
+
+settings.DecodingSettings(beam_size=2, target_prefix="spa_Latn")
+print(json.dumps({
+    "runtimes": [serving.CTranslate2Translator.__name__, serving.LiteRTTranslator.__name__],
+    "rule": rules.with_source_prefix("Hello", "eng_Latn"),
+    "limit": rules.output_limit(7, 50, 256),
+    "eos": special_ids.EOS_ID,
+    "filter": logs.min_log_level(),
+    "heavy": [name for name in sys.modules if name.split(".")[0] in (
+        "tensorflow", "keras", "keras_hub", "tensorflow_text") and sys.modules[name]],
+}))
+"""
+
+
+def test_the_core_and_the_light_runtimes_import_without_tensorflow_keras_or_keras_hub():
+    answer = json.loads(run_python(LIGHT))
+    assert answer == {
+        "runtimes": ["CTranslate2Translator", "LiteRTTranslator"],
+        "rule": "eng_Latn Hello",
+        "limit": 57,
+        "eos": 3,
+        "filter": 2,
+        "heavy": [],
+    }
+
+
+LATER = """
+import json, sys
+import keras_transformer
+{first}
+light = [name for name in ("tensorflow", "keras") if name in sys.modules]
+import keras
+names = ["Transformer", "TransformerSeq2SeqLM", "MultiHeadAttention", "WarmupSchedule"]
+found = [keras.saving.get_registered_object(f"keras_transformer>{{name}}") for name in names]
+print(json.dumps({{"light": light, "registered": [c is not None for c in found]}}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "first", ["", "from keras_transformer.layers import attention", "import keras_hub"]
+)
+def test_every_class_is_registered_once_keras_is_loaded_whatever_loads_it(first):
+    """`import keras_transformer` imports no Keras; the classes are registered once Keras is
+    loaded: by `import keras` afterwards, a module of ours, or keras-hub."""
+    answer = json.loads(run_python(LATER.format(first=first)))
+    assert answer["registered"] == [True] * 4
+    assert answer["light"] == ([] if not first else ["tensorflow", "keras"])
+
+
 def labelled_batch():
     rng = np.random.default_rng(0)
     inputs = {

@@ -70,28 +70,27 @@ def test_prefixes_are_checked_against_the_vocabulary_by_the_callers_names():
 
 ALONE = """
 import json, sys
-from trainers.library import light_module
+from keras_transformer import serving
+from keras_transformer.core import rules
 
-serving = light_module("keras_transformer.serving")
-settings = serving.common.library_module("keras_transformer.decoding.settings")
 print(json.dumps({
-    "heavy": [m for m in ("tensorflow", "keras", "keras_transformer") if m in sys.modules],
-    "settings": settings.__file__,
+    "heavy": [m for m in ("tensorflow", "keras", "keras_hub") if m in sys.modules],
+    "rules": rules.__file__,
     "prefixed": [serving.common.prefixed(t, "spa_Latn") for t in json.loads(sys.argv[1])],
 }))
 import keras_transformer as kt
 
 print(json.dumps({
     "same": kt.serving is serving and kt.serving.ctranslate2 is serving.ctranslate2,
-    "settings": kt.decoding.settings.__file__,
-    # The copy the package ran alone with: the same file's (the package loads its own).
+    "one rule": kt.decoding.settings.with_source_prefix is rules.with_source_prefix
+    and kt.serving.common.with_source_prefix is rules.with_source_prefix,
     "rule": kt.serving.common.with_source_prefix.__code__.co_filename,
 }))
 """
 
 
 @pytest.mark.slow  # the process imports TensorFlow, at the end
-def test_the_package_runs_alone_with_the_settings_file_and_is_the_librarys_afterwards():
+def test_the_runtimes_import_light_and_share_the_librarys_rules():
     result = subprocess.run(
         [sys.executable, "-c", ALONE, json.dumps(TRICKY)],
         cwd=ROOT,
@@ -102,11 +101,11 @@ def test_the_package_runs_alone_with_the_settings_file_and_is_the_librarys_after
     )
     assert result.returncode == 0, result.stderr[-3000:]
     alone, imported = map(json.loads, result.stdout.splitlines()[-2:])
-    settings = ROOT / "keras_transformer" / "decoding" / "settings.py"
+    rules = ROOT / "keras_transformer" / "core" / "rules.py"
     assert alone["heavy"] == []
-    assert Path(alone["settings"]) == settings  # the one rule, from its one file
+    assert Path(alone["rules"]) == rules  # the one rule, from its one file
     assert alone["prefixed"] == [with_source_prefix(text, "spa_Latn") for text in TRICKY]
-    assert imported == {"same": True, "settings": str(settings), "rule": str(settings)}
+    assert imported == {"same": True, "one rule": True, "rule": str(rules)}
 
 
 def test_the_former_names_in_trainers_translate_warn_and_are_the_librarys():

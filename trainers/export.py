@@ -59,15 +59,13 @@ import sys
 import warnings
 from pathlib import Path
 
+# The table of formats, light (no TensorFlow yet): the flags are checked against it first.
+from keras_transformer.serving import formats as _formats
+from keras_transformer.serving.formats import DEFAULT, FORMATS
 from trainers import errors, flags
 from trainers.errors import ConfigError
-from trainers.library import light_module
 from trainers.run_dir import MODEL, RunDirectory, write_json
 
-# The table of formats, without the package's __init__ (which starts TensorFlow): the flags
-# are checked against it first.
-_formats = light_module("keras_transformer.serving").formats
-FORMATS, DEFAULT = _formats.FORMATS, _formats.DEFAULT
 # The weights' types, every format's (the SavedModel's int8 and bfloat16 first, then
 # CTranslate2's own), each checked against its format's.
 QUANTIZE_TYPES = tuple(dict.fromkeys(t for entry in FORMATS.values() for t in entry.quantize))

@@ -54,14 +54,13 @@ import warnings
 from pathlib import Path
 
 from trainers import errors, flags
-from trainers.library import light_module
 from trainers.run_dir import RunDirectory
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# The library's translators, without the package's __init__ (which starts TensorFlow) unless
-# it is imported already.
-serving = light_module("keras_transformer.serving")
+# The library's translators and the light core (no TensorFlow, Keras or keras-hub).
+from keras_transformer import serving  # noqa: E402
+from keras_transformer.core.settings import BATCH_SIZE  # noqa: E402
 
 # Names this program held before the translators moved into the library (name -> the module
 # that holds it now, and its name there): deprecated aliases, for one release.
@@ -122,7 +121,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--batch-size",
         type=flags.positive_int,
-        default=serving.common.library_module("keras_transformer.decoding.settings").BATCH_SIZE,
+        default=BATCH_SIZE,
         help="sentences translated at once (default: 64, as generate's)",
     )
     parser.add_argument(

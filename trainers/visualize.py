@@ -57,18 +57,15 @@ def cross_attention(model, text: str, layer: int):
     import numpy as np
     import tensorflow as tf
 
-    from keras_transformer import decoding
+    from keras_transformer.decoding import DecodingPlan
     from keras_transformer.text import BOS_ID
 
     vocabularies = model.preprocessor.tokenizer.vocabularies
     source_ids = model.preprocessor.generate_preprocess(
         [text], source_prefix=model.decoding.source_prefix
     )["source_ids"]
-    prefix = decoding.settings.prefix_ids(model.decoding, vocabularies.target)
     settings = model.decoding.replace(n_best=1)  # the best translation's attention
-    ids, _ = decoding.decode(
-        model, source_ids, settings, prefix_ids=None if prefix is None else prefix[0]
-    )
+    ids, _ = DecodingPlan.make(settings, vocabularies.target).search(model, source_ids)
     ids = ids.numpy()[0]
     target = ids[: int(np.count_nonzero(ids))]  # the translation, EOS included
     decoder_input = tf.constant([[BOS_ID, *target[:-1]]], tf.int32)

@@ -5,8 +5,10 @@
                    that write it, and exported here
 settings.py        `DecodingSettings`: the one set of decoding settings every entry point
                    takes (the paper's by default)
-search.py          `greedy_search`, `sample`, `beam_search` over one loop helper, `decode_loop`;
-                   `decode`: the one function that turns settings into one of them
+search.py          `greedy_search`, `sample`, `beam_search` (greedy.py, beam.py) over one loop
+                   helper, `decode_loop` (loop.py)
+plan.py            `DecodingPlan`: the settings turned into a search once per request shape,
+                   which every door runs; `decode` and `translate_ids` over it
 language_model.py  `generate`: the same searches for a decoder-only language model, prompts
                    of different lengths in one batch
 prompts.py         `prompt_tensor`: a language model's prompts as one checked tensor, and
@@ -16,6 +18,7 @@ parallel.py        `parallel_search`: slices of a batch as concurrent XLA progra
 
 from keras_transformer.decoding.language_model import generate
 from keras_transformer.decoding.parallel import parallel_search
+from keras_transformer.decoding.plan import DecodingPlan
 from keras_transformer.decoding.search import (
     BOS_ID,
     EOS_ID,
@@ -44,6 +47,7 @@ __all__ = [
     "AttentionCache",
     "DecoderCache",
     "DecoderLayerCache",
+    "DecodingPlan",
     "DecodingSettings",
     "beam_search",
     "decode",

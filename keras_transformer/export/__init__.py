@@ -4,6 +4,9 @@ format of the table (`kt.serving.formats`), by that format's writer.
 formats.py       `export`, one door for every format, and `writer`
 savedmodel.py    `write`: a TF Serving SavedModel, text in, translations out (tokenization
                  and beam search in the graph)
+signatures.py    `translation_endpoints`: the SavedModel's signatures, each over one
+                 `kt.decoding.DecodingPlan`
+buckets.py       `pad_to_bucket`, `decode_sorted_in_chunks`: `serving_xla`'s batches for XLA
 precision.py     `reduced_precision`: the int8 or bfloat16 copy of a model that an export
                  writes with `quantize=`
 ctranslate2.py   `write`: a CTranslate2 model directory (the optional `ctranslate2`

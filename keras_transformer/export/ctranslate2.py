@@ -171,11 +171,8 @@ def write(
         >>> kt.export.export(task, "saved_models/demo-ct2", format="ctranslate2")  # doctest: +SKIP
     """
     model, vocabularies, directory, settings = resolve_model(model, vocabularies, path, decoding)
-    beam_size, length_penalty = settings.beam_size, settings.length_penalty
-    target_prefix, source_prefix = settings.target_prefix, settings.source_prefix
-    check_target_prefix(target_prefix, vocabularies.target)
-    check_source_prefix(source_prefix, vocabularies.source)
-    max_extra_length = settings.max_extra_length
+    check_target_prefix(settings.target_prefix, vocabularies.target)
+    check_source_prefix(settings.source_prefix, vocabularies.source)
     if directory.exists():
         raise FileExistsError(f"{directory} exists; choose a new directory")
     spec = transformer_spec(model, vocabularies)
@@ -194,25 +191,32 @@ def write(
             facts={
                 "format": FORMAT,
                 "quantization": quantize or "float32",  # CTranslate2's name, as before
-                "vocabulary": {
-                    "source": names[0],
-                    "target": names[-1],
-                    "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
-                    **_piece_rules(vocabularies),
-                },
-                "decoding": {
-                    "beam_size": beam_size,
-                    "length_penalty": length_penalty,
-                    "max_extra_length": max_extra_length,
-                    "max_length": model.config.max_length,
-                    "target_prefix": target_prefix,
-                    "source_prefix": source_prefix,
-                    **ctranslate2_decoding(settings),
-                },
+                **_facts(model, vocabularies, settings, names),
             },
             extra=manifest,
         )
     return directory
+
+
+def _facts(model, vocabularies, settings: DecodingSettings, names: list[str]) -> dict:
+    """The manifest's `vocabulary` and `decoding` facts: what the runtime reads."""
+    return {
+        "vocabulary": {
+            "source": names[0],
+            "target": names[-1],
+            "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+            **_piece_rules(vocabularies),
+        },
+        "decoding": {
+            "beam_size": settings.beam_size,
+            "length_penalty": settings.length_penalty,
+            "max_extra_length": settings.max_extra_length,
+            "max_length": model.config.max_length,
+            "target_prefix": settings.target_prefix,
+            "source_prefix": settings.source_prefix,
+            **ctranslate2_decoding(settings),
+        },
+    }
 
 
 def export_ctranslate2(

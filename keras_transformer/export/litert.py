@@ -18,7 +18,7 @@ against the manifest's `languages` first). Inside it:
   `kt.decoding.decode` (greedy or beam search, with the length penalty, stopping rule and
   extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
   with `kt.fast` switched off (its output projection would store the embedding twice) and
-  as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file),
+  as one loop (`kt.decoding.DecodingPlan(phases=1)`: the decoder step once in the file),
   the tied embedding table read as the weights' type stores it best (`kt.export.
   litert_trace`: int8 twice, a lookup copy and the projection's int8 weights, or with
   `int8_table="once"` once; int4 once in int8, through LiteRT's EMBEDDING_LOOKUP);
@@ -72,6 +72,7 @@ from pathlib import Path
 
 from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
+from keras_transformer.core import rules
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe, litert_builtin, litert_text
 from keras_transformer.export.litert_convert import (
@@ -235,7 +236,10 @@ def _facts(model, vocabularies, settings, described, blob, file_ops, int8_table,
             "target_size": vocabularies.target.vocabulary_size(),
             "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         },
-        "decoding": {**settings.to_dict(), "max_input_tokens": model.config.max_length - 1},
+        "decoding": {
+            **settings.to_dict(),
+            "max_input_tokens": rules.kept_source_tokens(model.config.max_length),
+        },
         "ops": ops,
         "signatures": described,
         "custom_ops": sorted(set(file_ops) & set(TEXT_OPS)),

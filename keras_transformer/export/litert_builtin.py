@@ -11,7 +11,7 @@ character's start), and gives `translations`, int32 `[1, M]`: the translation's 
 1. SentencePiece's unigram cut over the bytes (`kt.export.litert_unigram.UnigramCut`:
    Viterbi over the pieces that start at each byte, a `WHILE` loop), the pieces cut to
    `max_length - 1`, then EOS, as the text file cuts them.
-2. The search of every other door (`kt.decoding.decode`), traced as `kt.export.litert`'s.
+2. The search of every other door (`kt.decoding.DecodingPlan`), traced as `kt.export.litert`'s.
 3. Detokenization: each id's bytes from a table (`kt.export.litert.piece_surfaces`: the text
    file's, a word boundary a space but before the first piece that shows), laid end to end
    by a cumulative sum and a scatter.
@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.core import rules
 from keras_transformer.export.litert_unigram import UnigramCut, check_model, compact
 from keras_transformer.special_ids import PAD_ID
 
@@ -61,7 +62,7 @@ def detokenize(surfaces: dict, ids, source_ids, max_length: int):
     the first shown id's space left out; nothing where the source is EOS alone."""
     table = tf.constant(surfaces["table"])
     width = surfaces["table"].shape[1]
-    empty = tf.math.count_nonzero(source_ids, axis=1) <= 1
+    empty = rules.nothing_to_translate(tf.math.count_nonzero(source_ids, axis=1))
     ids = tf.where(empty[:, None], PAD_ID, ids)
     ids = tf.pad(ids, [[0, 0], [0, max_length - tf.shape(ids)[1]]])
     batch = tf.shape(ids)[0]
@@ -104,10 +105,9 @@ def signatures(
     `kt.export.litert.write` picks it for the weights' type)."""
     import keras
 
-    from keras_transformer import decoding, fast
-    from keras_transformer.decoding import search
+    from keras_transformer import fast
     from keras_transformer.export.litert_text import UNK_SURFACE
-    from keras_transformer.export.litert_trace import embedding_tables, gathered
+    from keras_transformer.export.litert_trace import embedding_tables, file_plan, gathered
 
     if table not in ("constant", "gather"):
         raise ValueError(f"table={table!r}: a builtin-ops file reads 'constant' or 'gather'")
@@ -122,6 +122,7 @@ def signatures(
     output_bytes = max_length * surfaces["table"].shape[1]
     weights = [(variable, variable.numpy()) for variable in model.variables]
     tables = {id(t) for t in embedding_tables(model)} if table == "gather" else set()
+    plan = file_plan(settings)  # the text file's search, as one loop
 
     def serving_default(text):
         source_ids = cut(text)
@@ -135,13 +136,13 @@ def signatures(
             for variable, value in weights
         ]
         with keras.StatelessScope(state_mapping=constants):
-            ids, _ = decoding.decode(model, source_ids, settings)
+            ids, _ = plan.search(model, source_ids)
         out = detokenize(surfaces, ids[:, :max_length], source_ids, max_length)
         return {"translations": tf.reshape(out, [1, output_bytes])}
 
     spec = [tf.TensorSpec([1, input_bytes], tf.int32, "text")]
-    # The stock path, one loop: as `kt.export.litert.signatures` traces it.
-    with fast.switched(False), search.loop_phases(1):
+    # The stock path: as `kt.export.litert.signatures` traces it.
+    with fast.switched(False):
         traced = tf.function(serving_default, input_signature=spec, autograph=False)
         traced.get_concrete_function()
     return {"serving_default": traced}, input_bytes, output_bytes

@@ -17,6 +17,7 @@ import re
 
 import tensorflow as tf
 
+from keras_transformer.core import rules
 from keras_transformer.special_ids import EOS_ID, PAD_ID
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
@@ -28,8 +29,9 @@ def source_ids(tokenizer, text, max_length: int, ours=None):
     then EOS, 0-padded (as the preprocessor's `source_ids`, with builtin ops). `ours`, if
     given, maps SentencePiece's ids to the vocabulary's (`our_ids`)."""
     tokens = tokenizer.tokenize(text)  # (batch, (len))
-    lengths = tf.cast(tf.minimum(tokens.row_lengths(), max_length - 1), tf.int32)[:, None]
-    dense = tf.cast(tokens.to_tensor(), tf.int32)[:, : max_length - 1]
+    kept = rules.kept_source_tokens(max_length)
+    lengths = tf.cast(tf.minimum(tokens.row_lengths(), kept), tf.int32)[:, None]
+    dense = tf.cast(tokens.to_tensor(), tf.int32)[:, :kept]
     if ours is not None:
         dense = tf.gather(ours, dense)  # padding maps too: masked below
     dense = tf.pad(dense, [[0, 0], [0, 1]])
@@ -57,7 +59,7 @@ def bpe_source_ids(cut, text, code, max_length: int, ours=None, trailing=None):
         lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1, keepdims=True)
         column = tf.range(tf.shape(ids)[1])[None, :]
         ids = tf.where((column == lengths) & (spaced & ~skip)[:, None], trailing, ids)
-    ids = tf.concat([ids[:, : max_length - 1], none], 1)
+    ids = tf.concat([ids[:, : rules.kept_source_tokens(max_length)], none], 1)
     lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1, keepdims=True)
     column = tf.range(tf.shape(ids)[1])[None, :]
     return tf.where(column == lengths, EOS_ID, tf.where(column < lengths, ids, PAD_ID))
@@ -99,7 +101,7 @@ def translations(surfaces, ids, source_ids, max_length: int):
 
     texts, spaces, shown = surfaces
     vocab = tf.shape(spaces)[0]
-    empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (batch,)
+    empty = rules.nothing_to_translate(tf.math.count_nonzero(source_ids, axis=1))  # (batch,)
     ids = tf.where(empty[:, None], PAD_ID, ids)
     ids = tf.reshape(tf.pad(ids, [[0, 0], [0, max_length - tf.shape(ids)[1]]]), [-1, max_length])
     is_text = tf.cast(tf.gather(shown, ids), tf.int32) > 0  # (batch, max_length)

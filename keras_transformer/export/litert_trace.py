@@ -2,9 +2,9 @@
 
 Each signature is a `tf.function` that `kt.export.litert_convert.convert` turns into the file:
 the source text cut into ids (`kt.export.litert_text`), the model's weights read as constants,
-the settings' search (`kt.decoding.decode`, the search of every other door), and the ids
+the settings' search (`file_plan`: the `kt.decoding.DecodingPlan` of every other door), and the ids
 given back as text. The search is traced with `kt.fast` switched off (its output projection
-would store the embedding twice) and as one loop (`kt.decoding.search.loop_phases(1)`: the
+would store the embedding twice) and as one loop (`kt.decoding.DecodingPlan(phases=1)`: the
 decoder step once in the file).
 
 How the tied embedding table is read decides how a quantizer stores it (`TABLE_READS`):
@@ -20,11 +20,13 @@ How the tied embedding table is read decides how a quantizer stores it (`TABLE_R
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
-from keras_transformer import decoding, fast
-from keras_transformer.decoding import search
+from keras_transformer import fast
+from keras_transformer.decoding.plan import DecodingPlan
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe, litert_text
 from keras_transformer.special_ids import EOS_ID, PAD_ID
@@ -84,10 +86,9 @@ def signatures(model, vocabularies, settings: DecodingSettings, *, table: str = 
 def traced(functions: dict) -> dict:
     """`{name: (function, input_signature)}` -> `{name: tf.function}`, each traced on the
     stock path (the speed switch's output projection keeps a second copy of the embedding
-    table, which a device file would carry) and as one loop (the file holds the decoder step
-    once, where the search's phases would each carry a copy)."""
+    table, which a device file would carry); the search inside is `file_plan`'s, one loop."""
     found = {}
-    with fast.switched(False), search.loop_phases(1):
+    with fast.switched(False):
         for name, (function, spec) in functions.items():
             found[name] = tf.function(function, input_signature=spec, autograph=False)
             found[name].get_concrete_function()
@@ -119,6 +120,7 @@ def translator(model, vocabularies, settings: DecodingSettings, *, table: str = 
     weights = [(variable, variable.numpy()) for variable in model.variables]
     tables = {id(t) for t in embedding_tables(model)} if table != "constant" else set()
     read_table = looked_up if table == "embedding_lookup" else gathered
+    plan = file_plan(settings)
 
     def translate(text, source_code, target_code):
         if isinstance(cut, litert_bpe.BpeCut):
@@ -137,10 +139,21 @@ def translator(model, vocabularies, settings: DecodingSettings, *, table: str = 
         ]
         prefix = None if target_code is None else tf.maximum(target_code, 0)[:, None]
         with keras.StatelessScope(state_mapping=constants):
-            ids, _ = decoding.decode(model, source_ids, settings, prefix_ids=prefix)
+            ids, _ = plan.search(model, source_ids, prefix)
         return {"translations": litert_text.translations(surfaces, ids, source_ids, max_length)}
 
     return translate
+
+
+def file_plan(settings: DecodingSettings) -> DecodingPlan:
+    """The search a file holds: the settings' own, traced as one loop (`phases=1`: the
+    file holds the decoder step once, where the search's phases would each carry a copy).
+    The prefixes are not the plan's: the file forces a language code's id (`translator`)."""
+    return DecodingPlan(
+        dataclasses.replace(settings, source_prefix=None, target_prefix=None),
+        n_best=settings.n_best,
+        phases=1,
+    )
 
 
 def source_cut(source, max_length: int):

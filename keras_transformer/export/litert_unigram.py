@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.core import rules
 from keras_transformer.special_ids import EOS_ID, PAD_ID
 
 SPACE = 256  # the symbol of "▁" in the cut: one symbol, where UTF-8 spends three bytes
@@ -348,7 +349,8 @@ class UnigramCut:
             tokens = tf.where(at_end == -2, self.unk_id, at_end)
         keep = tokens >= 0
         ids = compact(tokens, keep, width)
-        count = tf.minimum(tf.reduce_sum(tf.cast(keep, tf.int32), axis=1), self.max_length - 1)
+        kept = rules.kept_source_tokens(self.max_length)
+        count = tf.minimum(tf.reduce_sum(tf.cast(keep, tf.int32), axis=1), kept)
         longest = tf.reduce_max(count) + 1
         ids = tf.pad(ids, [[0, 0], [0, 1]])[:, :longest]
         column = tf.range(longest)[None, :]

@@ -59,406 +59,32 @@ export leaves earlier versions intact and TF Serving never sees a half-written o
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import os
-import re
 from pathlib import Path
 
 import tensorflow as tf
 
-from keras_transformer import decoding
 from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
-from keras_transformer._ragged import concat_rows
-from keras_transformer.decoding.settings import (
-    DEFAULT,
-    LANGUAGE_CODE,
-    DecodingSettings,
-    check_source_prefix,
-    check_target_prefix,
-    language_codes,
+from keras_transformer.core import rules
+from keras_transformer.decoding.plan import DecodingPlan
+from keras_transformer.decoding.settings import DecodingSettings, check_source_prefix
+
+# The signatures (`kt.export.signatures`, `kt.export.buckets`), under their former names too.
+from keras_transformer.export.buckets import (
+    BATCH_BUCKETS,
+    CHUNK_ROWS,
+    decode_sorted_in_chunks,
+    pad_to_bucket,
 )
 from keras_transformer.export.precision import reduced_precision
+from keras_transformer.export.signatures import _n_best_count, translation_endpoints
+from keras_transformer.export.signatures import endpoints as signature_endpoints
 from keras_transformer.serving.savedmodel import EXTRA
 from keras_transformer.text import EOS_ID
 
 MANIFEST = "manifest.json"
-# Batch sizes the XLA signature pads a request to (larger batches: to a multiple of the last).
-BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-# Decoder rows (sentences x beam) one compiled call decodes at most: the XLA signature sorts
-# a request by length and decodes it in chunks of this many rows (BENCHMARKS.md).
-CHUNK_ROWS = 32
-
-
-def _check_shape(tensor, name: str, shape: str = "[batch]"):
-    """An op that fails the request (INVALID_ARGUMENT: TF Serving answers HTTP 400) unless
-    `tensor` has the rank of its signature's `shape` ("[batch]": one sentence an entry).
-    Neither TF Serving nor a loaded SavedModel holds a request to its signature's shape, and
-    a graph traced for `[batch]` reads a batch of another rank as flat sentences (a `[2, 2]`
-    batch answered with four translations). The rank is counted from the request's own
-    shape: `tf.rank` and `tf.debugging.assert_rank` read the traced shape, and Grappler folds
-    them away."""
-    runtime_shape = tf.shape(tensor)
-    rank = tf.reduce_sum(tf.cast(runtime_shape >= 0, tf.int32))  # len(runtime_shape)
-    return tf.debugging.Assert(
-        tf.equal(rank, shape.count(",") + 1),
-        [f"{name} must be {shape}; got the shape", runtime_shape],
-    )
-
-
-def _checked_ids(source_ids, max_length: int, vocab_size: int):
-    """A `translate_ids` request's ids, validated, with over-long rows cut to
-    `max_length - 1` ids and EOS (a row's length: up to its last non-zero id)."""
-    with tf.control_dependencies([_check_shape(source_ids, "source_ids", "[batch, src_len]")]):
-        in_vocabulary = (source_ids >= 0) & (source_ids < vocab_size)
-    check = tf.debugging.Assert(
-        tf.reduce_all(in_vocabulary),
-        [
-            f"source_ids must be ids of the source vocabulary, in [0, {vocab_size}); got min",
-            tf.reduce_min(source_ids),
-            "max",
-            tf.reduce_max(source_ids),
-        ],
-    )
-    with tf.control_dependencies([check]):
-        rows = tf.RaggedTensor.from_tensor(source_ids, padding=0)
-    over = rows.row_lengths() > max_length
-    last = rows[:, max_length - 1 : max_length]  # the last id kept: EOS where cut
-    last = last.with_flat_values(
-        tf.where(tf.gather(over, last.value_rowids()), EOS_ID, last.flat_values)
-    )
-    return concat_rows(rows[:, : max_length - 1], last).to_tensor()
-
-
-def pad_to_bucket(source_ids, batch_buckets, max_length: int):
-    """Source ids `[batch, width]` padded to a shape bucket: the batch to the first of
-    `batch_buckets` that holds it (or a multiple of the last), the width to a multiple of 16
-    (at most `max_length`).
-
-    XLA compiles one program per input shape: buckets bound the programs a server compiles.
-    Padding rows repeat the last sentence, so they finish with it (a row of padding would
-    decode up to its length limit and hold up the batch); an empty batch is padded with rows
-    of zeros. Padding columns are zeros, which every attention masks.
-    """
-    batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-    batches, largest = tf.constant(batch_buckets), batch_buckets[-1]
-    beyond = (tf.maximum(batch, 1) + largest - 1) // largest * largest
-    batch_bucket = tf.reduce_min(
-        tf.concat([tf.boolean_mask(batches, batches >= batch), [beyond]], 0)
-    )
-    width_bucket = tf.minimum((width + 15) // 16 * 16, max_length)
-    rows = tf.minimum(tf.range(batch_bucket), tf.maximum(batch - 1, 0))
-    with_zeros = tf.concat([source_ids, tf.zeros([1, width], source_ids.dtype)], 0)
-    padded = tf.gather(with_zeros, rows)  # (batch_bucket, width)
-    return tf.pad(padded, [[0, 0], [0, width_bucket - width]])
-
-
-def decode_sorted_in_chunks(search, source_ids, chunk: int, out_len):
-    """`search` run on a request's sentences sorted by length, `chunk` sentences a call.
-
-    A batch decodes until its longest sentence ends, so in a request of mixed lengths most
-    rows would wait, step after step, for the longest one. Sorted and cut into chunks (each
-    chunk cut to its own width), short sentences finish together and long ones together;
-    CTranslate2 sorts and splits a batch the same way (its `max_batch_size`). The chunks are
-    iterations of a `tf.while_loop` that depend on each other only where their results are
-    written, so TensorFlow runs two or more at once (`parallel_iterations`): a small model's
-    search keeps about one core busy, and the other decodes the next chunk. (On the demo
-    model that overlap is the whole gain: one chunk at a time, the sorted chunks were as
-    fast as the whole request; BENCHMARKS.md.)
-
-    Args:
-        search: `source_ids [n, width] -> (ids int32 [n, <= out_len], score float32 [n])`.
-        source_ids: int32 `[batch, width]`, 0-padded at the end.
-        chunk: int. Sentences a call.
-        out_len: int32 scalar. The width of the returned ids.
-
-    Returns:
-        `(ids int32 [batch, out_len], score float32 [batch])` in the request's order, ids
-        0-padded on the right.
-    """
-    batch = tf.shape(source_ids)[0]
-    lengths = tf.math.count_nonzero(source_ids, axis=1, dtype=tf.int32)  # (batch,)
-    order = tf.argsort(lengths, stable=True)
-
-    def body(start, ids, score):
-        rows = order[start : start + chunk]
-        part = tf.gather(source_ids, rows)[:, : tf.reduce_max(tf.gather(lengths, rows))]
-        part_ids, part_score = search(part)
-        part_ids = tf.pad(part_ids, [[0, 0], [0, out_len - tf.shape(part_ids)[1]]])
-        rows = rows[:, None]
-        return (
-            start + chunk,
-            tf.tensor_scatter_nd_update(ids, rows, part_ids),
-            tf.tensor_scatter_nd_update(score, rows, part_score),
-        )
-
-    empty = (tf.zeros([batch, out_len], tf.int32), tf.zeros([batch], tf.float32))
-    _, ids, score = tf.while_loop(lambda start, *_: start < batch, body, (0, *empty))
-    return ids, score
-
-
-def translation_endpoints(
-    model,
-    vocabularies,
-    *,
-    beam_size: int = DEFAULT.beam_size,
-    length_penalty: float = DEFAULT.length_penalty,
-    max_extra_length: int = DEFAULT.max_extra_length,
-    stopping: str = DEFAULT.stopping,
-    finish_rule: str = DEFAULT.finish_rule,
-    target_prefix: str | None = None,
-    prefix_signature: bool = False,
-    ranking: str = DEFAULT.ranking,
-    n_best: int | None = None,
-    source_prefix: str | None = None,
-) -> dict:
-    """The four endpoints of a translation model (see the module doc), as
-    `export_saved_model` writes them. To serve endpoints of your own beside them, add yours
-    to the dictionary and hand it to `write_saved_model` (or each endpoint to a
-    `keras.export.ExportArchive`'s `add_endpoint`, whose `write_out` traces each twice).
-
-    Args:
-        model: a `keras_transformer.Transformer` or `TransformerSeq2SeqLM`.
-        vocabularies: its `keras_transformer.text.Vocabularies`.
-        beam_size: int. The beam size baked into the graph, with the four below and
-            `ranking` (`kt.decoding.DecodingSettings`'s settings).
-        length_penalty: float.
-        max_extra_length: int.
-        stopping: str.
-        finish_rule: str.
-        target_prefix: str or None. Text every translation of the four starts with (its
-            tokens forced first: NLLB's target language code). Defaults to None (none).
-        prefix_signature: bool. Add the `serving_prefix` and `serving_languages` endpoints,
-            whose requests give their own prefixes. Defaults to False.
-        ranking: str. The length penalty's form ("gnmt" or "length"). Defaults to "gnmt".
-        n_best: int or None. Hypotheses the `n_best` signature returns a sentence, from 2 to
-            the beam size (the settings' `n_best`); None returns every beam. Defaults to None.
-        source_prefix: str or None. Text every source of the text signatures starts with
-            (NLLB's source language code; `kt.decoding.with_source_prefix`). Defaults to
-            None (none).
-
-    Returns:
-        A dict name -> (function, input signature: a list of `tf.TensorSpec`).
-    """
-    from keras_transformer.models import TransformerSeq2SeqLMPreprocessor
-
-    max_length = model.config.max_length
-    # Text in and out as every door's: the task's preprocessor, traced into each signature.
-    preprocessor = TransformerSeq2SeqLMPreprocessor.for_model(model, vocabularies)
-    check_source_prefix(source_prefix, vocabularies.source)
-    fixed_prefix = None  # the target prefix's ids, [prefix_len], baked into the graph
-    if target_prefix is not None:
-        check_target_prefix(target_prefix, vocabularies.target)
-        fixed_prefix = _prefix_ids(vocabularies.target, [target_prefix]).numpy()[0]
-        if not fixed_prefix.size:
-            raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
-
-    # The search's settings, but for the target prefix (its ids are `fixed_prefix`): every
-    # signature's search is `kt.decoding.decode` of them.
-    settings = DecodingSettings(
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_extra_length=max_extra_length,
-        stopping=stopping,
-        finish_rule=finish_rule,
-        ranking=ranking,
-    )
-    hypotheses = _n_best_count(n_best, beam_size)
-    if hypotheses > beam_size:
-        raise ValueError(f"n_best={n_best} must be between 1 and the beam size {beam_size}")
-
-    # One search, traced once, for any batch and length: `serving_default` and
-    # `translate_ids` call it, and `serving_xla`'s compiled search is a call of it that XLA
-    # compiles (inlined) for each bucket's shape. Traced into each of them instead, it was
-    # traced three times and stored three times in the SavedModel.
-    @functools.partial(
-        tf.function, input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False
-    )
-    def search(source_ids):
-        return decoding.decode(model, source_ids, settings, prefix_ids=fixed_prefix)
-
-    compiled_search = tf.function(lambda ids: search(ids), jit_compile=True, autograph=False)
-
-    # Greedy search decodes at least two rows: with one, XLA:CPU turns every matrix product of
-    # a step into a matrix-vector loop fused with the layer norm before it (its
-    # cpu_instruction_fusion), which made one-sentence requests about 1.4x slower
-    # (BENCHMARKS.md).
-    buckets = [b for b in BATCH_BUCKETS if b >= (2 if beam_size == 1 else 1)]
-
-    def output_length(source_ids):
-        return tf.minimum(tf.shape(source_ids)[1] + max_extra_length, max_length)
-
-    def bucketed_search(source_ids):
-        ids, score = compiled_search(pad_to_bucket(source_ids, buckets, max_length))
-        batch = tf.shape(source_ids)[0]
-        return ids[:batch, : output_length(source_ids)], score[:batch]
-
-    def xla_search(source_ids):
-        chunk = max(CHUNK_ROWS // beam_size, 1)  # sentences a compiled call
-        return decode_sorted_in_chunks(
-            bucketed_search, source_ids, chunk, output_length(source_ids)
-        )
-
-    def source_ids(text, prefix=source_prefix):
-        with tf.control_dependencies([_check_shape(text, "text")]):  # before any text op
-            text = tf.identity(text)
-        return preprocessor.generate_preprocess(text, source_prefix=prefix)["source_ids"]
-
-    def answer(source_ids, ids, score, plural=""):
-        """The outputs: translations ("" where the source held nothing but EOS: nothing to
-        translate) and scores (0 there)."""
-        translation = preprocessor.generate_postprocess(
-            {"target_ids": ids, "source_ids": source_ids}
-        )
-        empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (an empty batch too)
-        empty = empty[:, None] if plural else empty
-        return {
-            f"translation{plural}": translation,
-            f"score{plural}": tf.where(empty, tf.zeros_like(score), score),
-        }
-
-    def translate_text(text, search, prefix=source_prefix):
-        ids = source_ids(text, prefix)
-        return answer(ids, *search(ids))
-
-    def serve(text):
-        return translate_text(text, search)
-
-    def serve_xla(text):
-        return translate_text(text, xla_search)
-
-    def translate_ids(source_ids):
-        ids, score = search(_checked_ids(source_ids, max_length, model.config.source_vocab))
-        return {"ids": ids, "score": score}
-
-    def serve_n_best(text):
-        ids = source_ids(text)
-        outputs, scores = decoding.decode(
-            model, ids, settings, prefix_ids=fixed_prefix, n_best=hypotheses
-        )  # (batch, n, out_len), (batch, n)
-        if hypotheses == 1:  # greedy search, as serving_default's: (batch, out_len), (batch,)
-            outputs, scores = outputs[:, None, :], scores[:, None]
-        return answer(ids, outputs, scores, plural="s")
-
-    text = [tf.TensorSpec([None], tf.string, "text")]
-    endpoints = {
-        "serving_default": (serve, text),
-        "serving_xla": (serve_xla, text),
-        "n_best": (serve_n_best, text),
-        "translate_ids": (
-            translate_ids,
-            [tf.TensorSpec([None, None], tf.int32, "source_ids")],
-        ),
-    }
-    if prefix_signature:
-
-        @functools.partial(
-            tf.function,
-            input_signature=[tf.TensorSpec([None, None], tf.int32)] * 2,
-            autograph=False,
-        )
-        def prefixed_search(source_ids, prefix_ids):
-            return decoding.decode(model, source_ids, settings, prefix_ids=prefix_ids)
-
-        def per_request(text, target_prefix, prefix=source_prefix, checks=()):
-            shapes = [_check_shape(text, "text"), _check_shape(target_prefix, "target_prefix")]
-            with tf.control_dependencies(shapes):  # before the checks that count entries
-                check = tf.debugging.assert_equal(
-                    tf.size(text),
-                    tf.size(target_prefix),
-                    message="text and target_prefix must have one entry per sentence",
-                )
-                known = _check_language_codes(vocabularies.target, target_prefix)
-            with tf.control_dependencies([check, known, *checks]):  # before any text op
-                prefix_ids = _prefix_ids(vocabularies.target, target_prefix)
-                text = tf.identity(text)
-                if isinstance(prefix, tf.Tensor):
-                    prefix = tf.identity(prefix)
-            search = lambda ids: prefixed_search(ids, prefix_ids)  # noqa: E731
-            return translate_text(text, search, prefix)
-
-        def serve_prefix(text, target_prefix):
-            return per_request(text, target_prefix)
-
-        def serve_languages(text, source_prefix, target_prefix):
-            shapes = [_check_shape(text, "text"), _check_shape(source_prefix, "source_prefix")]
-            with tf.control_dependencies(shapes):
-                check = tf.debugging.assert_equal(
-                    tf.size(text),
-                    tf.size(source_prefix),
-                    message="text and source_prefix must have one entry per sentence",
-                )
-                known = _check_language_codes(
-                    vocabularies.source,
-                    source_prefix,
-                    "source_prefix",
-                    _source_codes(vocabularies),
-                )
-            return per_request(text, target_prefix, source_prefix, checks=(check, known))
-
-        endpoints["serving_prefix"] = (
-            serve_prefix,
-            text + [tf.TensorSpec([None], tf.string, "target_prefix")],
-        )
-        endpoints["serving_languages"] = (
-            serve_languages,
-            text
-            + [
-                tf.TensorSpec([None], tf.string, "source_prefix"),
-                tf.TensorSpec([None], tf.string, "target_prefix"),
-            ],
-        )
-    return endpoints
-
-
-def _n_best_count(n_best: int | None, beam_size: int) -> int:
-    """Hypotheses the `n_best` signature returns a sentence: `n_best` when above 1, else
-    every one of the beam."""
-    return beam_size if n_best is None or n_best < 2 else n_best
-
-
-def _source_codes(vocabularies) -> list[str]:
-    """The language codes a source may start with: the source vocabulary's (NLLB-200's), or
-    its pieces shaped like one (a multilingual OPUS-MT model's ">>spa<<")."""
-    codes = language_codes(vocabularies.source)
-    if codes:
-        return codes
-    pieces = vocabularies.source.get_vocabulary()
-    return [piece for piece in pieces if re.fullmatch(LANGUAGE_CODE, piece)]
-
-
-def _check_language_codes(tokenizer, prefixes, where="target_prefix", codes=None):
-    """The graph's `kt.decoding.check_target_prefix` (`check_source_prefix`): an op that
-    fails the request (TF Serving answers INVALID_ARGUMENT, HTTP 400, with this message)
-    when a word of a prefix (strings `[batch]`) is shaped like a language code and is not
-    one of `codes` (default: the vocabulary's), rather than cutting it into pieces as
-    text."""
-    words = tf.strings.split(prefixes).flat_values  # every prefix's words, [words]
-    shaped = tf.strings.regex_full_match(words, LANGUAGE_CODE)
-    codes = language_codes(tokenizer) if codes is None else codes
-    if codes:
-        known = tf.reduce_any(tf.equal(words[:, None], tf.constant(codes)[None, :]), axis=1)
-        unknown = tf.boolean_mask(words, shaped & ~known)
-        message = (
-            f"{where}: not one of this model's {len(codes)} language codes "
-            f"({', '.join(codes[:6])}, ...):"
-        )
-    else:
-        unknown = tf.boolean_mask(words, shaped)
-        reads = "into" if where == "target_prefix" else "from"
-        message = (
-            f"{where}: shaped like a language code, and this model's vocabulary has "
-            f"none (it translates {reads} one language):"
-        )
-    return tf.debugging.Assert(tf.size(unknown) == 0, [message, unknown[:3]], summarize=3)
-
-
-def _prefix_ids(tokenizer, texts):
-    """Target prefixes (strings `[batch]`) -> int32 ids `[batch, prefix_len]`, 0-padded."""
-    ids = tokenizer.tokenize(tf.convert_to_tensor(texts, tf.string))
-    if isinstance(ids, tf.RaggedTensor):
-        ids = ids.to_tensor()
-    return tf.cast(ids, tf.int32)
 
 
 def _tokenizers(vocabularies) -> list:
@@ -585,28 +211,24 @@ def write(
         >>> kt.export.export(task, "saved_models/demo", format="savedmodel")  # doctest: +SKIP
     """
     model, vocabularies, directory, settings = resolve_model(model, vocabularies, path, decoding)
-    beam_size, target_prefix = settings.beam_size, settings.target_prefix
-    check_target_prefix(target_prefix, vocabularies.target)
+    # The plan of every signature: its target prefix checked and tokenized once, here.
+    plan = DecodingPlan.make(dataclasses.replace(settings, n_best=1), vocabularies.target)
     check_source_prefix(settings.source_prefix, vocabularies.source)
-    if target_prefix is not None and not _prefix_ids(vocabularies.target, [target_prefix]).shape[1]:
-        raise ValueError(f"target_prefix={target_prefix!r} has no tokens")
-    version = next_version(directory) if version is None else version
-    final = directory / str(version)
-    if final.exists():
-        raise FileExistsError(f"{final} exists; versions are never overwritten")
+    final = _version_folder(directory, version)
     precision = reduced_precision(model, quantize)  # a copy: `model` stays as it is
     model = precision.model
     directory.mkdir(parents=True, exist_ok=True)
-    hypotheses = _n_best_count(settings.n_best, beam_size)  # the n_best signature's
-    settings = {
-        key: value for key, value in settings.to_dict().items() if key != "target_prefix"
-    }  # the prefix is `prefix` below
-    if prefix_signature is None:
+    hypotheses = _n_best_count(settings.n_best, settings.beam_size)  # the n_best signature's
+    if prefix_signature is None:  # written for a vocabulary with language codes
         prefix_signature = bool(getattr(vocabularies.target, "language_codes", None))
-    prefix = {"target_prefix": target_prefix} if target_prefix is not None else {}
     with atomic_directory(final) as temporary:
-        endpoints = translation_endpoints(
-            model, vocabularies, **settings, **prefix, prefix_signature=prefix_signature
+        endpoints = signature_endpoints(
+            model,
+            vocabularies,
+            plan,
+            source_prefix=settings.source_prefix,
+            n_best=hypotheses,
+            prefix_signature=prefix_signature,
         )
         write_saved_model(temporary, endpoints, model, _tokenizers(vocabularies))
         extra = temporary / EXTRA  # the runtime's: manifest and vocabulary beside the graph
@@ -618,22 +240,38 @@ def write(
             quantize=precision.weights,  # the weights' type: "float32", "int8"...
             facts={
                 **({"quantize_fallback": precision.fallback} if precision.fallback else {}),
-                "vocabulary": {
-                    "files": sorted(vocabularies.file_names),
-                    "source_size": vocabularies.source.vocabulary_size(),
-                    "target_size": vocabularies.target.vocabulary_size(),
-                    "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
-                },
-                "decoding": {
-                    **settings,
-                    "target_prefix": target_prefix,
-                    "max_input_tokens": model.config.max_length - 1,
-                },
+                **_facts(model, vocabularies, settings),
                 "signatures": signature_facts(hypotheses, prefix_signature),
             },
             extra=manifest,
         )
     return final
+
+
+def _version_folder(directory: Path, version: int | None) -> Path:
+    """The version folder to write: `version`, or the next free number. FileExistsError
+    where it exists: versions are never overwritten."""
+    final = directory / str(next_version(directory) if version is None else version)
+    if final.exists():
+        raise FileExistsError(f"{final} exists; versions are never overwritten")
+    return final
+
+
+def _facts(model, vocabularies, settings: DecodingSettings) -> dict:
+    """The manifest's `vocabulary` and `decoding` facts."""
+    return {
+        "vocabulary": {
+            "files": sorted(vocabularies.file_names),
+            "source_size": vocabularies.source.vocabulary_size(),
+            "target_size": vocabularies.target.vocabulary_size(),
+            "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": EOS_ID},
+        },
+        "decoding": {
+            **{k: v for k, v in settings.to_dict().items() if k != "target_prefix"},
+            "target_prefix": settings.target_prefix,
+            "max_input_tokens": rules.kept_source_tokens(model.config.max_length),
+        },
+    }
 
 
 def export_saved_model(
@@ -777,7 +415,11 @@ def resolve_model(model, vocabularies, directory, decoding=None, **overrides):
 
 
 __all__ = [
+    "BATCH_BUCKETS",
+    "CHUNK_ROWS",
     "MANIFEST",
+    "decode_sorted_in_chunks",
+    "pad_to_bucket",
     "export_saved_model",
     "next_version",
     "translation_endpoints",

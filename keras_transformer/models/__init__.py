@@ -6,6 +6,9 @@ tokenizer.py      `TransformerTokenizer`: the source and target vocabularies (a 
 preprocessor.py   `TransformerSeq2SeqLMPreprocessor`: text pairs to ids and labels
 seq2seq_lm.py     `TransformerSeq2SeqLM`: the task (`from_preset`, `generate`, `fit`,
                   `save_to_preset`)
+generation.py     what `generate` (and `kt.evaluation.Translator`) does around the search: the
+                  inputs read, the one batching loop, the scores, keras-hub's samplers
+checks.py         what `fit` and `evaluate` check of their text
 presets.py        what `from_preset` loads: keras-hub presets, Marian checkpoints and
                   `trainers.train` model directories
 

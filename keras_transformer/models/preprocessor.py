@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_transformer._ragged import concat_rows
 from keras_transformer.config import PAD_ID
+from keras_transformer.core import rules
 from keras_transformer.decoding.settings import BLANK, KEEPS_ITS_SOURCE, check_source_prefix
 from keras_transformer.models.tokenizer import TransformerTokenizer
 from keras_transformer.text import BOS_ID, EOS_ID, detokenize
@@ -137,7 +138,7 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         if source_prefix is not None:
             texts = _with_source_prefix(texts, source_prefix)
         tokens = _ragged(self.tokenizer.tokenize(texts))
-        tokens = tokens[:, : self._length(self.encoder_sequence_length) - 1]
+        tokens = tokens[:, : rules.kept_source_tokens(self._length(self.encoder_sequence_length))]
         eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], EOS_ID))
         return concat_rows(tokens, eos).to_tensor(PAD_ID)
 
@@ -176,7 +177,7 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         texts = detokenize(self.tokenizer.target, ids.reshape(-1, ids.shape[-1]))
         if source_ids is not None:
             source_ids = np.asarray(keras.ops.convert_to_numpy(source_ids))
-            empty = np.repeat(np.count_nonzero(source_ids, axis=1) <= 1, n)
+            empty = np.repeat(rules.nothing_to_translate(np.count_nonzero(source_ids, axis=1)), n)
             texts = ["" if nothing else text for nothing, text in zip(empty, texts, strict=True)]
         if ids.ndim == 3:
             return [texts[i : i + n] for i in range(0, len(texts), n)]
@@ -190,7 +191,7 @@ class TransformerSeq2SeqLMPreprocessor(keras_hub.models.Seq2SeqLMPreprocessor):
         texts = self.tokenizer.target.detokenize(flat)
         texts = tf.reshape(texts, shape[:-1])
         if source_ids is not None:
-            empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (batch,)
+            empty = rules.nothing_to_translate(tf.math.count_nonzero(source_ids, axis=1))
             if ids.shape.rank == 3:
                 empty = empty[:, None]
             texts = tf.where(empty, tf.constant(""), texts)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import keras
@@ -12,19 +11,20 @@ import tensorflow as tf
 
 from keras_transformer import _backends as backends
 from keras_transformer import _workarounds as workarounds
-from keras_transformer import decoding, losses
+from keras_transformer import losses
 from keras_transformer import metrics as kt_metrics
 from keras_transformer.decoding import settings as settings_lib
-from keras_transformer.decoding.settings import DecodingSettings, prefix_ids
+from keras_transformer.decoding.plan import DecodingPlan
+from keras_transformer.decoding.settings import DecodingSettings
 from keras_transformer.model import TokenLossTraining
-from keras_transformer.models import presets
+from keras_transformer.models import checks, generation, presets
 from keras_transformer.models.backbone import TransformerBackbone
-from keras_transformer.models.preprocessor import NEEDS_TARGETS, TransformerSeq2SeqLMPreprocessor
+from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
 from keras_transformer.schedule import WarmupSchedule
 
 # keras-hub's sampler names, as a keras-hub user passes them to `compile(sampler=...)`.
-SAMPLING = {"top_k", "top_p", "random"}
-UNSUPPORTED_SAMPLERS = {"contrastive", "speculative"}
+SAMPLING = generation.SAMPLING
+UNSUPPORTED_SAMPLERS = generation.UNSUPPORTED_SAMPLERS
 # The constructor's keywords, and `keras.Model`'s that it passes on (Keras's functional
 # models drop any other without a word: the constructor refuses them by name).
 ARGUMENTS = ("backbone", "preprocessor", "decoding", "sampling", "compile")
@@ -33,7 +33,7 @@ MODEL_ARGUMENTS = ("name", "trainable")
 # this task: its own, and the keywords it passes on to the task (`dtype` to the backbone).
 LOADER_KEYWORDS = ("load_weights", "decoding", "dtype", "preprocessor", "sampling", "compile")
 LOADER_KEYWORDS += MODEL_ARGUMENTS
-TAKES = "a str, a list of str or a dataset of str"  # what generate translates
+TAKES = generation.TAKES  # what generate translates
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -223,7 +223,7 @@ class TransformerSeq2SeqLM(
             **kwargs,
         )
         if sampler is not None:
-            self.decoding, self.sampling = _search_settings(sampler, self.decoding)
+            self.decoding, self.sampling = generation.search_settings(sampler, self.decoding)
             self.sampler = sampler
         self.generate_function = None
 
@@ -235,35 +235,27 @@ class TransformerSeq2SeqLM(
             self.generate_function = {}
         return self.generate_function
 
-    def _search(self, max_length, settings):
-        """The search of `settings` (and the compiled sampler, if any) for outputs of at
-        most `max_length` tokens, made once for each."""
+    def decoding_plan(
+        self, settings: DecodingSettings | None = None, max_length: int | None = None
+    ) -> DecodingPlan:
+        """The `kt.decoding.DecodingPlan` of `settings` (None: the task's) for this task: its
+        target prefix tokenized once by the target tokenizer, its sampler's settings, at most
+        `max_length` output tokens."""
+        settings = self.decoding if settings is None else settings
+        if settings.target_prefix is not None and self.preprocessor is None:
+            raise ValueError(
+                f"target_prefix={settings.target_prefix!r} is text, and this task has "
+                "no preprocessor to tokenize it"
+            )
+        tokenizer = None if self.preprocessor is None else self.preprocessor.tokenizer.target
+        return DecodingPlan.make(settings, tokenizer, sampling=self.sampling, max_length=max_length)
+
+    def _search(self, plan: DecodingPlan):
+        """The compiled search of `plan` (`backends.traced_search`), made once for each."""
         functions = self.make_generate_function()
-        sampling = self.sampling
-        settings = dataclasses.replace(settings, source_prefix=None)  # text: not the search's
-        key = (max_length, settings, None if sampling is None else tuple(sorted(sampling.items())))
-        if key not in functions:
-            prefix = None
-            if settings.target_prefix is not None:
-                if self.preprocessor is None:
-                    raise ValueError(
-                        f"target_prefix={settings.target_prefix!r} is text, and this task has "
-                        "no preprocessor to tokenize it"
-                    )
-                prefix = prefix_ids(settings, self.preprocessor.tokenizer.target)[0]
-
-            def search(source_ids):
-                return decoding.decode(
-                    self,
-                    source_ids,
-                    settings,
-                    prefix_ids=prefix,
-                    sampling=sampling,
-                    max_length=max_length,
-                )
-
-            functions[key] = backends.traced_search(search)
-        return functions[key]
+        if plan not in functions:
+            functions[plan] = backends.traced_search(lambda ids: plan.search(self, ids))
+        return functions[plan]
 
     def generate(
         self,
@@ -318,19 +310,7 @@ class TransformerSeq2SeqLM(
             out_len]`), or `(ids, scores)` with `return_scores`.
         """
         del strip_prompt
-        if stop_token_ids not in ("auto", [decoding.EOS_ID], (decoding.EOS_ID,)):
-            raise ValueError(
-                f"stop_token_ids={stop_token_ids!r}: this model's searches stop at EOS "
-                f"(id {decoding.EOS_ID}) only; pass 'auto'"
-            )
-        if max_length is not None and (
-            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1
-        ):
-            raise ValueError(f"max_length={max_length!r} must be None or an integer >= 1")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
-        if not isinstance(return_scores, bool):
-            raise ValueError(f"return_scores={return_scores!r} must be True or False")
+        generation.check_arguments(stop_token_ids, max_length, batch_size, return_scores)
         settings = self.decoding.replace(
             target_prefix=target_prefix, source_prefix=source_prefix, n_best=n_best
         )
@@ -339,7 +319,7 @@ class TransformerSeq2SeqLM(
                 f"n_best={n_best}: this task samples (compile(sampler=...)), "
                 "which draws one translation a sentence"
             )
-        search = self._search(max_length, settings)
+        search = self._search(self.decoding_plan(settings, max_length))
         if self.preprocessor is None:
             if settings.source_prefix is not None:
                 raise ValueError(
@@ -349,27 +329,18 @@ class TransformerSeq2SeqLM(
             ids, scores = search(np.asarray(inputs, "int32"))
             ids = keras.ops.convert_to_numpy(ids)
             return (ids, keras.ops.convert_to_numpy(scores)) if return_scores else ids
-        texts, scalar = _texts(inputs)
-        order = np.argsort([len(text) for text in texts], kind="stable")
-        results, scores = [None] * len(texts), [None] * len(texts)
+        texts, scalar = generation.texts_of(inputs)
         plural = settings.n_best > 1 and self.sampling is None  # n-best lists
-        for start in range(0, len(texts), batch_size):
-            positions = order[start : start + batch_size]
-            inputs = self.preprocessor.generate_preprocess(
-                [texts[i] for i in positions], source_prefix=settings.source_prefix
-            )
-            ids, score = search(inputs["source_ids"].numpy())
-            translated = self.preprocessor.generate_postprocess({**inputs, "target_ids": ids})
-            score = _scores(score, inputs["source_ids"].numpy())
-            for i, position in enumerate(positions):
-                results[position], scores[position] = translated[i], score[i]
+        results, scores = generation.translate_texts(
+            self.preprocessor,
+            search,
+            texts,
+            source_prefix=settings.source_prefix,
+            batch_size=batch_size,
+        )
         if scalar:
             results, scores = results[0], scores[0]
-        if not return_scores:
-            return results
-        if plural:
-            return {"translations": results, "scores": scores}
-        return {"translation": results, "score": scores}
+        return generation.answer(results, scores, return_scores=return_scores, plural=plural)
 
     def quantize(self, mode, **kwargs):
         """Quantizes the backbone's layers (`keras.Model.quantize`, e.g. "int8"): the task's
@@ -408,7 +379,7 @@ class TransformerSeq2SeqLM(
         """`keras.Model.evaluate`, with text checked as `fit` checks it (one target a
         source, each a str)."""
         if x is not None and not isinstance(x, tf.data.Dataset) and self.preprocessor is not None:
-            _check_pairs(x, y)
+            checks.check_pairs(x, y)
         return super().evaluate(x, y, batch_size=batch_size, **kwargs)
 
     def fit(self, x=None, y=None, batch_size=None, shuffle=None, **kwargs):
@@ -426,7 +397,7 @@ class TransformerSeq2SeqLM(
             and kwargs.get("sample_weight") is None
         )
         if given_as_arrays and self.preprocessor is not None:
-            _check_pairs(x, y)
+            checks.check_pairs(x, y)
             samples = x if y is None else (x, y)
             dataset = tf.data.Dataset.from_tensor_slices(samples)
             if shuffle is None or shuffle:
@@ -489,59 +460,6 @@ class TransformerSeq2SeqLM(
         super().save_to_preset(str(preset_dir), max_shard_size=max_shard_size)
 
 
-def _search_settings(sampler, settings: DecodingSettings):
-    """`(decoding settings, sampling settings or None)` for `compile(sampler=...)`."""
-    if isinstance(sampler, DecodingSettings):
-        return sampler, None
-    if isinstance(sampler, str):
-        if sampler in UNSUPPORTED_SAMPLERS:
-            raise ValueError(
-                f"sampler={sampler!r} is not one this model's searches run; use 'greedy', "
-                "'beam', 'top_k', 'top_p', 'random' or a kt.decoding.DecodingSettings"
-            )
-        if sampler == "beam":  # by name: the settings' beam search, whatever chose greedy
-            beams = settings.beam_size if settings.beam_size > 1 else DecodingSettings.beam_size
-            return settings.replace(beam_size=beams, n_best=1), None  # the best translation
-        try:
-            sampler = keras_hub.samplers.get(sampler)
-        except (KeyError, ValueError) as error:
-            raise ValueError(f"sampler={sampler!r} is not a keras-hub sampler: {error}") from None
-    if not isinstance(sampler, keras_hub.samplers.Sampler):
-        raise ValueError(
-            f"sampler={sampler!r} must be a keras-hub sampler (name or instance) or a "
-            "kt.decoding.DecodingSettings"
-        )
-    config = sampler.get_config()
-    temperature = config.get("temperature", 1.0)
-    name = type(sampler).__name__
-    if isinstance(sampler, keras_hub.samplers.GreedySampler | keras_hub.samplers.BeamSampler):
-        if temperature != 1.0:
-            raise ValueError(
-                f"{name}(temperature={temperature}): a search over log-probabilities does "
-                "not change with the temperature; leave it at 1.0"
-            )
-        if isinstance(sampler, keras_hub.samplers.GreedySampler):
-            return settings.replace(beam_size=1, n_best=1), None
-        beams = config["num_beams"]
-        n_best = beams if config.get("return_all_beams") else 1
-        return settings.replace(beam_size=beams, n_best=n_best), None
-    if isinstance(sampler, keras_hub.samplers.TopKSampler):
-        return settings, {"temperature": temperature, "top_k": config["k"], "seed": config["seed"]}
-    if isinstance(sampler, keras_hub.samplers.TopPSampler):
-        return settings, {
-            "temperature": temperature,
-            "top_p": config["p"],
-            "top_k": config.get("k") or 0,
-            "seed": config["seed"],
-        }
-    if isinstance(sampler, keras_hub.samplers.RandomSampler):
-        return settings, {"temperature": temperature, "seed": config["seed"]}
-    raise ValueError(
-        f"sampler {name} is not one this model's searches run; use GreedySampler, "
-        "BeamSampler, TopKSampler, TopPSampler, RandomSampler or a kt.decoding.DecodingSettings"
-    )
-
-
 def _check_arguments(
     kwargs, where: str = "TransformerSeq2SeqLM", takes: tuple = (*ARGUMENTS, *MODEL_ARGUMENTS)
 ) -> None:
@@ -558,98 +476,6 @@ def _check_arguments(
             f"model_file={kwargs['model_file']!r})"
         )
     presets.check_keywords({k: v for k, v in kwargs.items() if k != "backbone"}, takes, where)
-
-
-def _check_pairs(x, y) -> None:
-    """`fit`'s text given as lists or arrays (or keras-hub's dict of them): targets given,
-    one a source, and at least one pair. ValueError naming the arguments, before TensorFlow
-    traces the preprocessor (whose own refusal would come wrapped in Keras's traceback of
-    the traced function); other inputs (a tuple of sources and targets) are left to Keras."""
-    if isinstance(x, dict):
-        if y is not None or "encoder_text" not in x:
-            return
-        sides = [("x['encoder_text']", x["encoder_text"])]
-        sides.append(("x['decoder_text']", x.get("decoder_text")))
-    elif y is None and isinstance(x, tuple):
-        return
-    elif y is None:
-        raise ValueError(f"y=None: {NEEDS_TARGETS}")
-    else:
-        sides = [("x", x), ("y", y)]
-    # Here, not at the top: `import keras_transformer` leaves kt.serving to its first use.
-    from keras_transformer.serving.common import text_of
-
-    counts = []
-    for name, side in sides:
-        if side is None:
-            raise ValueError(f"{name}=None: fit on text takes the targets too")
-        if isinstance(side, (str, bytes)):
-            raise ValueError(f"{name}: give a list of sentences, not one str")
-        try:
-            counts.append(len(side))
-        except TypeError:
-            raise ValueError(
-                f"{name}: expected a list or array of sentences, got {type(side).__name__}"
-            ) from None
-    for name, side in sides:
-        for index, sentence in enumerate(side):
-            text_of(sentence.item() if hasattr(sentence, "item") else sentence, f"{name}[{index}]")
-    (x_name, x_count), (y_name, y_count) = zip((n for n, _ in sides), counts, strict=True)
-    if x_count != y_count:
-        raise ValueError(
-            f"{x_name} has {x_count} sentences and {y_name} {y_count}: give one target a source"
-        )
-    if not x_count:
-        raise ValueError(f"{x_name} and {y_name} are empty: nothing to train on")
-
-
-def _scores(scores, source_ids) -> list:
-    """A batch's scores `[batch]` (`[batch, n]`) as Python floats (lists of n), 0 where the
-    source held nothing to translate, as its translation is "" (the SavedModel's rule)."""
-    scores = np.asarray(keras.ops.convert_to_numpy(scores), "float32")
-    empty = np.count_nonzero(source_ids, axis=1) <= 1
-    scores = np.where(empty.reshape(-1, *[1] * (scores.ndim - 1)), 0.0, scores)
-    return scores.tolist()
-
-
-def _texts(inputs) -> tuple[list[str], bool]:
-    """`generate`'s inputs as a list of str, and whether one str was given: each sentence
-    checked as the translators check theirs (`kt.serving.common.text_of`)."""
-    # Here, not at the top: `import keras_transformer` leaves kt.serving to its first use.
-    from keras_transformer.serving.common import lines_of, text_of
-
-    if isinstance(inputs, dict):
-        if "encoder_text" not in inputs:
-            raise ValueError(
-                "inputs: a dict takes keras-hub's 'encoder_text' (the sources); got "
-                f"{sorted(inputs)}"
-            )
-        prompts = inputs.get("decoder_text", "")
-        prompts = [prompts] if isinstance(prompts, (str, bytes)) else list(prompts)
-        if any(text_of(p) for p in prompts):
-            raise ValueError(
-                "generate continues no target prompt: give 'encoder_text' alone, or empty "
-                "'decoder_text' (a forced target prefix is not supported yet)"
-            )
-        inputs = inputs["encoder_text"]
-    if isinstance(inputs, (str, bytes)):
-        return [text_of(inputs)], True
-    if type(inputs).__name__.endswith("Dataset") and hasattr(inputs, "as_numpy_iterator"):
-        texts = []
-        for element in inputs.as_numpy_iterator():
-            element = np.asarray(element)
-            texts.extend(text_of(t, f"inputs[{len(texts)}]") for t in element.reshape(-1))
-        return texts, False
-    if inputs is None or isinstance(inputs, (list, tuple)):  # checked as the translators check
-        return lines_of(inputs, "inputs", decode=True, takes=TAKES), False
-    array = np.asarray(keras.ops.convert_to_numpy(inputs) if hasattr(inputs, "numpy") else inputs)
-    if array.ndim == 0:
-        return [text_of(array.item())], True
-    if array.ndim != 1:
-        raise ValueError(f"generate takes text [batch]; got an array of shape {array.shape}")
-    return [
-        text_of(t.item() if hasattr(t, "item") else t, f"inputs[{i}]") for i, t in enumerate(array)
-    ], False
 
 
 __all__ = ["TransformerSeq2SeqLM"]

@@ -21,15 +21,14 @@ savedmodel.py    `SavedModelTranslator`: a TF Serving SavedModel (`kt.export`) t
                  signatures, with `tensorflow` and `tensorflow_text` alone
 common.py        `Hypothesis` (what both return), `ExportedVocabulary` and `check_prefixes`
                  (the prefixes checked against an export's vocabulary), the source prefix
-                 rule (`kt.decoding.settings.with_source_prefix`)
+                 rule (`kt.core.rules.with_source_prefix`)
 
 Each takes the decoding settings' source and target prefixes over the export's (NLLB-200's
 language codes: `source_prefix="eng_Latn"`, `target_prefix="spa_Latn"`). `trainers.translate`
 is the command line over them.
 
-Nothing here imports TensorFlow or Keras at import time, and the package runs without
-`keras_transformer/__init__` (which imports both): `trainers.translate` loads it alone for a
-CTranslate2 directory (`common.library_module` says how).
+Nothing here imports TensorFlow, Keras or keras-hub at import time (nor does
+`import keras_transformer`): `trainers.translate` runs a CTranslate2 directory without them.
 
 Examples:
     >>> from keras_transformer import serving

@@ -5,67 +5,23 @@ against, and `read_manifest`, the reader of an export's manifest (`keras_transfo
 
 The source prefix is put in front of each sentence by `with_source_prefix` and the prefixes
 are checked by `check_source_prefix` and `check_target_prefix`, all three
-`keras_transformer.decoding.settings`' own (`library_module`): one rule for every door.
+`keras_transformer.core.rules`' own: one rule for every door.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-import types
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-if TYPE_CHECKING:  # what `library_module` loads below, for readers and the import graph
-    from keras_transformer import _logs, _manifest, special_ids  # noqa: F401
-    from keras_transformer.decoding import settings  # noqa: F401
-
-
-def library_module(name: str) -> types.ModuleType:
-    """Module `name` of this library, one that imports nothing but the standard library at
-    its top (`keras_transformer.decoding.settings`, `keras_transformer.special_ids`,
-    `keras_transformer._logs`, `keras_transformer._manifest`).
-
-    The package's own module once `keras_transformer` is imported (or the module itself
-    is). Otherwise its file runs on its own, without the package's `__init__`, which imports
-    Keras and TensorFlow: `trainers.translate` runs a CTranslate2 directory with neither.
-    That copy is kept under a name of its own (`keras_transformer.serving.common[NAME]`),
-    so that the package, imported later in the process, loads its module as it always does;
-    the two run the same file.
-
-    Args:
-        name: str. The module's dotted name, "keras_transformer.decoding.settings".
-
-    Returns:
-        The module.
-    """
-    if name in sys.modules or "keras_transformer" in sys.modules:
-        return importlib.import_module(name)
-    alias = f"{__name__}[{name}]"
-    if alias not in sys.modules:
-        package = Path(__file__).resolve().parents[1]  # keras_transformer/
-        path = package.joinpath(*name.split(".")[1:]).with_suffix(".py")
-        spec = importlib.util.spec_from_file_location(alias, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[alias] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[alias]
-            raise
-    return sys.modules[alias]
-
-
-_settings = library_module("keras_transformer.decoding.settings")
-UNK_ID = library_module("keras_transformer.special_ids").UNK_ID
-LANGUAGE_CODE = _settings.LANGUAGE_CODE
-check_source_prefix = _settings.check_source_prefix
-check_target_prefix = _settings.check_target_prefix
-with_source_prefix = _settings.with_source_prefix
 # The one reader of an export's manifest.json: a damaged one is named, with what is wrong.
-read_manifest = library_module("keras_transformer._manifest").read_manifest
+from keras_transformer._manifest import read_manifest
+from keras_transformer.core.rules import (
+    LANGUAGE_CODE,
+    check_source_prefix,
+    check_target_prefix,
+    with_source_prefix,
+)
+from keras_transformer.core.special_ids import UNK_ID
 
 
 class Hypothesis(NamedTuple):
@@ -195,7 +151,11 @@ __all__ = [
     "ExportedVocabulary",
     "Hypothesis",
     "check_prefixes",
-    "library_module",
+    "LANGUAGE_CODE",
+    "UNK_ID",
+    "check_source_prefix",
+    "check_target_prefix",
+    "with_source_prefix",
     "lines_of",
     "prefixed",
     "read_manifest",

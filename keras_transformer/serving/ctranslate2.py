@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from keras_transformer.core import rules
 from keras_transformer.serving.common import (
     LANGUAGE_CODE,
     ExportedVocabulary,
@@ -234,14 +235,7 @@ class CTranslate2Translator:
             self._target_pieces if target_prefix is None else self._prefix_pieces(target_prefix)
         )
         texts = [s.decode("utf-8", "replace") if isinstance(s, bytes) else s for s in sentences]
-        pieces = [
-            self.rules.split(prefixed(s, source_prefix))[: self.max_length - 1] for s in texts
-        ]
-        # Our limits count the source's EOS and the output's.
-        limits = [min(len(p) + 1 + self.max_extra_length, self.max_length) for p in pieces]
-        # A blank sentence (whitespace only) has nothing to translate, whatever its pieces
-        # (NLLB's tokenizer keeps trailing whitespace as a "▁"): "", as every door answers.
-        todo = [i for i, (t, p) in enumerate(zip(texts, pieces, strict=True)) if p and t.split()]
+        pieces, limits, todo = self._sources(texts, source_prefix)
         results = [[Hypothesis([], "", 0.0)] * n_best for _ in texts]
         if not todo:
             return results
@@ -273,6 +267,25 @@ class CTranslate2Translator:
             ]
         return results
 
+    def _sources(self, texts: list[str], source_prefix: str | None) -> tuple:
+        """`(pieces, limits, todo)`: each text's pieces (the source prefix first, cut to
+        `core.rules.kept_source_tokens`, before the EOS that CTranslate2 adds), its output
+        limit (`core.rules.output_limit`, counting the source's EOS and the output's), and
+        the indices of those with something to translate (`core.rules.nothing_to_translate`;
+        a blank text has nothing, whatever its pieces: NLLB's tokenizer keeps trailing
+        whitespace as a "▁")."""
+        kept = rules.kept_source_tokens(self.max_length)
+        pieces = [self.rules.split(prefixed(s, source_prefix))[:kept] for s in texts]
+        limits = [
+            rules.output_limit(len(p) + 1, self.max_extra_length, self.max_length) for p in pieces
+        ]
+        todo = [
+            i
+            for i, (t, p) in enumerate(zip(texts, pieces, strict=True))
+            if not rules.nothing_to_translate(len(p) + 1) and not rules.is_blank(t)
+        ]
+        return pieces, limits, todo
+
     def n_best_problem(self, n_best: int, *, beam_size: int | None = None) -> str | None:
         """Why `translate` cannot give `n_best` hypotheses a sentence with `beam_size`
         (None: the export's), or None when it can."""
@@ -285,16 +298,11 @@ class CTranslate2Translator:
         """The target prefix's pieces, which CTranslate2 forces; None for no prefix."""
         if prefix is None:
             return None
-        pieces = self.rules.split(prefix)
-        if not pieces:
-            raise ValueError(f"target_prefix={prefix!r} has no tokens")
-        return pieces
+        return rules.target_prefix_ids(prefix, self.rules.split)
 
     def _length_penalty(self, length: int) -> float:
         """lp(Y) of a hypothesis of `length` tokens, EOS included, by the ranking."""
-        if self.ranking == "length":
-            return float(length) ** self.length_penalty
-        return ((5.0 + length) / 6.0) ** self.length_penalty
+        return rules.length_penalty(float(length), self.length_penalty, self.ranking)
 
     def _cut_at_limits(self, found, pieces, limits) -> set:
         """Ends each hypothesis that ran past its sentence's limit as our search does: cut to

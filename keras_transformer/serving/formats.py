@@ -11,7 +11,7 @@ litert        litert.write          LiteRTTranslator        a .tflite file, or m
 web           web.write             LiteRTTranslator        index.html beside model.tflite
 
 The table lives with the runtimes, which are light (no TensorFlow: `trainers.translate` reads
-it without starting TensorFlow, through `trainers.library.light_module`), and which the
+it without starting TensorFlow), and which the
 writers import their constants from (the manifest's name, the model file's): a writer needs
 TensorFlow, so the table names it by its module path, "module:function", and
 `kt.export.export` imports it when it writes. The contracts are `kt.serving.protocols`'.
@@ -23,9 +23,6 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-# Names from each module, not `from keras_transformer.serving import litert`: loaded without
-# the package's `__init__` (`trainers.library.light_module`), that form imports it (and
-# TensorFlow) when the module is not loaded yet.
 from keras_transformer.serving.ctranslate2 import MANIFEST as CTRANSLATE2_MANIFEST
 from keras_transformer.serving.ctranslate2 import MODEL_FILE as CTRANSLATE2_MODEL
 from keras_transformer.serving.ctranslate2 import CTranslate2Translator, is_ctranslate2

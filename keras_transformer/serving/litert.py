@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
+from keras_transformer.core.logs import native_logs
 from keras_transformer.serving.common import (
     LANGUAGE_CODE,
     Hypothesis,
     check_target_prefix,
-    library_module,
     lines_of,
     read_manifest,
 )
@@ -75,8 +75,8 @@ def text_op_registrars() -> list:
             )
         except (ImportError, StopIteration):
             raise ImportError(HOW_TO_REGISTER) from None
-        # TensorFlow's start-up lines, held to the level (keras_transformer._logs).
-        with library_module("keras_transformer._logs").native_logs():
+        # TensorFlow's start-up lines, held to the level (keras_transformer.core.logs).
+        with native_logs():
             ctypes.CDLL(str(tensorflow / "libtensorflow_framework.so.2"), ctypes.RTLD_GLOBAL)
             spec = importlib.util.spec_from_file_location("tflite_registrar", library)
             registrar = importlib.util.module_from_spec(spec)
@@ -217,8 +217,8 @@ class LiteRTTranslator:
         registrars = [] if builtin else text_op_registrars()
         try:
             # The first allocation applies the XNNPACK delegate, which says so on stderr:
-            # done here, with the line held to the level (keras_transformer._logs).
-            with library_module("keras_transformer._logs").native_logs():
+            # done here, with the line held to the level (keras_transformer.core.logs).
+            with native_logs():
                 interpreter = InterpreterWithCustomOps(
                     custom_op_registerers=registrars,
                     model_path=str(path),

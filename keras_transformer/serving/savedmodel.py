@@ -15,12 +15,12 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from keras_transformer.core.logs import native_logs
 from keras_transformer.serving.common import (
     LANGUAGE_CODE,
     ExportedVocabulary,
     Hypothesis,
     check_prefixes,
-    library_module,
     lines_of,
     prefixed,
     read_manifest,
@@ -107,7 +107,7 @@ def vocabularies(version) -> tuple[ExportedVocabulary, ExportedVocabulary]:
 
     found = []
     for name in names:
-        with library_module("keras_transformer._logs").native_logs():
+        with native_logs():
             tokenizer = tensorflow_text.SentencepieceTokenizer(model=(extra / name).read_bytes())
         pieces = tokenizer.id_to_string(tf.range(tokenizer.vocab_size())).numpy()
         found.append(ExportedVocabulary([p.decode("utf-8") for p in pieces]))
@@ -169,7 +169,7 @@ class SavedModelTranslator:
 
         self._tf = tf
         # Its SentencePiece ops load their models.
-        with library_module("keras_transformer._logs").native_logs():
+        with native_logs():
             self.loaded = tf.saved_model.load(str(version))
         serving = self.loaded.signatures.get("serving_default")
         inputs = serving.structured_input_signature[1] if serving is not None else {}
