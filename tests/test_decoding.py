@@ -8,15 +8,14 @@ whose distributions are peaked as a trained model's are; some on a random tiny m
 layers each side), whose near-uniform ones rarely produce EOS, so it runs into the length
 limits.
 
-The `exact` tests hold ids exactly between two computations (cache or none, batch, graph,
-XLA, `kt.fast`, parallel slices, one loop, a NumPy reference) and scores to 1e-4 (1e-5 or
-1e-6 where the computations are closer). The reversal model is trained in the session, so
-its weights, and its close choices on UNFAMILIAR_SOURCE, are each CPU's own: the tests
-that compare two computations of our search on it (and on the random model's long outputs)
-let a sentence part only at a choice within `ties.SCORE_TOLERANCE`
-(`_alike_but_at_ties`), and count the sentences alike. The others hold while no choice of
-a search lies within the two computations' last bits; the random models' seeded weights
-are the same on every CPU (tests/README.md).
+The `exact` tests hold ids between two computations (cache or none, batch, graph, XLA,
+`kt.fast`, parallel slices, one loop, a NumPy reference) and scores to 1e-4 (1e-5 or 1e-6
+where the computations are closer). Two computations' last bits are each CPU's own, and so
+are the weights of the reversal model, trained in the session: a sentence may part only at
+a choice within `ties.SCORE_TOLERANCE` (`_alike_but_at_ties`; an exhaustive ranking:
+`_assert_exhaustive_ranking`; a seeded draw: at a boundary of the cumulative probabilities,
+`_draws_alike_but_at_boundaries`), and each test counts the sentences alike, with a floor
+(tests/README.md).
 """
 
 import itertools
@@ -892,27 +891,26 @@ def _draws_alike_but_at_boundaries(model, source, ids, other_ids, *, seed, tempe
     """Two computations of `sample(model, source, seed=seed, temperature=temperature)`: each
     sentence's draws equal, but where at the first step they part the step's uniform lies
     within `ties.SCORE_TOLERANCE` of a boundary of the cumulative probabilities between the
-    two tokens (`ties.draws_part_at_a_boundary`, the distribution teacher forced): there
-    the two computations' last bits may draw either side. Returns how many are alike."""
-    alike = 0
-    for row, (sentence, a, b) in enumerate(zip(source, ids, other_ids, strict=True)):
-        (a,), (b,) = ties.output_ids(a), ties.output_ids(b)
-        if a == b:
-            alike += 1
-            continue
-        step = next(t for t, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
-        logits = ties.teacher_forced(model, sentence)([[BOS, *a[:step]]])[0]
+    two tokens (`ties.rows_drawn_alike_but_at_boundaries`, the distribution teacher forced):
+    there the two computations' last bits may draw either side. Returns how many are
+    alike."""
 
-        def draw(logits, step=step):  # the search's sampler at this step
+    def draw_at(step):
+        """The search's sampler at `step`: its seed is `(seed, step)`."""
+
+        def draw(logits):
             return tf.random.stateless_categorical(logits, 1, [seed, step], tf.int32)[:, 0]
 
-        log_probs = ties.log_softmax(logits) / temperature
-        assert ties.draws_part_at_a_boundary(draw, log_probs, len(source), row, a[step], b[step]), (
-            row,
-            a,
-            b,
-        )
-    return alike
+        return draw
+
+    alike = ties.rows_drawn_alike_but_at_boundaries(
+        lambda row: ties.teacher_forced(model, source[row]),
+        draw_at,
+        ids,
+        other_ids,
+        temperature=temperature,
+    )
+    return int(alike.sum())
 
 
 @pytest.mark.exact

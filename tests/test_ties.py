@@ -169,12 +169,12 @@ def test_a_seeded_draw_parts_only_where_its_uniform_is_at_a_boundary():
 
 def test_the_replay_is_generate_s_beam_search():
     """`ties.replay_beam` with generate's rules (padding the only token never chosen, any
-    token at the length limit) over `ties.prompted`'s logits returns `kt.decoding.generate`'s
-    beam n-best on the seeded language model, but where it meets a choice within
-    SCORE_TOLERANCE."""
+    token at the length limit: `tests.language_models.replay_settings`) over
+    `ties.prompted`'s logits returns `kt.decoding.generate`'s beam n-best on the seeded
+    language model, but where it meets a choice within SCORE_TOLERANCE (9 of 9 compared
+    when written)."""
     from keras_transformer.decoding import generate
-    from keras_transformer.decoding.settings import DEFAULT
-    from tests.language_models import MAX_LENGTH, PROMPTS, language_model
+    from tests.language_models import PROMPTS, language_model, replay_settings
 
     model = language_model()
     compared = 0
@@ -183,31 +183,20 @@ def test_the_replay_is_generate_s_beam_search():
         {"beam_size": 3, "num_hypotheses": 2, "stopping": "early"},
         {"beam_size": 2, "finish_rule": "fairseq", "stopping": "exact"},
     ):
-        ids, scores = generate(model, PROMPTS, max_new_tokens=6, method="beam", **settings)
-        n_best = settings.get("num_hypotheses", 1)
+        settings = {"method": "beam", "max_new_tokens": 6, **settings}
+        ids, scores = generate(model, PROMPTS, **settings)
         for prompt, row, row_scores in zip(
             PROMPTS, np.asarray(ids), np.asarray(scores), strict=True
         ):
-            replay = ties.replay_beam(
-                ties.prompted(model, prompt),
-                beam_size=settings["beam_size"],
-                length_penalty=settings.get("length_penalty", DEFAULT.length_penalty),
-                limit=min(6, MAX_LENGTH - len(prompt)),
-                n_best=n_best,
-                finish_rule=settings.get("finish_rule", DEFAULT.finish_rule),
-                stopping=settings.get("stopping", DEFAULT.stopping),
-                ranking="gnmt",
-                never=(ties.PAD_ID,),
-                force_stop=False,
-            )
+            search = replay_settings(prompt, **settings)
+            replay = ties.replay_beam(ties.prompted(model, prompt), **search)
             if replay.smallest_margin < ties.SCORE_TOLERANCE:
                 continue
             compared += 1
-            expected = [list(ids_) for _, ids_ in replay.finished[:n_best]]
-            assert [
-                ids_[:-1] if ids_[-1] == ties.EOS_ID else ids_ for ids_ in ties.output_ids(row)
-            ] == expected
-            np.testing.assert_allclose(
-                np.ravel(row_scores), [s for s, _ in replay.finished[:n_best]], atol=1e-4
-            )
+            best = replay.finished[: search["n_best"]]
+            expected = [
+                list(ids_) + [ties.EOS_ID] * (len(ids_) < search["limit"]) for _, ids_ in best
+            ]
+            assert ties.output_ids(row) == expected, (prompt, row, best)
+            np.testing.assert_allclose(np.ravel(row_scores), [s for s, _ in best], atol=1e-4)
     assert compared >= 6, compared

@@ -459,3 +459,34 @@ def draws_part_at_a_boundary(
         and token_of_probe(min(c + tolerance, 1.0)) == 0
         for c in cdf[low:high]
     )
+
+
+def rows_drawn_alike_but_at_boundaries(
+    next_logits_of,
+    draw_at: Callable[[int], Callable[[np.ndarray], np.ndarray]],
+    ids_a,
+    ids_b,
+    *,
+    temperature: float,
+    never: Sequence[int] = (PAD_ID, BOS_ID),
+) -> np.ndarray:
+    """`draws_part_at_a_boundary` over a batch: two computations' seeded samples `ids_a`,
+    `ids_b` (`[batch, len]`, sampling at `temperature`, without top-k or top-p), row by row:
+    alike, or, at the first step t where row i's two part, the row's uniform within
+    SCORE_TOLERANCE of a boundary between the two tokens, the distribution teacher forced
+    (`next_logits_of(i)`, as `ours_part_at_a_tie` takes it; `never` the tokens the search
+    never draws) and `draw_at(t)` the search's sampler at step t. Raises AssertionError
+    naming the first row that parts elsewhere; returns which rows are alike, bool `[batch]`."""
+    alike = []
+    rows = len(np.asarray(ids_a))
+    for row, (a, b) in enumerate(zip(np.asarray(ids_a), np.asarray(ids_b), strict=True)):
+        (a,), (b,) = output_ids(a), output_ids(b)
+        if a != b:
+            step = next(t for t, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+            logits = np.asarray(next_logits_of(row)([[BOS_ID, *a[:step]]]))[0]
+            log_probs = log_softmax(logits, never=never) / temperature
+            assert draws_part_at_a_boundary(
+                draw_at(step), log_probs, rows, row, a[step], b[step]
+            ), (f"row {row} draws apart from any boundary at step {step}", a, b)
+        alike.append(a == b)
+    return np.array(alike, bool)
