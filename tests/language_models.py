@@ -69,15 +69,39 @@ def alike_but_at_ties(
     its scores within `atol`), but a row where the two part at a choice within
     `ties.SCORE_TOLERANCE` (`ties.rows_alike_but_at_ties`: greedy's two tokens, beam
     search's replay), where the two computations' last bits may order it either way.
-    Returns how many rows are alike."""
-    alike = ties.rows_alike_but_at_ties(
-        lambda row: ties.prompted(model, PROMPTS[row]),
-        ids,
-        other_ids,
-        lambda row: replay_settings(PROMPTS[row], **settings),
-    )
+    Returns how many rows are alike. With `stop_ids=()` (greedy), rows are compared whole:
+    no token ends them, EOS's id neither."""
+    if settings.get("stop_ids", (ties.EOS_ID,)) == ():
+        alike = _whole_rows_alike_but_at_ties(model, ids, other_ids)
+    else:
+        alike = ties.rows_alike_but_at_ties(
+            lambda row: ties.prompted(model, PROMPTS[row]),
+            ids,
+            other_ids,
+            lambda row: replay_settings(PROMPTS[row], **settings),
+        )
     if scores is not None:
         np.testing.assert_allclose(
             np.asarray(scores)[alike], np.asarray(other_scores)[alike], atol=atol
         )
     return int(alike.sum())
+
+
+def _whole_rows_alike_but_at_ties(model, ids, other_ids):
+    """Greedy rows without a stop token, compared whole: equal, or where they first part
+    the model's logits of the two tokens are within `ties.SCORE_TOLERANCE`
+    (`ties.tokens_part_at_a_tie`). Raises AssertionError naming the first row that parts
+    elsewhere; returns which rows are alike, bool `[batch]`."""
+    alike = []
+    for row, (a, b) in enumerate(zip(np.asarray(ids), np.asarray(other_ids), strict=True)):
+        a, b = [int(t) for t in a], [int(t) for t in b]
+        if a != b:
+            step = next(t for t, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
+            logits = ties.prompted(model, PROMPTS[row])([[ties.BOS_ID, *a[:step]]])[0]
+            assert ties.tokens_part_at_a_tie(logits, a[step], b[step], tie=ties.SCORE_TOLERANCE), (
+                row,
+                a,
+                b,
+            )
+        alike.append(a == b)
+    return np.array(alike, bool)
