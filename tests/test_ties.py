@@ -159,3 +159,101 @@ def test_rows_parted_at_ties_lets_two_searches_part_only_at_a_tie():
         [9, *amen, ties.EOS_ID],
         [9, ties.EOS_ID] + [0] * len(amen),
     ]
+
+
+def test_a_ranking_may_trade_places_only_within_the_tolerance():
+    """`ties.ranked_but_at_ties`: the n best in order, or neighbours within the tolerance
+    swapped; never a wider swap, a better hypothesis left out, or one twice."""
+    scores = np.array([-1.0, -2.0, -1.00005, -3.0, -2.5])
+    tolerance = ties.SCORE_TOLERANCE
+    assert ties.ranked_but_at_ties(scores, [0, 2, 1])
+    assert ties.ranked_but_at_ties(scores, [2, 0, 1])  # 5e-5 apart: either order
+    assert not ties.ranked_but_at_ties(scores, [0, 1, 2])  # -2 above -1.00005
+    assert not ties.ranked_but_at_ties(scores, [0, 1])  # -1.00005 left out
+    assert not ties.ranked_but_at_ties(scores, [0, 0, 2])
+    assert ties.ranked_but_at_ties(scores, [0, 2, 1, 4, 3])
+    assert not ties.ranked_but_at_ties(scores + [0, 0, 0, 0, -3 * tolerance], [0, 2, 1, 3, 4])
+    assert ties.ranked_but_at_ties([-1.0, -1.0 - tolerance / 2], [1])
+
+
+def _uniform(draw, rows, row):
+    """The uniform of `row` that `draw` (a seeded sampler of `rows` rows) uses, by bisection
+    with the probes (p, 1 - p): token 0 where u < p."""
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        middle = (low + high) / 2
+        probe = np.full((rows, 20), -np.inf, "float32")
+        probe[:, :2] = np.log([middle, 1 - middle])
+        if int(np.asarray(draw(probe))[row]) == 0:
+            high = middle
+        else:
+            low = middle
+    return (low + high) / 2
+
+
+def test_a_seeded_draw_parts_only_where_its_uniform_is_at_a_boundary():
+    """`ties.draws_part_at_a_boundary` on TensorFlow's seeded sampler (the searches'): one
+    uniform per row whatever the distribution, the token whose interval of cumulative
+    probabilities (vocabulary order) holds it; two distributions whose boundary lies within
+    the tolerance of it may draw either side, and none farther."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    tolerance = ties.SCORE_TOLERANCE
+    for seed in range(4):
+
+        def draw(logits, seed=seed):
+            return tf.random.stateless_categorical(logits, 1, [seed, 7], tf.int32)[:, 0]
+
+        for row in range(3):
+            u = _uniform(draw, 3, row)
+            for _ in range(3):  # the sampler is the inverse of the cumulative probabilities
+                logits = rng.normal(size=(3, 20)).astype("float32")
+                cdf = np.cumsum(np.exp(logits[row].astype("float64")))
+                expected = int(np.searchsorted(cdf / cdf[-1], u, side="right"))
+                assert int(np.asarray(draw(logits))[row]) == expected
+            for shift, parts in (
+                (tolerance / 2, True),
+                (-tolerance / 2, True),
+                (3 * tolerance, False),
+            ):
+                boundary = min(max(u + shift, 1e-6), 1 - 1e-6)
+                log_probs = np.full(20, -np.inf)
+                log_probs[:2] = np.log([boundary, 1 - boundary])
+                assert ties.draws_part_at_a_boundary(draw, log_probs, 3, row, 0, 1) is parts
+            assert ties.draws_part_at_a_boundary(draw, log_probs, 3, row, 1, 1)
+
+
+def test_the_replay_is_generate_s_beam_search():
+    """`ties.replay_beam` with generate's rules (padding the only token never chosen, any
+    token at the length limit: `tests.language_models.replay_settings`) over
+    `ties.prompted`'s logits returns `kt.decoding.generate`'s beam n-best on the seeded
+    language model, but where it meets a choice within SCORE_TOLERANCE (9 of 9 compared
+    when written)."""
+    from keras_transformer.decoding import generate
+    from tests.language_models import PROMPTS, language_model, replay_settings
+
+    model = language_model()
+    compared = 0
+    for settings in (
+        {"beam_size": 3, "length_penalty": 0.0},
+        {"beam_size": 3, "num_hypotheses": 2, "stopping": "early"},
+        {"beam_size": 2, "finish_rule": "fairseq", "stopping": "exact"},
+    ):
+        settings = {"method": "beam", "max_new_tokens": 6, **settings}
+        ids, scores = generate(model, PROMPTS, **settings)
+        for prompt, row, row_scores in zip(
+            PROMPTS, np.asarray(ids), np.asarray(scores), strict=True
+        ):
+            search = replay_settings(prompt, **settings)
+            replay = ties.replay_beam(ties.prompted(model, prompt), **search)
+            if replay.smallest_margin < ties.SCORE_TOLERANCE:
+                continue
+            compared += 1
+            best = replay.finished[: search["n_best"]]
+            expected = [
+                list(ids_) + [ties.EOS_ID] * (len(ids_) < search["limit"]) for _, ids_ in best
+            ]
+            assert ties.output_ids(row) == expected, (prompt, row, best)
+            np.testing.assert_allclose(np.ravel(row_scores), [s for s, _ in best], atol=1e-4)
+    assert compared >= 6, compared

@@ -50,15 +50,18 @@ class Replay(NamedTuple):
     at_limit: bool
 
 
-def log_softmax(logits: np.ndarray, left_out: Sequence[int] = ()) -> np.ndarray:
+def log_softmax(
+    logits: np.ndarray, left_out: Sequence[int] = (), never: Sequence[int] = (PAD_ID, BOS_ID)
+) -> np.ndarray:
     """Log-probabilities over the last axis in float64, the tokens of `left_out` left out of
-    the normalisation (CTranslate2's way) or not (ours); padding and BOS are never chosen."""
+    the normalisation (CTranslate2's way) or not (ours); the tokens of `never` are never
+    chosen (a translation's padding and BOS)."""
     logits = np.array(logits, "float64")
     if left_out:
         logits[..., list(left_out)] = -np.inf
     shifted = logits - logits.max(axis=-1, keepdims=True)
     result = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-    result[..., [PAD_ID, BOS_ID]] = -np.inf
+    result[..., list(never)] = -np.inf
     return result
 
 
@@ -74,6 +77,8 @@ def replay_beam(
     stopping: str = "k_finished",
     ranking: str = "length",
     prefix: Sequence[int] = (),
+    never: Sequence[int] = (PAD_ID, BOS_ID),
+    force_stop: bool = True,
 ) -> Replay:
     """Our beam search (keras_transformer.decoding.search's `_beam`) written plainly, with
     its three rules: `finish_rule` "fairseq" (a candidate ending in EOS joins the finished
@@ -84,7 +89,9 @@ def replay_beam(
     (logP / ((5 + |Y|) / 6) ** alpha). The defaults are the SavedModel's search that
     CTranslate2's own beam search is (kt.decoding.beam_search); our default search is
     `finish_rule="tensor2tensor", stopping="early", ranking="gnmt"`. `prefix`: ids forced
-    first (a target language), not scored.
+    first (a target language), not scored. `never`: the tokens never chosen; `force_stop`:
+    whether the last token at the length limit must be EOS (the translation searches) or
+    may be any (`kt.decoding.generate`: `never=(PAD_ID,)`, `force_stop=False`).
 
     `next_logits(prefixes)` gives the model's logits `[rows, vocab]` of the next token after
     each prefix (BOS first). At each step the 2k best candidates are ranked; those that end
@@ -111,13 +118,13 @@ def replay_beam(
         logits = np.asarray(next_logits([[BOS_ID, *ids] for ids, _ in alive]))
         # CTranslate2 suppresses padding and BOS (`suppress_sequences`) before its softmax;
         # the "length" exports keep EOS at the first step (`min_decoding_length` 0).
-        log_probs = log_softmax(logits, (PAD_ID, BOS_ID) if ctranslate2_softmax else ())
+        log_probs = log_softmax(logits, (PAD_ID, BOS_ID) if ctranslate2_softmax else (), never)
         at_limit = t + 1 >= limit
         if t < len(prefix):  # a forced token: the only choice, and not the model's
             forced = np.full_like(log_probs, -np.inf)
             forced[:, prefix[t]] = 0.0
             log_probs = forced
-        elif at_limit:  # the last token a hypothesis may take is EOS (`force_stop`)
+        elif at_limit and force_stop:  # the last token a hypothesis may take is EOS
             log_probs[:, [i for i in range(log_probs.shape[-1]) if i != EOS_ID]] = -np.inf
         reached = reached or at_limit
         candidates = []
@@ -419,3 +426,140 @@ def rows_parted_at_ties(
         )
         parted.append(row)
     return parted
+
+
+# Two computations of our own search on a batch (tests/test_decoding.py, test_generate.py,
+# tests/jax/), exhaustive rankings, and seeded draws.
+
+
+def prompted(model, prompt: Sequence[int]) -> Callable[[list[list[int]]], np.ndarray]:
+    """`replay_beam`'s `next_logits` for a decoder-only language model (`kt.decoding.generate`'s:
+    ids `[batch, len]` to logits, any backend) continuing `prompt` (its ids, start token
+    included, 0s dropped): the prefix `[BOS_ID, *ids]` that the replay and the greedy rule
+    pass stands for `prompt + ids`. Memoised, as `teacher_forced`."""
+    prompt = [int(t) for t in prompt if t]
+    memo: dict[tuple[int, ...], np.ndarray] = {}
+
+    def call(prefixes: list[list[int]]) -> np.ndarray:
+        keys = [tuple(int(t) for t in p[1:]) for p in prefixes]
+        missing = list(dict.fromkeys(k for k in keys if k not in memo))
+        for length in sorted({len(k) for k in missing}):
+            same = [k for k in missing if len(k) == length]
+            logits = np.asarray(model(np.array([[*prompt, *k] for k in same], "int32")))
+            memo.update(zip(same, logits[:, -1], strict=True))
+        return np.stack([memo[k] for k in keys])
+
+    return call
+
+
+def rows_alike_but_at_ties(next_logits_of, ids_a, ids_b, settings_of=None) -> np.ndarray:
+    """`ours_part_at_a_tie` over a batch: two computations' outputs `ids_a`, `ids_b`
+    (`[batch, len]`, or `[batch, n, len]` n-bests) of one search, row by row: alike, or
+    parting where the rule allows, for row i `ours_part_at_a_tie(next_logits_of(i), a, b,
+    settings_of(i))` (`settings_of` None: greedy search). Raises AssertionError naming the
+    first row that parts elsewhere; returns which rows are alike, bool `[batch]`, for the
+    test's floor and for comparing their scores."""
+    alike = []
+    for row, (a, b) in enumerate(zip(np.asarray(ids_a), np.asarray(ids_b), strict=True)):
+        same = output_ids(a) == output_ids(b)
+        if not same:
+            settings = None if settings_of is None else settings_of(row)
+            assert ours_part_at_a_tie(next_logits_of(row), a, b, settings), (
+                f"row {row} parts where no choice is within {SCORE_TOLERANCE}",
+                output_ids(a),
+                output_ids(b),
+            )
+        alike.append(same)
+    return np.array(alike, bool)
+
+
+def ranked_but_at_ties(scores, ranked, *, tolerance: float = SCORE_TOLERANCE) -> bool:
+    """An exhaustive ranking's rule: whether `ranked` (indices into `scores`, best first: a
+    search's n-best among hypotheses that another computation scored, `scores`, every
+    hypothesis there is) is the n best of `scores` in order, but where hypotheses whose
+    scores are within `tolerance` trade places (the two computations' last bits may order
+    them either way): distinct, no two of `ranked` ordered against their scores by more than
+    `tolerance`, and none left out scoring more than `tolerance` above one of `ranked`."""
+    scores = np.asarray(scores, "float64")
+    ranked = [int(i) for i in ranked]
+    if len(set(ranked)) != len(ranked):
+        return False
+    chosen = scores[ranked]
+    if any((chosen[i + 1 :] > chosen[i] + tolerance).any() for i in range(len(chosen))):
+        return False
+    return not (np.delete(scores, ranked) > chosen.min() + tolerance).any()
+
+
+def draws_part_at_a_boundary(
+    draw: Callable[[np.ndarray], np.ndarray],
+    log_probs: np.ndarray,
+    rows: int,
+    row: int,
+    mine: int,
+    other: int,
+    *,
+    tolerance: float = SCORE_TOLERANCE,
+) -> bool:
+    """Seeded sampling's rule for two computations of one step's distribution: their draws
+    `mine` and `other` (tokens of row `row`) are equal, or the row's uniform u lies within
+    `tolerance` of the cumulative probability at a boundary between the two tokens, where
+    the two computations' last bits may put it on either side.
+
+    `draw(logits [rows, vocab] float32) -> tokens [rows]` is the step's sampler with the
+    step's seed, on the step's `rows` (TensorFlow's `stateless_categorical`: one uniform u per
+    row, the token whose interval of the cumulative probabilities, in vocabulary order,
+    holds u). `log_probs` `[vocab]`: the row's sampled distribution by another computation
+    (teacher forced, the temperature applied, excluded tokens -inf). u is found without
+    reading it: a draw from the probe (p, 1 - p) gives token 0 where u < p, so u is within
+    `tolerance` of a boundary c where the probe at c - tolerance gives 1 and at
+    c + tolerance gives 0."""
+    if mine == other:
+        return True
+    log_probs = np.asarray(log_probs, "float64")
+    cdf = np.cumsum(np.exp(log_probs - log_probs.max()))
+    cdf /= cdf[-1]
+    vocab = len(log_probs)
+
+    def token_of_probe(p: float) -> int:
+        probe = np.full((rows, vocab), -np.inf, "float32")
+        with np.errstate(divide="ignore"):
+            probe[:, :2] = np.log([p, 1.0 - p])
+        return int(np.asarray(draw(probe))[row])
+
+    low, high = sorted((mine, other))
+    return any(
+        token_of_probe(max(c - tolerance, 0.0)) == 1
+        and token_of_probe(min(c + tolerance, 1.0)) == 0
+        for c in cdf[low:high]
+    )
+
+
+def rows_drawn_alike_but_at_boundaries(
+    next_logits_of,
+    draw_at: Callable[[int], Callable[[np.ndarray], np.ndarray]],
+    ids_a,
+    ids_b,
+    *,
+    temperature: float,
+    never: Sequence[int] = (PAD_ID, BOS_ID),
+) -> np.ndarray:
+    """`draws_part_at_a_boundary` over a batch: two computations' seeded samples `ids_a`,
+    `ids_b` (`[batch, len]`, sampling at `temperature`, without top-k or top-p), row by row:
+    alike, or, at the first step t where row i's two part, the row's uniform within
+    SCORE_TOLERANCE of a boundary between the two tokens, the distribution teacher forced
+    (`next_logits_of(i)`, as `ours_part_at_a_tie` takes it; `never` the tokens the search
+    never draws) and `draw_at(t)` the search's sampler at step t. Raises AssertionError
+    naming the first row that parts elsewhere; returns which rows are alike, bool `[batch]`."""
+    alike = []
+    rows = len(np.asarray(ids_a))
+    for row, (a, b) in enumerate(zip(np.asarray(ids_a), np.asarray(ids_b), strict=True)):
+        (a,), (b,) = output_ids(a), output_ids(b)
+        if a != b:
+            step = next(t for t, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+            logits = np.asarray(next_logits_of(row)([[BOS_ID, *a[:step]]]))[0]
+            log_probs = log_softmax(logits, never=never) / temperature
+            assert draws_part_at_a_boundary(
+                draw_at(step), log_probs, rows, row, a[step], b[step]
+            ), (f"row {row} draws apart from any boundary at step {step}", a, b)
+        alike.append(a == b)
+    return np.array(alike, bool)

@@ -1,6 +1,7 @@
 """The keras-hub task on JAX: `TransformerSeq2SeqLM` builds, `fit` on text pairs lowers the
 loss (its preprocessing in `tf.data`, the training step on JAX), `generate` translates as
-the searches decode the same ids, and a preset saved on JAX loads back and decodes alike."""
+the searches decode the same ids (but at a choice within `ties.SCORE_TOLERANCE`), and a
+preset saved on JAX loads back and decodes alike."""
 
 import csv
 import io
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from tests import ties
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "bible-en-es" / "train.tsv.xz"
 SENTENCES = ["In the beginning God created the heaven and the earth.", "", "Jesus wept."]
@@ -60,7 +62,28 @@ def test_the_task_builds_fits_and_generates_on_jax(tmp_path):
     source_ids = preprocessor.source_ids(SENTENCES).numpy()
     ids, _ = kt.decoding.translate_ids(task, source_ids, **settings.search_arguments())
     expected = kt.text.detokenize(vocabularies.target, np.asarray(ids))
-    assert texts == [expected[0], "", expected[2]]
+    assert len(texts) == 3 and texts[1] == ""  # nothing to translate
+    # `generate` decodes in batches of similar length, another computation than the whole
+    # batch's: a text may differ only where the replay (the settings' search) meets a choice
+    # within ties.SCORE_TOLERANCE; at most one of the two apart (neither when written).
+    alike = 0
+    for row in (0, 2):
+        if texts[row] == expected[row]:
+            alike += 1
+            continue
+        text_ids = np.asarray(vocabularies.target.tokenize(texts[row])).tolist()
+        replay = {
+            name: getattr(settings, name)
+            for name in ("beam_size", "length_penalty", "finish_rule", "stopping", "ranking")
+        }
+        limit = ties.length_limit(source_ids[row], settings.max_extra_length, config.max_length)
+        assert ties.ours_part_at_a_tie(
+            ties.teacher_forced(task, source_ids[row]),
+            text_ids,
+            ids[row],
+            {**replay, "limit": limit, "n_best": 1},
+        ), (texts[row], expected[row])
+    assert alike >= 1, (texts, expected)
 
     task.save_to_preset(tmp_path / "preset")
     loaded = TransformerSeq2SeqLM.from_preset(tmp_path / "preset")
