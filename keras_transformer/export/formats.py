@@ -1,7 +1,32 @@
 """`export`: a task (or a model and its vocabularies) written in any format of the table
-(`kt.serving.formats.FORMATS`): a TF Serving SavedModel, a CTranslate2 model or a LiteRT
-file, each by its format's writer (`kt.serving.protocols.Writer`), with one set of
+(`kt.serving.formats.FORMATS`): a TF Serving SavedModel, a CTranslate2 model, a LiteRT
+file or a web site, each by its format's writer (`kt.serving.protocols.Writer`), with one set of
 arguments.
+
+The formats, and each one's own options (`kt.serving.formats.FORMATS`):
+
+- "savedmodel": `path/VERSION/`, a TF Serving SavedModel, text in and translations out
+  (`kt.export.savedmodel.write`); options `manifest`, `version` (None: the next
+  free number), `prefix_signature` (None: for a vocabulary with language codes).
+  `quantize`: "int8" or "bfloat16".
+- "ctranslate2": `path`, a CTranslate2 model directory (`kt.export.ctranslate2.write`;
+  the optional `ctranslate2` package); option `manifest`. `quantize`: CTranslate2's
+  weight types ("int8", "int8_float32", "int16", "float16"...).
+- "litert": `path/model.tflite`, one LiteRT file for a device
+  (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8: "twice",
+  the default, or "once"), `ops`: "text" (tensorflow-text's ops, strings in and out) or
+  "builtin" (builtin ops only, UTF-8 bytes in and out, `kt.export.litert_builtin`).
+  `quantize`: "int8", "int4" (ai-edge-quantizer; its table in int8; text ops only) or
+  "float16".
+- "web": `path`, a static web site that translates in the browser with LiteRT.js
+  (`kt.export.web.write`): the builtin-ops LiteRT file and the page; option
+  `manifest`. `quantize`: "int8" or "float16".
+
+Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
+runs what it wrote. The destination (`path`, or a SavedModel's `path/VERSION`) is written
+complete or not at all: an existing one that holds anything is refused unless
+`overwrite=True`, and then replaced only once the new export is complete (written beside it,
+then swapped in), so a failed export leaves the earlier one as it was.
 
 The former per-format functions (`export_saved_model`, `kt.export.ctranslate2.
 export_ctranslate2`, `export_litert`) are plain aliases of it, kept as they were.
@@ -9,6 +34,7 @@ export_ctranslate2`, `export_litert`) are plain aliases of it, kept as they were
 
 from __future__ import annotations
 
+import functools
 import importlib
 import shutil
 from pathlib import Path
@@ -47,32 +73,8 @@ def export(
 ) -> Path:
     """Writes an export of `task_or_model` at `path` in `format`, decoding with `decoding`.
 
-    The formats, and each one's own options (`kt.serving.formats.FORMATS`):
-
-    - "savedmodel": `path/VERSION/`, a TF Serving SavedModel, text in and translations out
-      (`kt.export.savedmodel.write`); options `manifest`, `version` (None: the next
-      free number), `prefix_signature` (None: for a vocabulary with language codes).
-      `quantize`: "int8" or "bfloat16".
-    - "ctranslate2": `path`, a CTranslate2 model directory (`kt.export.ctranslate2.write`;
-      the optional `ctranslate2` package); option `manifest`. `quantize`: CTranslate2's
-      weight types ("int8", "int8_float32", "int16", "float16"...).
-    - "litert": `path/model.tflite`, one LiteRT file for a device
-      (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8: "twice",
-      the default, or "once"), `ops`: "text" (tensorflow-text's ops, strings in and out) or
-      "builtin" (builtin ops only, UTF-8 bytes in and out, `kt.export.litert_builtin`).
-      `quantize`: "int8", "int4" (ai-edge-quantizer; its table in int8; text ops only) or
-      "float16".
-    - "web": `path`, a static web site that translates in the browser with LiteRT.js
-      (`kt.export.web.write`): the builtin-ops LiteRT file and the page; option
-      `manifest`. `quantize`: "int8" or "float16".
-
-    Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
-    runs what it wrote.
-
-    The destination (`path`, or a SavedModel's `path/VERSION`) is written complete or not at
-    all: an existing one that holds anything is refused unless `overwrite=True`, and then
-    replaced only once the new export is complete (written beside it, then swapped in), so
-    a failed export leaves the earlier one as it was.
+    The formats and their own options: the module doc. The destination is written complete
+    or not at all (the module doc).
 
     Args:
         task_or_model: a `TransformerSeq2SeqLM`, a directory
@@ -131,30 +133,28 @@ def export(
             f"{destination} exists (an earlier export): overwrite=True replaces it once the "
             "new export is complete"
         )
-    write = writer(format)
+    write = functools.partial(
+        writer(format),
+        task_or_model,
+        vocabularies=vocabularies,
+        decoding=decoding,
+        quantize=quantize,
+        **format_options,
+    )
     if destination is None or not (destination.exists() or destination.is_symlink()):
-        return write(
-            task_or_model,
-            path,
-            vocabularies=vocabularies,
-            decoding=decoding,
-            quantize=quantize,
-            **format_options,
-        )
-    # Written beside the destination, then swapped in: a failed export leaves it as it was.
+        return write(path)
+    return _replaced(destination, write, found.versioned)
+
+
+def _replaced(destination: Path, write, versioned: bool) -> Path:
+    """`destination` replaced by what `write(path)` writes: written beside it, then swapped
+    in, so that a failed export leaves it as it was. A `versioned` format writes
+    `folder/VERSION`: a folder of its own beside, then moved."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(destination, replace=True) as temporary:
-        # A versioned format writes `folder/VERSION`: a folder of its own beside, then moved.
-        folder = temporary.with_name(temporary.name + "-versions") if found.versioned else None
+        folder = temporary.with_name(temporary.name + "-versions") if versioned else None
         try:
-            written = write(
-                task_or_model,
-                temporary if folder is None else folder,
-                vocabularies=vocabularies,
-                decoding=decoding,
-                quantize=quantize,
-                **format_options,
-            )
+            written = write(temporary if folder is None else folder)
             if folder is not None:
                 written.rename(temporary)
         finally:
