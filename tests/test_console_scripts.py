@@ -7,15 +7,15 @@ import argparse
 import importlib
 import inspect
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests import programs
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
@@ -113,27 +113,10 @@ def test_ctrl_c_is_one_line_and_exit_status_130(module, capsys, monkeypatch):
 def run_program(module: str, *args, cwd=ROOT):
     """`python -m MODULE ARGS` in a new process: (exit status, stderr, the heavy modules it
     had imported when it ended)."""
-    program = (
-        "import json, runpy, sys\n"
-        f"sys.argv = [{module!r}, *{[str(a) for a in args]!r}]\n"
-        "try:\n"
-        f"    runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
-        "    status = 0\n"
-        "except SystemExit as exit:\n"
-        "    status = exit.code\n"
-        "heavy = [m for m in ('tensorflow', 'keras', 'keras_transformer') if m in sys.modules]\n"
-        "print(json.dumps([status, heavy]))\n"
+    result, heavy = programs.program_imports(
+        module, *args, cwd=cwd, env={"PYTHONPATH": ROOT}, timeout=300
     )
-    result = subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    status, heavy = json.loads(result.stdout.splitlines()[-1])
-    return status, result.stderr, heavy
+    return result.returncode, result.stderr, heavy
 
 
 def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
@@ -269,24 +252,23 @@ def test_the_wheel_ships_the_configs_that_an_installed_kt_train_names(tmp_path):
         shutil.copytree(
             ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
         )
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    pip = ["pip", "--disable-pip-version-check", "-q"]
     build = ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", tmp_path / "dist"]
-    subprocess.run([*pip, *build, source], check=True, timeout=300)
+    programs.program(*pip, *build, source, timeout=300)
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     configs = sorted(ROOT.glob("trainers/configs/*.yaml"))
     shipped = [n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("trainers/configs/")]
     assert shipped == [f"trainers/configs/{p.name}" for p in configs] and configs
     site = tmp_path / "site"
     install = ["install", "--no-deps", "--no-index", "--target", site, wheel]
-    subprocess.run([*pip, *install], check=True, timeout=300)
+    programs.program(*pip, *install, timeout=300)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    kt_train = [str(site / "bin" / "kt-train")]
+    kt_train = site / "bin" / "kt-train"
 
     def run(*args):
-        return subprocess.run(
-            [*kt_train, *args], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300
+        return programs.run(
+            [kt_train, *args], cwd=elsewhere, env={"PYTHONPATH": site}, timeout=300, check=False
         )
 
     usage = run("--help")

@@ -11,15 +11,13 @@ test makes first, small, where the page expects it.
 """
 
 import doctest
-import os
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from tests import programs
 from tests.test_readme import MODEL, TASK, walkthrough
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,14 +86,7 @@ def test_the_pages_python_blocks_run(page, tmp_path):
     if page in PREPARE:
         PREPARE[page](tmp_path)
     code = "\n\n".join(python_blocks(DOCS / page))
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = programs.snippet(code, cwd=tmp_path, env={"PYTHONPATH": ROOT}, check=False)
     assert result.returncode == 0, f"{page}:\n{code}\n{result.stderr[-3000:]}"
 
 
@@ -141,14 +132,7 @@ def site(tmp_path_factory) -> Path:
     """The site as `make docs` builds it (--strict: a broken link or an unreadable docstring
     fails), in another process, into a temporary folder."""
     folder = tmp_path_factory.mktemp("site")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", folder],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    programs.program("mkdocs", "build", "--strict", "--quiet", "--site-dir", folder, timeout=300)
     return folder
 
 

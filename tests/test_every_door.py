@@ -36,10 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -54,7 +51,7 @@ from keras_transformer.decoding.settings import prefix_ids, with_source_prefix
 from keras_transformer.evaluation import Translator
 from keras_transformer.models import TransformerSeq2SeqLM
 from keras_transformer.text import BOS_ID, EOS_ID
-from tests import bible, ties
+from tests import bible, programs, ties
 from tests.cli import run_main
 
 pytestmark = [pytest.mark.slow, pytest.mark.exact]
@@ -62,7 +59,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.exact]
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 NLLB = FIXTURES / "m2m100" / "nllb-tiny"
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 DEMO = ROOT / "trainers" / "configs" / "demo.yaml"
 
 # Our doors run one search in one engine, TensorFlow's, but in graphs of their own (XLA's
@@ -367,17 +363,11 @@ def ctranslate2_command_line(spine: Spine, case: Case) -> Answer:
     of its own on the CTranslate2 directory this process wrote."""
     directory = spine.ctranslate2(case)
     n = case.settings.n_best
-    result = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--model", str(directory)]
-        + (["--n-best", str(n)] if n > 1 else ["--with-scores"]),
-        input="".join(f"{s}\n" for s in spine.sentences(case)),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = programs.program(
+        "trainers.translate", "--model", directory,
+        *(["--n-best", n] if n > 1 else ["--with-scores"]),
+        input="".join(f"{s}\n" for s in spine.sentences(case)), timeout=300,
+    )  # fmt: skip
     lines = result.stdout.splitlines()
     if n == 1:
         rows = [line.split("\t", 1) for line in lines]
