@@ -147,3 +147,43 @@ def program_imports(module: str, *args, **kwargs) -> tuple[subprocess.CompletedP
             f" its stderr ends:\n{result.stderr[-3000:]}"
         )
     return result, imported
+
+
+_EACH_IN_TURN = """
+import contextlib, io, json, runpy, sys
+reports = []
+for module, *args in json.loads(sys.argv[1]):
+    sys.argv = [module, *args]
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8") for _ in range(2))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            status = 0
+        except SystemExit as exit:
+            status = exit.code
+            if isinstance(status, str):  # sys.exit("message"), as Python itself reports it
+                print(status, file=sys.stderr)
+                status = 1
+    texts = []
+    for stream in (out, err):
+        stream.flush()
+        texts.append(stream.buffer.getvalue().decode("utf-8", "replace"))
+    reports.append([status or 0, *texts, [m for m in HEAVY if m in sys.modules]])
+print(json.dumps(reports))
+"""
+
+
+def programs_imports(runs, **kwargs) -> list[tuple[subprocess.CompletedProcess, list]]:
+    """`program_imports` for several programs (`runs`: `(module, *args)` tuples) run in turn
+    in one new process, each with its own standard streams (no stdin): for each,
+    `(process, imported)`, `imported` the HEAVY modules imported when it ended, by it or by
+    a run before it (the first run that reports one imported it). For the tests of refusals
+    before TensorFlow starts: one Python start-up where each run would take its own.
+    `run`'s keyword arguments."""
+    runs = [[str(argument) for argument in run] for run in runs]
+    code = f"HEAVY = {HEAVY!r}\n{_EACH_IN_TURN}"
+    reports = json.loads(snippet(code, json.dumps(runs), **kwargs).stdout.splitlines()[-1])
+    return [
+        (subprocess.CompletedProcess(run, status, stdout, stderr), imported)
+        for run, (status, stdout, stderr, imported) in zip(runs, reports, strict=True)
+    ]

@@ -113,10 +113,15 @@ def test_ctrl_c_is_one_line_and_exit_status_130(module, capsys, monkeypatch):
 def run_program(module: str, *args, cwd=ROOT):
     """`python -m MODULE ARGS` in a new process: (exit status, stderr, the heavy modules it
     had imported when it ended)."""
-    result, heavy = programs.program_imports(
-        module, *args, cwd=cwd, env={"PYTHONPATH": ROOT}, timeout=300
-    )
-    return result.returncode, result.stderr, heavy
+    return run_programs((module, *args), cwd=cwd)[0]
+
+
+def run_programs(*runs, cwd=ROOT) -> list[tuple]:
+    """`python -m MODULE ARGS` for each `(MODULE, *ARGS)` of `runs`, in turn in one new
+    process (`programs.programs_imports`): for each, (exit status, stderr, the heavy
+    modules imported when it ended, by it or a run before it)."""
+    done = programs.programs_imports(runs, cwd=cwd, env={"PYTHONPATH": ROOT}, timeout=300)
+    return [(result.returncode, result.stderr, heavy) for result, heavy in done]
 
 
 def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
@@ -168,8 +173,9 @@ def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
         (("trainers.train", "--config", missing, "--model-dir", missing), f"--config {missing}"),
         (("trainers.train", "--model-dir", missing), f"--model-dir {missing}"),
     ]
-    for args, named in cases:
-        status, stderr, heavy = run_program(*args)
+    # One process runs them in turn (one Python start-up, where each took its own).
+    reports = run_programs(*(args for args, _ in cases))
+    for (args, named), (status, stderr, heavy) in zip(cases, reports, strict=True):
         assert status == 2, (args, stderr)
         assert len(stderr.splitlines()) == 1 and stderr.startswith("error: "), (args, stderr)
         assert named in stderr, (args, stderr)
@@ -185,10 +191,10 @@ def test_a_saved_model_is_never_replaced_by_an_average(tmp_path):
     (model_dir / "experiment.yaml").write_text("model: {}\n")
     for name in ("model.averaged.keras", "mine.keras"):
         (model_dir / name).write_bytes(b"saved before")
-    for name, output in (("model.averaged.keras", ()), ("mine.keras", ("--output", "mine.keras"))):
-        status, stderr, heavy = run_program(
-            "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "5", *output
-        )
+    outputs = (("model.averaged.keras", ()), ("mine.keras", ("--output", "mine.keras")))
+    average = ("trainers.average_checkpoints", "--model-dir", model_dir, "--last", "5")
+    reports = run_programs(*((*average, *output) for _, output in outputs))
+    for (name, _), (status, stderr, heavy) in zip(outputs, reports, strict=True):
         assert (status, heavy) == (2, []), stderr
         assert stderr.splitlines() == [
             f"error: {model_dir / name} exists (a model saved before): give another --output "
@@ -211,16 +217,16 @@ def test_an_evaluation_never_replaces_another_models_scores(tmp_path):
         ({"model": "model.keras", "model_dir": str(tmp_path / "other")}, "model.keras in"),
         (["not", "scores"], "is there and is not trainers.evaluate's scores"),
     ]
-    for record, message in cases:
-        scores = tmp_path / "scored.json"
-        scores.write_text(json.dumps(record))
-        status, stderr, heavy = run_program(
-            "trainers.evaluate", "--model-dir", model_dir, "--split", "test",
-            "--output", tmp_path / "scored.hyp",
-        )  # fmt: skip
+    evaluate = ("trainers.evaluate", "--model-dir", model_dir, "--split", "test", "--output")
+    for index, (record, _) in enumerate(cases):  # an --output a case, in one process
+        (tmp_path / f"scored{index}.json").write_text(json.dumps(record))
+    reports = run_programs(*((*evaluate, tmp_path / f"scored{i}.hyp") for i in range(len(cases))))
+    for index, ((record, message), report) in enumerate(zip(cases, reports, strict=True)):
+        status, stderr, heavy = report
+        scores = tmp_path / f"scored{index}.json"
         assert (status, heavy) == (2, []), stderr
         assert len(stderr.splitlines()) == 1 and stderr.startswith(
-            f"error: --output {tmp_path / 'scored.hyp'}: {scores} "
+            f"error: --output {tmp_path / f'scored{index}.hyp'}: {scores} "
         )
         assert message in stderr, stderr
         assert json.loads(scores.read_text()) == record

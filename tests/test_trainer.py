@@ -621,10 +621,11 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
 @pytest.mark.parametrize("text", ["", " \t "])
 def test_visualize_refuses_blank_text_before_any_work(tmp_path, text):
     """Nothing to translate draws nothing: refused naming the flag, where a 1 x 1 picture
-    was drawn (issue 66); before the model directory is read."""
+    was drawn (issue 66); before the model directory is read (argparse's refusal: in this
+    process, `run_main`)."""
     out = tmp_path / "attention.png"
     args = ("--model-dir", tmp_path / "run", "--text", text, "--out", out)
-    result = programs.program("trainers.visualize", *args, check=False)
+    result = run_main("trainers.visualize", *args, check=False)
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1].endswith(
         f"--text {text!r}: nothing to translate; give a sentence"
