@@ -249,6 +249,33 @@ def shared(tmp_path_factory, worker_id, name: str, make, save, load):
 
 
 @pytest.fixture(scope="session")
+def slice_run(tmp_path_factory, worker_id):
+    """A model directory that `trainers.train` wrote in a process of its own: the training
+    slice (tests/test_trainer.py), 20 updates, no dev split, no XLA. Trained once for the
+    whole run, for the tests that need a briefly trained run directory written by another
+    process (tests/test_new_process.py, tests/test_litert.py, tests/test_startup_logs.py;
+    each trained its own). Tests work on copies of it: some write into theirs."""
+    import shutil
+
+    from tests.test_trainer import slice_config, train_cli
+
+    def make():
+        tmp = tmp_path_factory.mktemp("slice-run")
+        config = slice_config(tmp, dev=False, steps=20, steps_per_epoch=10, jit_compile="false")
+        train_cli(config, tmp / "run", "--verbose", "0")
+        return tmp / "run"
+
+    return shared(
+        tmp_path_factory,
+        worker_id,
+        "slice_run",
+        make,
+        lambda run, path: shutil.copytree(run, path),
+        lambda path: path,
+    )
+
+
+@pytest.fixture(scope="session")
 def uninterrupted(tmp_path_factory, worker_id):
     """The summary of the training slice's run (tests/test_trainer.py) with the settings
     RESUME_REFERENCE, uninterrupted: the reference that resumed runs must equal bit for bit

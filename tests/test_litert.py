@@ -359,14 +359,12 @@ def test_a_task_with_a_sampler_is_refused(model, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """A model directory of `trainers.train`, briefly trained on the slice (20 updates)."""
-    from tests.test_trainer import slice_config, train_cli
+def run_dir(tmp_path_factory, slice_run):
+    """A model directory of `trainers.train`, briefly trained on the slice (20 updates):
+    a copy of conftest's `slice_run`."""
+    import shutil
 
-    tmp = tmp_path_factory.mktemp("litert-run")
-    config = slice_config(tmp, dev=False, steps=20, steps_per_epoch=10, jit_compile="false")
-    train_cli(config, tmp / "model", "--verbose", "0")
-    return tmp / "model"
+    return shutil.copytree(slice_run, tmp_path_factory.mktemp("litert-run") / "model")
 
 
 @pytest.mark.slow  # a directory trained first (trainers.train), and two conversions

@@ -10,12 +10,12 @@ keras-hub) loads all four kinds through `TransformerSeq2SeqLM.from_preset` and k
 own `Seq2SeqLM.from_preset`, and the programs run on the imports too."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.programs import ROOT, program, snippet
-from tests.test_trainer import slice_config
 
 pytestmark = pytest.mark.slow
 
@@ -25,11 +25,12 @@ NLLB_SENTENCES = [f"eng_Latn {text}" for text in SENTENCES]
 
 
 @pytest.fixture(scope="module")
-def directories(tmp_path_factory):
-    """The four kinds of model directory, each written by a process of its own."""
+def directories(tmp_path_factory, slice_run):
+    """The four kinds of model directory, each written by a process of its own: the run a
+    `trainers.train` process wrote (conftest's `slice_run`: 20 updates on the training
+    slice, a copy), a preset saved from it, an OPUS-MT and an NLLB-200 import."""
     tmp = tmp_path_factory.mktemp("new-process")
-    config = slice_config(tmp, dev=False, steps=20, steps_per_epoch=10, jit_compile="false")
-    program("trainers.train", "--config", config, "--model-dir", tmp / "run", "--verbose", "0")
+    shutil.copytree(slice_run, tmp / "run")
     snippet(
         "import sys, keras_transformer as kt\n"
         "task = kt.models.TransformerSeq2SeqLM.from_preset(sys.argv[1])\n"

@@ -129,15 +129,15 @@ def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again(refused):
 
 
 @pytest.fixture(scope="module")
-def litert_export(tmp_path_factory):
-    """A model directory briefly trained (`trainers.train`), and `trainers.export --format
-    litert` of it run as a user runs it: `(its CompletedProcess, the LiteRT file)`."""
+def litert_export(tmp_path_factory, slice_run):
+    """A model directory briefly trained (`trainers.train`: a copy of conftest's
+    `slice_run`), and `trainers.export --format litert` of it run as a user runs it: `(its
+    CompletedProcess, the LiteRT file)`."""
     pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
-    from tests.test_trainer import slice_config, train_cli
+    import shutil
 
     tmp = tmp_path_factory.mktemp("litert-logs")
-    config = slice_config(tmp, dev=False, steps=2, steps_per_epoch=2, jit_compile="false")
-    train_cli(config, tmp / "model", "--verbose", "0")
+    shutil.copytree(slice_run, tmp / "model")
     out = tmp / "litert"
     exported = programs.program(
         "trainers.export", "--model-dir", tmp / "model", "--format", "litert", "--out", out,
