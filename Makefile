@@ -34,8 +34,9 @@ $(STAMP): requirements.txt pyproject.toml
 # Train the tiny preset on the bundled corpus, average its last checkpoints, score the test
 # split with sacrebleu, export a SavedModel for TF Serving, and translate through the export.
 # Evaluate and export decode as the experiment's `decoding` section says (demo.yaml). The
-# average is the demo's own: `make demo` again makes it again from the run's last
-# checkpoints (--overwrite; without it, average_checkpoints keeps a model saved before).
+# average and the export are the demo's own: `make demo` again makes them again from the run's
+# last checkpoints (--overwrite; without it, average_checkpoints keeps a model saved before,
+# and export an earlier export's keras/; the SavedModel gets a new version beside the others).
 demo: $(STAMP)
 	$(BIN)/python -m trainers.train --config trainers/configs/demo.yaml --model-dir $(DEMO_DIR) \
 		--verbose 2
@@ -43,7 +44,7 @@ demo: $(STAMP)
 	$(BIN)/python -m trainers.evaluate --model-dir $(DEMO_DIR) --model model.averaged.keras \
 		--split test
 	$(BIN)/python -m trainers.export --model-dir $(DEMO_DIR) --model model.averaged.keras \
-		--out saved_models/demo
+		--out saved_models/demo --overwrite
 	echo "$(DEMO_SENTENCE)" | $(BIN)/python -m trainers.translate --model saved_models/demo
 
 # Two pytest workers on TensorFlow, each taking whole test files (a module's fixtures train

@@ -21,7 +21,7 @@ default threads (all cores) unless --intra-op-threads says how many (TF Serving'
 `--tensorflow_intra_op_parallelism`); CTranslate2 runs --ct2-threads threads (1 by default, as
 CTranslate2's own benchmarks of single-core serving), LiteRT --litert-threads (1). --quantize
 adds the SavedModels of `trainers.export --quantize` (int8, bfloat16) beside the float32 ones;
---litert the LiteRT files of `trainers.export --format litert` (float32, int8, float16;
+--litert the LiteRT files of `trainers.export --format litert` (float32, int8, int4, float16;
 each converted in a process of its own). XLA
 compiles one program per shape bucket: a warm-up pass compiles them before timing. --rss adds
 each artifact's peak RSS, served alone in a new process (`benchmarks.peak_rss`; the
@@ -335,7 +335,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--litert",
         nargs="*",
-        choices=["float32", "int8", "float16"],
+        choices=["float32", "int8", "int4", "float16"],
         default=[],
         help="also the LiteRT files of trainers.export --format litert, of these weights",
     )

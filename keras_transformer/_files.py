@@ -87,29 +87,55 @@ def atomic_write(
 
 
 @contextlib.contextmanager
-def atomic_directory(path) -> Iterator[Path]:
+def atomic_directory(path, *, replace: bool = False) -> Iterator[Path]:
     """Builds the directory `path` under a temporary name and renames it when complete.
 
     Yields the temporary path, which does not exist yet: the caller creates the directory
     there (or has a writer create it) and fills it. When the block ends normally it is renamed
-    to `path`; when it raises, it is removed. An existing `path` is never replaced.
+    to `path`; when it raises, it is removed, and an existing `path` stays as it was.
+
+    Args:
+        path: str or path. The directory to write; its parent must exist.
+        replace: bool. True: an existing `path` (file or folder) is replaced once the new one
+            is complete: moved aside, the new one renamed in, then removed (put back if the
+            rename fails). False: an existing `path` is never replaced. Defaults to False.
 
     Raises:
-        FileExistsError: `path` exists, before the block or when it ends.
+        FileExistsError: with `replace=False`, `path` exists, before the block or when it
+            ends.
     """
     path = Path(path)
-    if path.exists():
+    if not replace and path.exists():
         raise FileExistsError(f"{path} exists; it is never replaced")
     temporary = temporary_path(path)
     shutil.rmtree(temporary, ignore_errors=True)  # left by a killed process of the same id
     try:
         yield temporary
-        if path.exists():
+        if not replace and path.exists():
             raise FileExistsError(f"{path} appeared while it was written; it is never replaced")
-        os.rename(temporary, path)
+        if replace and (path.exists() or path.is_symlink()):
+            _swap(temporary, path)
+        else:
+            os.rename(temporary, path)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
+
+
+def _swap(new: Path, path: Path) -> None:
+    """Renames `new` to `path`, which exists: the old one moved aside first (put back if
+    the rename fails), and removed once the new one is in its place."""
+    old = temporary_path(path.with_name(path.name + ".replaced"))
+    os.rename(path, old)
+    try:
+        os.rename(new, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old)
+    else:
+        old.unlink()
 
 
 def save_keras_file(model, path) -> Path:

@@ -46,11 +46,11 @@ The LiteRT paths write three more kinds, none of them held to any level from Pyt
 
       INFO: Created TensorFlow Lite XNNPACK delegate for CPU.
 
-- LiteRT's converter (`kt.export.litert.convert`), on any graph with `tf.repeat` (the search's
-  `ops.repeat` of its hypotheses), writes an ERROR that is none: TensorFlow's repeat casts its
-  int32 `repeats` to int32, the converter folds that Cast into an Identity that keeps the
-  Cast's `Truncate` attribute, and TensorFlow's check of the new node logs that it ignores the
-  attribute (no upstream issue found; `tf.repeat` in any converted function shows it)
+- LiteRT's converter (`kt.export.litert_convert.convert`), on any graph with `tf.repeat` (the
+  search's `ops.repeat` of its hypotheses), writes an ERROR that is none: TensorFlow's repeat
+  casts its int32 `repeats` to int32, the converter folds that Cast into an Identity that keeps
+  the Cast's `Truncate` attribute, and TensorFlow's check of the new node logs that it ignores
+  the attribute (no upstream issue found; `tf.repeat` in any converted function shows it)
 
       E0000 00:00:1796540241.551491    5668 node_def_util.cc:682] NodeDef mentions attribute
       Truncate which is not in the op definition: Op<name=Identity; ...> This may be expected

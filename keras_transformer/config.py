@@ -126,6 +126,21 @@ class TransformerConfig:
     dtype: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_numbers()
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
+            )
+        self._check_positions()
+        self._check_keras_settings()
+        if self.share_embeddings and self.source_vocab != self.target_vocab:
+            raise ValueError(
+                f"share_embeddings=True needs one vocabulary, but source_vocab_size="
+                f"{self.source_vocab} != target_vocab_size={self.target_vocab}"
+            )
+
+    def _check_numbers(self) -> None:
+        """Sizes are ints >= 1 (vocabularies >= 2), dropouts in [0, 1), flags booleans."""
         for name in (
             "vocab_size",
             "d_model",
@@ -147,10 +162,9 @@ class TransformerConfig:
         for name in ("share_embeddings", "norm_first", "output_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be true or false")
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}"
-            )
+
+    def _check_positions(self) -> None:
+        """The position encoding's settings (paper 3.5)."""
         if self.positional not in POSITIONAL_KINDS:
             raise ValueError(f"positional={self.positional!r} must be one of {POSITIONAL_KINDS}")
         if self.sinusoid_layout not in SINUSOID_LAYOUTS:
@@ -165,6 +179,9 @@ class TransformerConfig:
         _check_int("position_offset", self.position_offset, minimum=0)
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"d_model={self.d_model} must be even for sinusoidal positions")
+
+    def _check_keras_settings(self) -> None:
+        """What Keras reads: the activation's name, the layer norm's epsilon, the dtype policy."""
         if not isinstance(self.activation, str):
             raise ValueError(f"activation={self.activation!r} must be a Keras activation name")
         try:
@@ -185,11 +202,6 @@ class TransformerConfig:
                     f"dtype={self.dtype!r} is not a Keras dtype policy "
                     "(try 'float32', 'mixed_float16' or 'mixed_bfloat16')"
                 ) from None
-        if self.share_embeddings and self.source_vocab != self.target_vocab:
-            raise ValueError(
-                f"share_embeddings=True needs one vocabulary, but source_vocab_size="
-                f"{self.source_vocab} != target_vocab_size={self.target_vocab}"
-            )
 
     @property
     def source_vocab(self) -> int:

@@ -59,14 +59,29 @@ def bucket_batch_sizes(tokens_per_batch: int, max_length: int, multiple: int = 1
     ]
 
 
-def _tokenize(pairs: tf.data.Dataset, vocabularies) -> tf.data.Dataset:
-    """(source, target) strings -> (source tokens, target tokens), ragged per example."""
+def _ordered(pairs: tf.data.Dataset, shard, shuffle_buffer: int, seed, repeat: bool):
+    """This worker's shard of the pairs, then shuffled and repeated as asked."""
+    if shard is not None:
+        pairs = pairs.shard(*shard)
+    if shuffle_buffer:
+        pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return pairs.repeat() if repeat else pairs
+
+
+def _examples(pairs: tf.data.Dataset, vocabularies, max_length: int) -> tf.data.Dataset:
+    """(source, target) strings -> (source + EOS, BOS + target, target + EOS) ids, ragged per
+    example; a pair longer than `max_length` on either side (EOS/BOS included) dropped."""
 
     @plain
     def tokenize(sources, targets):
         return vocabularies.source.tokenize(sources), vocabularies.target.tokenize(targets)
 
-    return pairs.batch(_TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    tokens = pairs.batch(_TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+    return (
+        tokens.unbatch()
+        .filter(_fits(max_length))
+        .map(_with_specials, num_parallel_calls=tf.data.AUTOTUNE)
+    )
 
 
 @plain
@@ -156,46 +171,53 @@ def make_dataset(
         (['source_ids', 'target_ids'], 'int32')
 
         A training set (`training=True`, the default) is shuffled and repeats forever:
-        `model.fit(make_dataset(pairs, vocabularies, 256, 4096, seed=0), steps_per_epoch=...)`.
+        `model.fit(make_dataset(pairs, vocabularies, max_length=256, tokens_per_batch=4096,
+        seed=0), steps_per_epoch=...)`.
     """
     if shuffle_buffer is None:
         shuffle_buffer = 100_000 if training else 0
     repeat = training if repeat is None else repeat
     drop_remainder = training if drop_remainder is None else drop_remainder
-    if shard is not None:
-        num_shards, index = shard
-        pairs = pairs.shard(num_shards, index)
+    pairs = _ordered(pairs, shard, shuffle_buffer, seed, repeat)
+    examples = _examples(pairs, vocabularies, max_length)
+    batches = _bucketed(examples, max_length, tokens_per_batch, batch_multiple, drop_remainder)
     if shuffle_buffer:
-        pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        pairs = pairs.repeat()
-    lengths = bucket_lengths(max_length)
-    examples = (
-        _tokenize(pairs, vocabularies)
-        .filter(_fits(max_length))
-        .map(_with_specials, num_parallel_calls=tf.data.AUTOTUNE)
-    )
-    batches = examples.bucket_by_sequence_length(
+        batches = batches.shuffle(64, seed=seed, reshuffle_each_iteration=True)
+    batches = batches.map(_as_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+    options = _options(deterministic, sharded=shard is not None)
+    return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _bucketed(
+    examples: tf.data.Dataset,
+    max_length: int,
+    tokens_per_batch: int,
+    batch_multiple: int,
+    drop_remainder: bool,
+) -> tf.data.Dataset:
+    """Examples grouped by length into batches of about `tokens_per_batch` positions, each
+    padded to its bucket's length."""
+    return examples.bucket_by_sequence_length(
         element_length_func=plain(
             lambda source, decoder_input, labels: tf.maximum(
                 tf.size(source), tf.size(decoder_input)
             )
         ),
-        bucket_boundaries=[length + 1 for length in lengths],
+        bucket_boundaries=[length + 1 for length in bucket_lengths(max_length)],
         # The last size is for the overflow bucket, which stays empty: pairs were filtered.
         bucket_batch_sizes=bucket_batch_sizes(tokens_per_batch, max_length, batch_multiple)
         + [batch_multiple],
         pad_to_bucket_boundary=True,
         drop_remainder=drop_remainder,
     )
-    if shuffle_buffer:
-        batches = batches.shuffle(64, seed=seed, reshuffle_each_iteration=True)
-    batches = batches.map(_as_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _options(deterministic: bool, sharded: bool) -> tf.data.Options:
     options = workarounds.without_autotune_thread(tf.data.Options())
     options.deterministic = deterministic
-    if shard is not None:  # already split between workers: tf.distribute must not split again
+    if sharded:  # already split between workers: tf.distribute must not split again
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return batches.with_options(options).prefetch(tf.data.AUTOTUNE)
+    return options
 
 
 @plain

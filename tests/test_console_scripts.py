@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import sys
+import types
 import zipfile
 from pathlib import Path
 
@@ -289,3 +290,68 @@ def test_the_wheel_ships_the_configs_that_an_installed_kt_train_names(tmp_path):
         "error: --config tiny: no such file, nor a shipped config of that name "
         "(base_wmt14, big_wmt14, demo, small)"
     )
+
+
+def test_average_checkpoints_reports_a_folder_in_place_of_a_file_in_one_line(tmp_path):
+    """Bad inputs of trainers.average_checkpoints that were tracebacks or messages of several
+    lines: an --output that is a folder (even with --overwrite: before TensorFlow starts), a
+    checkpoint that is a folder (once the model is built), an experiment.yaml that is not
+    YAML. One line each, `error: ...`, naming the flag or file; nothing written."""
+    from tests.test_run_dir import trained_directory
+
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    trained_directory(model_dir)  # experiment.yaml and vocab/, as trainers.train writes them
+    (model_dir / "folder.keras").mkdir()
+    status, stderr, heavy = run_program(
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "1",
+        "--output", "folder.keras", "--overwrite",
+    )  # fmt: skip
+    assert (status, heavy) == (2, [])
+    assert stderr == f"error: --output folder.keras: {model_dir / 'folder.keras'} is a folder\n"
+    checkpoint = model_dir / "checkpoints" / "ckpt-00000001.weights.h5"
+    checkpoint.mkdir(parents=True)
+    status, stderr, _ = run_program(
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "1"
+    )
+    assert status == 2
+    assert stderr == f"error: {checkpoint}: a folder, not a checkpoint file\n"
+    assert not (model_dir / "model.averaged.keras").exists()
+    # An experiment.yaml that is not YAML: the parser's message, in one line.
+    experiment = model_dir / "experiment.yaml"
+    experiment.write_text(experiment.read_text() + "model: [\n")
+    status, stderr, _ = run_program(
+        "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "1"
+    )
+    assert status == 2
+    assert stderr.startswith(f"error: {experiment}: not valid YAML: ") and stderr.endswith(")\n")
+    assert len(stderr.splitlines()) == 1, stderr
+
+
+# "line" where a sentence to translate is meant: the programs say "sentence" for that, and
+# "line" for a line of a file alone (one sentence a line, line 3 is not UTF-8).
+LINE_FOR_SENTENCE = re.compile(
+    r"source lines?\b|lines? translated|every line is translated|translate lines"
+    r"|gives one (translation|hypothesis) a line|hypotheses a line",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("module", sorted({v.partition(":")[0] for v in SCRIPTS.values()}))
+def test_the_help_says_sentence_for_a_sentence_and_line_for_a_line(module):
+    """Each program's --help (in a process of its own, as a user reads it), and the
+    runtimes' refusals of --n-best, which trainers.translate prints."""
+    result = programs.program(module, "--help", env={"COLUMNS": "1000"}, timeout=300)
+    assert LINE_FOR_SENTENCE.findall(result.stdout) == [], result.stdout
+    if module == "trainers.translate":
+        from keras_transformer.serving import LiteRTTranslator, SavedModelTranslator
+
+        litert = LiteRTTranslator.n_best_problem(None, 2)
+        saved = SavedModelTranslator.n_best_problem(
+            types.SimpleNamespace(target_prefix=None), 2, target_prefix="spa_Latn"
+        )
+        assert "sentences translated at once" in result.stdout
+        assert (litert, saved) == (
+            "a LiteRT file gives one translation a sentence",
+            "a target prefix gives one hypothesis a sentence (the serving_prefix signature)",
+        )

@@ -309,6 +309,18 @@ def test_export_cli_writes_an_int8_saved_model(model_dir, tmp_path):
     assert manifest["quantize"] == "int8"
     keras_manifest = json.loads((tmp_path / "sm" / "keras" / export.MANIFEST).read_text())
     assert "quantize" not in keras_manifest  # the Keras model stays float32, for fine-tuning
+    # Again, over the earlier export: keras/ replaced (--overwrite), a version added beside,
+    # with the signatures that take prefixes (--prefix-signature).
+    (tmp_path / "sm" / "keras" / "earlier").write_text("")
+    result = run_main("trainers.export", "--model-dir", model_dir, "--out", tmp_path / "sm",
+                      "--overwrite", "--prefix-signature")  # fmt: skip
+    assert result.stdout.startswith(f"wrote {tmp_path / 'sm' / '2'} (SavedModel for TF Serving")
+    manifest = json.loads((tmp_path / "sm" / "2" / "assets.extra" / export.MANIFEST).read_text())
+    assert {"serving_prefix", "serving_languages"} <= set(manifest["signatures"])
+    assert sorted(p.name for p in (tmp_path / "sm").iterdir()) == ["1", "2", "keras"]
+    assert sorted(p.name for p in (tmp_path / "sm" / "keras").iterdir()) == [
+        export.MANIFEST, "model.keras", "vocab"
+    ]  # fmt: skip
 
 
 def test_the_programs_refuse_to_quantize_a_quantized_model_before_writing(model_dir, tmp_path):
@@ -365,7 +377,12 @@ def test_export_cli_passes_quantize_to_ctranslate2_and_keeps_quantization(
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--quantize", "int4"], "argument --quantize: invalid choice: 'int4'"),
+        (["--quantize", "int2"], "argument --quantize: invalid choice: 'int2'"),
+        (
+            ["--quantize", "int4"],
+            "--quantize int4: --format savedmodel takes int8 or bfloat16 (--quantize int4 "
+            "applies to --format litert only)",
+        ),
         (
             ["--quantize", "int8", "--quantization", "bfloat16"],
             "--quantization bfloat16 and --quantize int8 disagree",

@@ -139,3 +139,22 @@ def test_a_keras_file_saved_through_disk_is_kerass_own(tmp_path):
     for mine, saved in zip(model.weights, loaded.weights, strict=True):
         np.testing.assert_array_equal(mine, saved)
     assert not [p for p in tmp_path.iterdir() if is_temporary(p)]  # the folder is gone
+
+
+def test_a_directory_replaces_an_existing_one_only_once_complete(tmp_path):
+    """`replace=True` (an export with overwrite): the old directory stays while the new one is
+    written and when its writing fails, and is gone once the new one is in its place."""
+    final = tmp_path / "export"
+    final.mkdir()
+    (final / "old").write_text("earlier export")
+    with pytest.raises(OSError, match="No space left"):
+        with atomic_directory(final, replace=True) as temporary:
+            temporary.mkdir()
+            raise OSError("No space left on device")
+    assert [p.name for p in final.iterdir()] == ["old"]
+    with atomic_directory(final, replace=True) as temporary:
+        temporary.mkdir()
+        (temporary / "new").write_text("new export")
+        assert (final / "old").exists()
+    assert [p.name for p in final.iterdir()] == ["new"]
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]  # no temporary, no old copy

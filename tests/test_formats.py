@@ -208,3 +208,46 @@ def test_export_writes_what_the_former_function_wrote_and_open_runs_it(tiny, tmp
         translations.append([[h.text for h in line] for line in hypotheses])
     assert translations[0] == translations[1]
     assert translations[0][2] == [""]  # an empty line, as every door answers it
+
+
+@pytest.mark.parametrize("name", list(formats.FORMATS))
+def test_export_refuses_an_earlier_export_and_replaces_it_only_once_complete(
+    tmp_path, monkeypatch, name
+):
+    """One rule for the three formats: an export at the destination (the directory, a
+    SavedModel's version folder) is refused, naming it and `overwrite=True`; with it, the new
+    export is written beside and swapped in, so a failed one leaves the earlier as it was. An
+    empty folder is written into. (Each writer stands in by one that writes a file: the
+    rule is `kt.export.export`'s, whatever the writer.)"""
+    from keras_transformer._files import atomic_directory
+
+    entry = formats.FORMATS[name]
+    options = {"version": 1} if entry.versioned else {}
+
+    def write(model, path, *, vocabularies, decoding, quantize, **options):
+        written = entry.destination(path, options.get("version"))
+        written.parent.mkdir(parents=True, exist_ok=True)  # a SavedModel's folder of versions
+        with atomic_directory(written) as temporary:
+            temporary.mkdir()
+            (temporary / "export").write_text(model)
+            if model == "fails":
+                raise ValueError("the writer failed")
+        return written
+
+    monkeypatch.setattr(getattr(export, name), "write", write)
+    out = tmp_path / "out"
+    destination = entry.destination(out, options.get("version"))
+    destination.mkdir(parents=True)
+    assert export.export("into an empty folder", out, format=name, **options) == destination
+    with pytest.raises(FileExistsError) as refused:
+        export.export("new", out, format=name, **options)
+    assert str(refused.value) == (
+        f"{destination} exists (an earlier export): overwrite=True replaces it once the new "
+        "export is complete"
+    )
+    with pytest.raises(ValueError, match="the writer failed"):
+        export.export("fails", out, format=name, overwrite=True, **options)
+    assert (destination / "export").read_text() == "into an empty folder"
+    assert export.export("new", out, format=name, overwrite=True, **options) == destination
+    assert (destination / "export").read_text() == "new"
+    assert set(tmp_path.rglob("*")) == {out, destination, destination / "export"}  # no temporary

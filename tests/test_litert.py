@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import decoding, export
-from keras_transformer.export import litert
+from keras_transformer.export import litert, litert_text
 from keras_transformer.special_ids import EOS_ID, UNK_ID
 from tests import bible, programs, ties
 from tests.cli import run_main
@@ -246,7 +246,9 @@ def test_float16_and_the_stock_search(model, exported, tmp_path):
 
 def constants(blob: bytes, shape) -> list:
     """The constants of `blob` (a LiteRT file) of tensors of `shape`: `[(buffer, type)]`,
-    one a buffer (LiteRT's schema: type 0 float32, 9 int8), and the file's subgraphs."""
+    one a buffer (LiteRT's schema: type 0 float32, 9 int8, 17 int4), and the file's
+    subgraphs. A buffer's bytes are inline (the converter's) or at an offset after the
+    flatbuffer (ai-edge-quantizer's)."""
     schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
     file = schema.Model.GetRootAsModel(blob, 0)
     found = set()
@@ -255,42 +257,44 @@ def constants(blob: bytes, shape) -> list:
         for t in range(graph.TensorsLength()):
             tensor = graph.Tensors(t)
             if tensor.ShapeLength() and tuple(tensor.ShapeAsNumpy()) == tuple(shape):
-                if file.Buffers(tensor.Buffer()).DataLength():
+                buffer = file.Buffers(tensor.Buffer())
+                if buffer.DataLength() or buffer.Size():  # inline, or after the flatbuffer
                     found.add((tensor.Buffer(), tensor.Type()))
     return sorted(found), file.SubgraphsLength()
 
 
-def test_int8_holds_the_embedding_table_once_and_the_step_once(model, exported, tmp_path):
-    """int8 is under 30% of float32 (the issue's bound): the tied embedding table is one int8
-    constant, which the lookups and the output projection read (the quantizer would store
-    an int8 copy for each use), and the search is one loop: three subgraphs (the function,
-    the loop's condition and body), the decoder step once, not once a phase."""
-    small = export.export_litert(
+def test_int8_stores_the_table_twice_by_default_and_the_step_once(model, exported, tmp_path):
+    """int8 is at most 40% of float32 (issue 68's bound): by default the tied embedding table
+    is stored twice, a lookup copy and the output projection's own int8 weights (the
+    projection in int8), and the manifest says so; the search is one loop: three subgraphs
+    (the function, the loop's condition and body), the decoder step once, not once a phase.
+    `int8_table="once"` stores one int8 table, which the lookups and the projection read (the
+    quantizer would store an int8 copy for each use): a table's bytes less."""
+    default = export.export_litert(
         model, tmp_path / "int8", vocabularies=bible.vocabularies(), quantize="int8"
     )
-    blob = (small / "model.tflite").read_bytes()
+    blob = (default / "model.tflite").read_bytes()
     full = (exported["beam"] / "model.tflite").read_bytes()
     shape = (model.config.vocab_size, model.config.d_model)
     tables, subgraphs = constants(blob, shape)
-    assert [kind for _, kind in tables] == [9] and subgraphs == 3  # one int8 table
+    assert [kind for _, kind in tables] == [9, 9] and subgraphs == 3  # two int8 tables
     tables, subgraphs = constants(full, shape)
     assert [kind for _, kind in tables] == [0] and subgraphs == 3  # one float32 table
-    assert len(blob) <= 0.3 * len(full), (len(blob), len(full))
-    # int8_table="twice": the converter's own layout, a lookup copy and the projection's int8
-    # weights (a table's bytes more; no whole-table dequantize a request).
-    twice = export.export_litert(
+    assert len(blob) <= 0.4 * len(full), (len(blob), len(full))
+    assert json.loads((default / "manifest.json").read_text())["int8_table"] == "twice"
+    once = export.export_litert(
         model,
-        tmp_path / "twice",
+        tmp_path / "once",
         vocabularies=bible.vocabularies(),
         quantize="int8",
-        int8_table="twice",
+        int8_table="once",
     )
-    blob_twice = (twice / "model.tflite").read_bytes()
-    tables, subgraphs = constants(blob_twice, shape)
-    assert [kind for _, kind in tables] == [9, 9] and subgraphs == 3
-    extra = (len(blob_twice) - len(blob)) / (shape[0] * shape[1])
-    assert 0.9 < extra < 1.2, extra
-    assert json.loads((twice / "manifest.json").read_text())["int8_table"] == "twice"
+    blob_once = (once / "model.tflite").read_bytes()
+    tables, subgraphs = constants(blob_once, shape)
+    assert [kind for _, kind in tables] == [9] and subgraphs == 3  # one int8 table
+    less = (len(blob) - len(blob_once)) / (shape[0] * shape[1])
+    assert 0.9 < less < 1.2, less
+    assert json.loads((once / "manifest.json").read_text())["int8_table"] == "once"
     with pytest.raises(ValueError, match="int8_table='both' must be None or one of"):
         export.export_litert(
             model,
@@ -299,6 +303,57 @@ def test_int8_holds_the_embedding_table_once_and_the_step_once(model, exported, 
             quantize="int8",
             int8_table="both",
         )
+
+
+@pytest.mark.exact
+def test_int4_stores_int4_projections_and_agrees_with_float32(model, exported, tmp_path):
+    """`quantize="int4"` (ai-edge-quantizer: every projection's weights in int4, the embedding
+    table in int8, read once through EMBEDDING_LOOKUP) is at most 25% of float32 (issue 68's
+    goal; 20% when written), one int8 table and the step once, builtin and tensorflow-text
+    ops only; LiteRT's interpreter runs it in a process without Keras or TensorFlow (on the
+    capped path too: `make test-numerics`, LiteRT's builtin kernels). Reduced precision, so
+    the rule is agreement, not equality: the greedy int4 file's translations equal the float32
+    file's on at least 4 of the 6 sentences (all 6 when written: a margin of two), the blank
+    ones "" in both."""
+    pytest.importorskip(
+        "ai_edge_quantizer", reason="the int4 export's quantizer (requirements.txt)"
+    )
+    small = export.export(
+        model,
+        tmp_path / "int4",
+        format="litert",
+        vocabularies=bible.vocabularies(),
+        decoding=SEARCHES["greedy"],
+        quantize="int4",
+    )
+    blob = (small / "model.tflite").read_bytes()
+    full = (exported["greedy"] / "model.tflite").read_bytes()
+    assert len(blob) <= 0.25 * len(full), (len(blob), len(full))
+    shape = (model.config.vocab_size, model.config.d_model)
+    tables, subgraphs = constants(blob, shape)
+    assert [kind for _, kind in tables] == [9] and subgraphs == 3  # one int8 table
+    width = model.config.d_model
+    projections, _ = constants(blob, (width, width))  # the attention's: int4 (type 17)
+    assert projections and {kind for _, kind in projections} == {17}
+    ops = litert.op_names(blob)
+    assert "EMBEDDING_LOOKUP" in ops and "FULLY_CONNECTED" in ops
+    assert {op for op in ops if op.upper() != op} <= set(litert.TEXT_OPS)  # the rest: builtins
+    facts = json.loads((small / "manifest.json").read_text())
+    assert facts["quantize"] == "int4" and facts["int8_table"] is None
+    answer = run_files(SENTENCES, exported["greedy"], small)
+    assert answer["loaded"] == []
+    float32, int4 = answer["translations"]
+    assert int4[2] == int4[3] == "" and len(int4) == len(SENTENCES)
+    same = sum(a == b for a, b in zip(float32, int4, strict=True))
+    assert same >= len(SENTENCES) - 2, (same, float32, int4)
+
+
+def test_without_ai_edge_quantizer_int4_says_what_to_install(monkeypatch):
+    from keras_transformer.export import litert_convert
+
+    monkeypatch.setitem(sys.modules, "ai_edge_quantizer", None)  # its import fails
+    with pytest.raises(ImportError, match="needs ai-edge-quantizer: pip install ai-edge-quantizer"):
+        litert_convert.quantized_int4(b"")
 
 
 def test_detokenization_is_sentencepiece_s():
@@ -321,7 +376,7 @@ def test_detokenization_is_sentencepiece_s():
     ids = tf.constant(rows, tf.int32)
     surfaces = litert.surface_tables(*litert.piece_surfaces(tokenizer.get_vocabulary()))
     source_ids = tf.ones([len(rows), 2], tf.int32)  # not empty: every row is detokenized
-    got = litert._translations(surfaces, ids, source_ids, width + 2).numpy().tolist()
+    got = litert_text.translations(surfaces, ids, source_ids, width + 2).numpy().tolist()
     expected = kt.text.detokenize(tokenizer, np.asarray(rows))
     assert [text.decode() for text in got] == expected
     assert expected[-2:] == texts
@@ -334,7 +389,7 @@ def test_refusals_before_anything_is_written(model, tmp_path):
     with pytest.raises(ValueError, match="is under a file"):
         export.export_litert(model, blocker / "out", vocabularies=vocabularies)
     cases = [
-        ({"quantize": "int4"}, r"quantize='int4' must be None or one of"),
+        ({"quantize": "int2"}, r"quantize='int2' must be None or one of"),
         ({"decoding": decoding.DecodingSettings(n_best=2)}, "n_best=2"),
         ({"decoding": decoding.DecodingSettings(target_prefix="hola")}, "target_prefix="),
         # As trainers.export refuses --int8-table: it wrote a float32 file (issue 66).
@@ -386,10 +441,11 @@ def test_export_and_translate_programs(run_dir, tmp_path):
     }
     assert facts["int8"]["quantize"] == "int8" and facts["float32"]["quantize"] == "float32"
     assert facts["int8"]["decoding"]["beam_size"] == 2
-    # Under half here; the issue's bound (30%) is asserted on the tiny model by
-    # test_int8_holds_the_embedding_table_once_and_the_step_once.
+    assert facts["int8"]["int8_table"] == "twice" and facts["float32"]["int8_table"] is None
+    # The table twice (the default): issue 68's bound, as on the tiny model of
+    # test_int8_stores_the_table_twice_by_default_and_the_step_once.
     sizes = {name: facts[name]["sizes"]["model.tflite"] for name in facts}
-    assert sizes["int8"] < 0.45 * sizes["float32"], sizes
+    assert sizes["int8"] <= 0.4 * sizes["float32"], sizes
     lines = ["In the beginning God created the heaven and the earth.", "Jesus wept.", ""]
     translated, imported = programs.program_imports(
         "trainers.translate", "--model", tmp_path / "float32" / "model.tflite",
@@ -407,11 +463,38 @@ def test_export_and_translate_programs(run_dir, tmp_path):
     assert len(int8) == 3 and int8[0] and int8[-1] == ""
 
 
+@pytest.mark.slow  # the trained directory, and two conversions
+def test_the_weights_benchmark_reports_each_file_s_size_and_bleu(run_dir, capsys):
+    """`benchmarks.litert_weights` writes the directory's model at each weight type asked
+    (float32 always: here with int4, greedy) and reports each file's bytes and test BLEU,
+    and both against float32's, as its last line."""
+    from benchmarks import litert_weights
+
+    pytest.importorskip(
+        "ai_edge_quantizer", reason="the int4 export's quantizer (requirements.txt)"
+    )
+    flags = ["--model-dir", str(run_dir), "--weights", "int4", "--searches", "greedy"]
+    litert_weights.main([*flags, "--sentences", "4"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = {row["weights"]: row for row in result["rows"]}
+    assert list(rows) == ["float32", "int4"] and result["sentences"] == 4
+    assert rows["float32"]["of_float32"] == 1.0 and rows["float32"]["bleu_against_float32"] == 0
+    assert rows["int4"]["bytes"] < rows["float32"]["bytes"]
+    assert rows["int4"]["of_float32"] == round(rows["int4"]["bytes"] / rows["float32"]["bytes"], 3)
+    assert {row["decoding"] for row in rows.values()} == {"greedy"}
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--quantize", "bfloat16"], "--quantize bfloat16: --format litert takes int8 or float16"),
-        (["--quantize", "int16"], "--quantize int16: --format litert takes int8 or float16"),
+        (
+            ["--quantize", "bfloat16"],
+            "--quantize bfloat16: --format litert takes int8 or int4 or float16",
+        ),
+        (
+            ["--quantize", "int16"],
+            "--quantize int16: --format litert takes int8 or int4 or float16",
+        ),
         (
             ["--quantize", "float16", "--int8-table", "twice"],
             "--int8-table applies to --format litert --quantize int8 only",
@@ -461,8 +544,8 @@ def test_an_opus_mt_vocabulary_s_ids_and_text(name):
     )
     expected = preprocessor.generate_preprocess(PLAIN)["source_ids"].numpy()
     fast = tensorflow_text.FastSentencepieceTokenizer(vocabularies.source.proto)
-    ours = tf.constant(litert._our_ids(vocabularies.source), tf.int32)
-    got = litert._source_ids(fast, tf.constant(PLAIN), 12, ours).numpy()
+    ours = tf.constant(litert_text.our_ids(vocabularies.source), tf.int32)
+    got = litert_text.source_ids(fast, tf.constant(PLAIN), 12, ours).numpy()
     np.testing.assert_array_equal(got, expected)
 
     target = vocabularies.target
@@ -471,7 +554,9 @@ def test_an_opus_mt_vocabulary_s_ids_and_text(name):
     width = max(map(len, rows)) + 1
     ids = tf.constant([row + [EOS_ID] + [0] * (width - len(row) - 1) for row in rows])
     surfaces = litert.piece_surfaces(target.get_vocabulary(), unk="", byte_pieces=False)
-    texts = litert._translations(litert.surface_tables(*surfaces), ids, tf.ones_like(ids), width)
+    texts = litert_text.translations(
+        litert.surface_tables(*surfaces), ids, tf.ones_like(ids), width
+    )
     assert [t.decode() for t in texts.numpy()] == kt.text.detokenize(target, ids.numpy())
 
 
@@ -543,6 +628,7 @@ def test_without_tensorflow_text_the_program_says_so_in_one_line(tmp_path):
     (broken / "__init__.py").write_text("raise ImportError('tensorflow_text is broken')\n")
     model = tmp_path / "model.tflite"
     model.write_bytes(b"not read")  # the ops are looked for first
+    (tmp_path / "manifest.json").write_text('{"decoding": {}}')  # (its settings before them)
     paths = [str(broken.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {"PYTHONPATH": os.pathsep.join(paths)}
     result = programs.program("trainers.translate", "--model", model, env=env, check=False)
@@ -698,8 +784,8 @@ def test_the_file_s_bpe_cut_is_sentencepiece_s(nllb):
         for line in strings
     ]
     code = tf.constant([source.token_to_id(language) for _, language in languages])
-    ours = tf.constant(litert._our_ids(source), tf.int32)
-    got = litert._bpe_source_ids(
+    ours = tf.constant(litert_text.our_ids(source), tf.int32)
+    got = litert_text.bpe_source_ids(
         cut,
         tf.constant([text for text, _ in languages]),
         code,
@@ -737,28 +823,15 @@ def test_the_translate_program_takes_an_nllb_file_s_languages(nllb):
     assert refused.returncode == 2 and "--source-prefix='xxx_Zzzz'" in refused.stderr
 
 
-def test_a_file_apart_from_its_manifest_a_broken_file_and_scores(nllb, tmp_path):
-    """An NLLB file copied without its manifest.json: a prefix is refused as that (its
-    languages unknown), not as a file without language codes; a file that is not LiteRT's
-    is named in the error; `--with-scores` on a LiteRT file (which gives no scores) is
-    refused naming the flag, before anything is written."""
-    import shutil
-
+def test_a_broken_file_and_scores(nllb, tmp_path):
+    """A file that is not LiteRT's is named in the error; `--with-scores` on a LiteRT file
+    (which gives no scores) is refused naming the flag, before anything is written."""
     from keras_transformer.serving import LiteRTTranslator
 
     pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
-    alone = tmp_path / "alone.tflite"
-    shutil.copyfile(nllb[3] / "model.tflite", alone)
-    with pytest.raises(ValueError, match=r"target_prefix='spa_Latn': .*manifest.json is missing"):
-        LiteRTTranslator(alone, target_prefix="spa_Latn")
-    with pytest.raises(ValueError, match=r"source_prefix='eng_Latn': .*manifest.json is missing"):
-        LiteRTTranslator(alone).translate(["Amen."], source_prefix="eng_Latn")
-    refused = run_main(
-        "trainers.translate", "--model", alone, "--target-prefix", "spa_Latn", check=False
-    )
-    assert refused.returncode == 2 and "manifest.json is missing" in refused.stderr
     broken = tmp_path / "broken.tflite"
     broken.write_bytes(b"not a flatbuffer")
+    (tmp_path / "manifest.json").write_text((nllb[3] / "manifest.json").read_text())
     with pytest.raises(ValueError, match=f"^{re.escape(str(broken))}: "):
         LiteRTTranslator(broken)
     output = tmp_path / "out.txt"

@@ -158,6 +158,46 @@ def test_a_damaged_manifest_is_named_by_the_translators_and_the_program(tmp_path
     assert result.stderr.startswith(f"error: {expected}") and len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("without", ["manifest", "decoding"])
+@pytest.mark.parametrize(
+    "kind, files",
+    [("litert", ["model.tflite"]), ("ctranslate2", ["model.bin", "shared.model"])],
+)
+def test_an_export_without_its_manifest_or_its_decoding_is_refused(tmp_path, kind, files, without):
+    """A LiteRT file or a CTranslate2 directory without its manifest.json, or beside one
+    without its `decoding` entry: one rule, the export's settings are never guessed. The
+    translator, `kt.serving.open` and `trainers.translate` (in a process of its own) refuse
+    it in one line naming the file and what is missing, before the model loads."""
+    directory = tmp_path / kind
+    directory.mkdir()
+    for name in files:
+        (directory / name).write_bytes(b"not read")
+    model = directory / files[0]
+    export = model if kind == "litert" else directory  # the path each door takes
+    if without == "manifest":
+        message = {
+            "litert": f"{model}: no manifest.json beside it (the export's decoding settings "
+            "and languages): keep the manifest.json that trainers.export wrote beside the file",
+            "ctranslate2": f"{directory}: no manifest.json beside model.bin (the export's "
+            "vocabulary and decoding settings): keep the manifest.json that trainers.export "
+            "wrote in it",
+        }[kind]
+    else:
+        facts = {"format": "keras-transformer/ctranslate2", "vocabulary": {}}
+        (directory / "manifest.json").write_text(json.dumps(facts))
+        message = (
+            f"{directory / 'manifest.json'}: no 'decoding' entry in it; export the model "
+            "again, or restore the file from the export"
+        )
+    translator = serving.LiteRTTranslator if kind == "litert" else serving.CTranslate2Translator
+    for door in (translator, serving.open):
+        with pytest.raises((FileNotFoundError, ValueError)) as refused:
+            door(export)
+        assert str(refused.value) == message
+    result = programs.program("trainers.translate", "--model", export, check=False)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"error: {message}\n")
+
+
 def test_a_ctranslate2_translator_names_a_path_that_is_no_ctranslate2_directory(tmp_path):
     """A missing folder, a folder without CTranslate2's model, and a CTranslate2 folder whose
     manifest says no format: one error naming the path or the manifest, where a 16-line

@@ -12,7 +12,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.decoding import FINISH_RULES, RANKINGS, STOPPING, beam_search
-from tests import ties
+from tests import bible, ties
 from tests.reversal import BOS
 
 # Held-out symbols followed by unknown tokens (tests/test_decoding.py's UNFAMILIAR_SOURCE):
@@ -102,3 +102,60 @@ def test_the_replay_is_our_beam_search(
                 np.testing.assert_allclose(score, expected_score, atol=ties.SCORE_TOLERANCE)
     assert compared >= 6, (compared, skipped)
     assert BOS == ties.BOS_ID
+
+
+class ScriptedModel:
+    """A model whose logits after a prefix depend on its last token and the source's first
+    (`TABLE`): after BOS, tokens 4 and 5 are 5e-5 apart (a tie within SCORE_TOLERANCE) where
+    the source starts with 7, 0.5 apart otherwise, 6 far below; after any other token, EOS."""
+
+    config = kt.TransformerConfig.preset("tiny", vocab_size=8, max_length=10)
+    TABLE = np.tile(-5.0 - np.arange(8, dtype="float32"), (8, 1))  # apart: no other tie
+    TABLE[ties.BOS_ID, [4, 5, 6]] = [2.0, 1.5, 0.0]
+    TABLE[4:, ties.EOS_ID] = 3.0
+
+    def __call__(self, inputs, training=False):
+        target = np.asarray(inputs["target_ids"])
+        logits = self.TABLE[target]
+        at_a_tie = (np.asarray(inputs["source_ids"])[:, :1] == 7) & (target == ties.BOS_ID)
+        logits[..., 5] = np.where(at_a_tie, 2.0 - 5e-5, logits[..., 5])
+        return logits
+
+
+def test_rows_parted_at_ties_lets_two_searches_part_only_at_a_tie():
+    """`ties.rows_parted_at_ties` lists the rows whose outputs differ at a choice within
+    SCORE_TOLERANCE (greedy: two tokens' logits; beam: the replay's n-best order), and
+    fails on one that differs elsewhere; `search_settings` and `tokenized_back` give it
+    the settings' replay and a text's ids."""
+    model, source = ScriptedModel(), np.array([[7, 3, 0], [6, 7, 3]])  # a tie in row 0
+    alike = np.array([[4, 3, 0], [4, 3, 0]])
+    assert ties.rows_parted_at_ties(model, source, alike, alike.copy()) == []
+    tied = np.array([[5, 3, 0], [4, 3, 0]])  # row 0 takes the other token of its tie
+    assert ties.rows_parted_at_ties(model, source, alike, tied) == [0]
+    beam = kt.decoding.DecodingSettings(beam_size=2, max_extra_length=3)
+    assert ties.rows_parted_at_ties(model, source, alike, tied, beam) == [0]
+    assert ties.rows_parted_at_ties(model, source, alike, tied, (beam, beam.replace(n_best=2))) == [
+        0
+    ]
+    for settings in (None, beam, (None, beam)):
+        for other in ([[4, 3], [5, 3]], [[4, 3], [6, 3]]):  # row 1 has no tie
+            with pytest.raises(AssertionError, match="row 1 .* not at a choice within"):
+                ties.rows_parted_at_ties(model, source, alike, other, settings)
+    assert ties.search_settings(beam, source[1], max_length=4, prefix=[5]) == {
+        "beam_size": 2,
+        "length_penalty": 0.6,
+        "limit": 4,  # 3 tokens + 3 extra, cut to max_length
+        "n_best": 1,
+        "finish_rule": "tensor2tensor",
+        "stopping": "early",
+        "ranking": "gnmt",
+        "prefix": [5],
+    }
+    assert ties.search_settings(beam.replace(beam_size=1), source[1], max_length=4) is None
+    target = bible.vocabularies().target
+    amen = list(target.tokenize(["Amen."])[0])
+    assert ties.tokenized_back(target, "Amen.").tolist() == [*amen, ties.EOS_ID]
+    assert ties.tokenized_back(target, ["Amen.", ""], prefix=[9]).tolist() == [
+        [9, *amen, ties.EOS_ID],
+        [9, ties.EOS_ID] + [0] * len(amen),
+    ]

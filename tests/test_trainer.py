@@ -475,10 +475,13 @@ def test_export_then_translate_through_the_saved_model(trained, exported, tmp_pa
     nested = tmp_path / "new" / "folder" / "out.txt"
     run_main("trainers.translate", *inputs, "--output", nested)
     assert nested.read_text() == saved.read_text()
-    # An existing version is never overwritten, and says so.
+    # An existing version is not overwritten unless asked, and says so.
     again = run_main("trainers.export", "--model-dir", model_dir, "--out", out, "--version", "1",
                      check=False)  # fmt: skip
-    assert again.returncode == 2 and "exists; versions are never overwritten" in again.stderr
+    assert again.returncode == 2 and again.stderr == (
+        f"error: --out {out}: {out / '1'} exists (an earlier export): --overwrite replaces it "
+        "once the new export is complete, or give another --out\n"
+    )
 
 
 @pytest.mark.exact
@@ -709,3 +712,23 @@ def test_misaligned_text_files_are_reported_by_name(tmp_path):
     assert result.returncode == 2
     assert "train.en has 3 lines but" in result.stderr and "train.es has 2" in result.stderr
     assert not (tmp_path / "model").exists()
+
+
+def test_evaluate_says_what_it_wrote_and_draws_no_bar_into_a_pipe(tmp_path):
+    """trainers.evaluate, its stderr a pipe (a log file, CI): the hypotheses and scores it
+    wrote are named, as the other programs name theirs, on stderr (stdout holds the scores'
+    JSON alone), and no progress bar is drawn: Keras's carriage returns and colour codes
+    would stay in the log."""
+    from tests.test_run_dir import trained_directory
+
+    run_dir, model = trained_directory(tmp_path)
+    run_dir.save_trained(model, run_dir.load_vocabularies())
+    result = programs.program(
+        "trainers.evaluate", "--model-dir", tmp_path, "--split", "test", "--limit", "2",
+        "--beam-size", "1",
+    )  # fmt: skip
+    hypotheses = tmp_path / "eval" / "model" / "test.hyp"
+    assert f"wrote {hypotheses} and {hypotheses.with_suffix('.json')}" in result.stderr.splitlines()
+    assert "\r" not in result.stderr and "\x1b" not in result.stderr, result.stderr
+    assert json.loads(result.stdout)["data"] == "test"
+    assert len(hypotheses.read_text().splitlines()) == 2

@@ -346,3 +346,76 @@ def ours_part_at_a_tie(
         return False
     logits = np.asarray(next_logits([[BOS_ID, *a[:step]]]))[0]
     return abs(float(logits[a[step]]) - float(logits[b[step]])) < SCORE_TOLERANCE
+
+
+def search_settings(
+    settings, source_ids: Sequence[int], max_length: int, prefix: Sequence[int] = ()
+) -> dict | None:
+    """`ours_part_at_a_tie`'s `settings` for the search that a `DecodingSettings` (or
+    anything with its fields) `settings` runs on one sentence `source_ids` (0-padded or not)
+    of a model of `max_length`: None for greedy search (beam size 1); else `replay_beam`'s
+    beam size, length penalty, rules, n-best, the sentence's length limit and the forced
+    `prefix` ids."""
+    if settings.beam_size == 1:
+        return None
+    return {
+        "beam_size": settings.beam_size,
+        "length_penalty": settings.length_penalty,
+        "limit": length_limit(source_ids, settings.max_extra_length, max_length),
+        "n_best": settings.n_best,
+        "finish_rule": settings.finish_rule,
+        "stopping": settings.stopping,
+        "ranking": settings.ranking,
+        "prefix": [int(i) for i in prefix],
+    }
+
+
+def tokenized_back(tokenizer, texts: str | Sequence[str], prefix: Sequence[int] = ()) -> np.ndarray:
+    """A translation (a text, or an n-best of texts) as the ids a search gave for it: the
+    forced `prefix` ids that the text leaves out, the text's ids by the target `tokenizer`
+    (a list, or a ragged tensor), EOS; `[len]`, or `[n, len]` 0-padded to one width."""
+    rows = []
+    for text in [texts] if isinstance(texts, str) else texts:
+        ids = tokenizer.tokenize([text])
+        ids = ids.to_list()[0] if hasattr(ids, "to_list") else ids[0]
+        rows.append([*map(int, prefix), *map(int, ids), EOS_ID])
+    width = max(map(len, rows))
+    padded = np.array([row + [PAD_ID] * (width - len(row)) for row in rows], "int64")
+    return padded[0] if isinstance(texts, str) else padded
+
+
+def rows_parted_at_ties(
+    model, source_ids, outputs_a, outputs_b, settings=None, *, prefix: Sequence[int] = ()
+) -> list[int]:
+    """The rows of the batch `source_ids` (`[batch, len]`, 0-padded) whose outputs by two
+    computations of one search of ours differ (ids as `ours_part_at_a_tie` takes them: each
+    row's ids, or its n-best; texts through `tokenized_back`). Each must part at a choice
+    within SCORE_TOLERANCE (`ours_part_at_a_tie`, `model` teacher forced, the search of the
+    `DecodingSettings` `settings` replayed: None or beam size 1 is greedy search; `prefix`
+    the forced target ids): an AssertionError names the first row that does not. `settings`
+    may be a tuple of two, where the two computations run two searches whose outputs agree
+    but at a tie of either (an n-best's first and the best): either replay may allow it.
+    Only the rows that differ are replayed; the caller keeps a floor of rows alike."""
+    max_length = model.config.max_length
+    searches = settings if isinstance(settings, tuple) else (settings,)
+    parted = []
+    for row, (source, a, b) in enumerate(
+        zip(np.asarray(source_ids), outputs_a, outputs_b, strict=True)
+    ):
+        if output_ids(a) == output_ids(b):
+            continue
+        next_logits = teacher_forced(model, source[source != PAD_ID])
+        assert any(
+            ours_part_at_a_tie(
+                next_logits,
+                a,
+                b,
+                None if search is None else search_settings(search, source, max_length, prefix),
+            )
+            for search in searches
+        ), (
+            f"row {row} (source {source.tolist()}) differs, not at a choice within "
+            f"SCORE_TOLERANCE: {output_ids(a)} and {output_ids(b)}"
+        )
+        parted.append(row)
+    return parted

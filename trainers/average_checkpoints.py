@@ -50,10 +50,13 @@ def average_checkpoints(model, paths) -> None:
     `ConfigError` names a file that is not a checkpoint of this model."""
     total = None
     for path in paths:
+        if not path.is_file():
+            raise ConfigError(f"{path}: a folder, not a checkpoint file")
         try:
             model.load_weights(path)
         except (OSError, ValueError) as error:
-            raise ConfigError(f"{path}: not a checkpoint of this model ({error})") from None
+            why = " ".join(str(error).split())  # h5py's messages span lines
+            raise ConfigError(f"{path}: not a checkpoint of this model ({why})") from None
         weights = [w.numpy().astype("float64") for w in model.weights]
         total = weights if total is None else [t + w for t, w in zip(total, weights, strict=True)]
     model.set_weights([t / len(paths) for t in total])
@@ -65,6 +68,8 @@ def main(argv=None) -> int:
     run = RunDirectory(args.model_dir)
     try:  # the directory first: a mistyped one costs no TensorFlow start-up
         run.check_trained(model_file=None)  # checkpoints, not a model file, are averaged
+        if run.model(args.output).is_dir():
+            raise ConfigError(f"--output {args.output}: {run.model(args.output)} is a folder")
         if run.model(args.output).exists() and not args.overwrite:
             raise ConfigError(
                 f"{run.model(args.output)} exists (a model saved before): give another "
@@ -96,6 +101,9 @@ def main(argv=None) -> int:
         output = run.save_model(model, args.output, replace=args.overwrite)
     except FileExistsError as error:  # saved by another process while this one averaged
         return errors.fail(error)
+    except OSError as error:  # a full disk, a folder it may not write in
+        where = run.model(args.output)
+        return errors.fail(f"--output {args.output}: cannot write {where} ({error.strerror})")
     print(f"averaged {', '.join(p.name for p in paths)} into {output}")
     return errors.EXIT_OK
 

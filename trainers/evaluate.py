@@ -11,11 +11,12 @@ stopping and finish rules, extra length: the ones `trainers.export` serves; the 
 4 and length penalty 0.6, and early stopping, where it says nothing; the flags override
 them), detokenizes, and scores with sacrebleu against the untouched
 references: BLEU, chrF and their signatures, printed as JSON (on stdout, alone: the progress
-goes to stderr). Hypotheses go to DIR/eval/MODEL/SPLIT.hyp, a folder for each model file
-(MODEL: its name without .keras: eval/model/test.hyp for model.keras,
-eval/model.averaged/test.hyp for model.averaged.keras; for --source FILE: FILE.hyp there,
-source-FILE.hyp for a file named dev or test), or --output, one a line, and the scores beside
-them (SPLIT.json, or NAME.json beside --output NAME). An evaluation never replaces another
+bar, drawn on a terminal only, and the files written go to stderr). Hypotheses go to
+DIR/eval/MODEL/SPLIT.hyp, a folder for each model file (MODEL: its name without .keras:
+eval/model/test.hyp for model.keras, eval/model.averaged/test.hyp for model.averaged.keras;
+for --source FILE: FILE.hyp there, source-FILE.hyp for a file named dev or test), or
+--output, one a line, and the scores beside them (SPLIT.json, or NAME.json beside --output
+NAME). An evaluation never replaces another
 model's: each model file keeps its own results, which evaluating the same file again
 replaces, and an --output whose NAME.json holds another model's scores is refused.
 """
@@ -159,9 +160,10 @@ def main(argv=None) -> int:
     translator = evaluation.Translator(task, decoding=task.decoding.replace(n_best=1))
     settings = translator.decoding
     # The search as the trainer's dev BLEU runs it; its progress bar on stderr, so that
-    # stdout holds the scores' JSON alone.
+    # stdout holds the scores' JSON alone, and only on a terminal: Keras's bar redraws
+    # itself with carriage returns and colours, which a log or a pipe would keep.
     with fast.switched(experiment.training.fast), contextlib.redirect_stdout(sys.stderr):
-        hypotheses = translator.translate(pairs.sources, progress=True)
+        hypotheses = translator.translate(pairs.sources, progress=sys.stderr.isatty())
     result = {
         "model_dir": str(args.model_dir),
         "model": args.model,
@@ -180,6 +182,7 @@ def main(argv=None) -> int:
     }
     atomic_write(output, "".join(h + "\n" for h in hypotheses))
     write_json(output.with_suffix(".json"), result)
+    print(f"wrote {output} and {output.with_suffix('.json')}", file=sys.stderr)  # stdout: JSON
     print(json.dumps(result, indent=2))
     return errors.EXIT_OK
 

@@ -185,7 +185,7 @@ def load_experiment(path, overrides: list[str] = (), *, resolved: bool = False) 
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(error)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping with model, data and training sections")
     sections = {}
@@ -216,8 +216,20 @@ def _parse_override(override: str):
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError(f"--set {override!r}: value is not valid YAML: {error}") from None
+        raise ConfigError(
+            f"--set {override!r}: value is not valid YAML: {_one_line(error)}"
+        ) from None
     return section, key.strip(), value
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """The parser's error in one line, as the programs print errors: what it expected and
+    found, and where (its own message spans lines, with an excerpt of the text)."""
+    mark = getattr(error, "problem_mark", None)
+    parts = [getattr(error, "context", None), getattr(error, "problem", None)]
+    what = "; ".join(part for part in parts if part) or str(error)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return " ".join(what.split()) + where
 
 
 def _build(sections: dict[str, dict], where: _Origins, resolved: bool) -> Experiment:
@@ -247,7 +259,9 @@ def _build(sections: dict[str, dict], where: _Origins, resolved: bool) -> Experi
     except ValueError as error:
         keys = [f"model.{key}" for key in model] or ["model"]
         raise ConfigError(f"{where(*keys)}: model: {error}") from None
-    _check(model_config, data, training, where, resolved)
+    _check_data(model_config, data, where, resolved)  # the checks that span fields
+    _check_counts(data, training, where)
+    _check_training(training, where)
     return Experiment(preset, model_config, data, training, decoding)
 
 
@@ -292,13 +306,7 @@ def _at_least(where: _Origins, minimum: int, **values) -> None:
             raise ConfigError(f"{where(name)}: {name}={value} must be >= {minimum}")
 
 
-def _check(
-    model: TransformerConfig,
-    data: DataConfig,
-    training: TrainingConfig,
-    where: _Origins,
-    resolved: bool = False,
-):
+def _check_data(model: TransformerConfig, data: DataConfig, where: _Origins, resolved: bool):
     if data.format not in DATA_FORMATS:
         raise ConfigError(
             f"{where('data.format')}: data.format={data.format!r}; choose one of {DATA_FORMATS}"
@@ -325,6 +333,9 @@ def _check(
             f"data.tokens_per_batch={data.tokens_per_batch} is smaller than "
             f"model.max_length={model.max_length}: no batch could hold a long sentence"
         )
+
+
+def _check_counts(data: DataConfig, training: TrainingConfig, where: _Origins) -> None:
     _at_least(
         where,
         1,
@@ -349,6 +360,9 @@ def _check(
         },
     )
     _at_least(where, MIN_VOCAB_SIZE, **{"data.vocab_size": data.vocab_size})
+
+
+def _check_training(training: TrainingConfig, where: _Origins) -> None:
     if training.steps % training.steps_per_epoch:
         raise ConfigError(
             f"{where('training.steps', 'training.steps_per_epoch')}: "

@@ -7,6 +7,11 @@ before it; --model another .keras file there), and decodes with the model direct
 experiment.yaml `decoding` section (beam size, length penalty, stopping and finish rules,
 extra length) unless the flags say otherwise: as `trainers.evaluate` scores it.
 
+An export already there is refused before any work: --out itself (ctranslate2, litert), or a
+SavedModel's --version folder and its keras/ (a new version is added beside the others, but
+keras/ holds one model). `--overwrite` replaces it once the new export is complete (written
+beside it, then swapped in: a failed export leaves the earlier one as it was).
+
 `--format savedmodel` (the default) writes saved_models/NAME/VERSION/ (the next free version
 unless --version is given), a SavedModel whose `serving_default` signature takes raw strings
 (`text`) and returns `translation` and `score`, with tokenization and beam search in the
@@ -26,15 +31,15 @@ tensorflow-text alone. Its manifest.json records the weights ("quantize": "int8"
 quantized, or has LoRA adapters, is refused.
 
 `--format ctranslate2 [--quantize TYPE]` (int8, bfloat16, or CTranslate2's own int8_float32,
-int8_float16, int16, float16) writes the directory --out (which must not exist) as a
+int8_float16, int16, float16) writes the directory --out as a
 CTranslate2 model with its SentencePiece models and manifest.json; `trainers.translate
 --model` runs it with ctranslate2 and sentencepiece alone. It needs the optional extra:
 pip install 'keras-transformer[ctranslate2]'. `--quantization` is the former name of
 `--quantize` (deprecated).
 
-`--format litert [--quantize int8|float16]` writes the directory --out (which must not exist)
-with model.tflite, one LiteRT file that takes text and gives translations (SentencePiece,
-the search and detokenization inside: `kt.export.litert`), and manifest.json. LiteRT's
+`--format litert [--quantize int8|float16]` writes the directory --out with model.tflite, one
+LiteRT file that takes text and gives translations (SentencePiece, the search and
+detokenization inside: `kt.export.litert`), and manifest.json. LiteRT's
 interpreter with tensorflow-text's ops runs it; `trainers.translate --model OUT/model.tflite`
 does. int8 is dynamic-range int8 weights.
 """
@@ -78,24 +83,41 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--version", type=flags.positive_int, help="version number (default: the next one)"
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an export already at --out (a SavedModel's --version folder and its "
+        "keras/) once the new one is complete",
+    )
+    parser.add_argument(
         "--format",
         default=DEFAULT,
         choices=list(FORMATS),
         help=f"default: {DEFAULT}",
     )
     parser.add_argument(
+        "--prefix-signature",
+        action="store_true",
+        default=None,
+        help="--format savedmodel: write the serving_prefix and serving_languages signatures, "
+        "which take a target prefix (and a source prefix) a request, as trainers.translate "
+        "--target-prefix asks (default: for a vocabulary with language codes, NLLB-200's)",
+    )
+    parser.add_argument(
         "--int8-table",
         choices=["once", "twice"],
-        help="--format litert --quantize int8: the tied embedding table stored once (the "
-        "default: the smallest file, its output projection in float32) or twice (a table's "
-        "size more, the output projection in int8: speed in BENCHMARKS.md)",
+        help="--format litert --quantize int8: the tied embedding table stored twice (the "
+        "default: a lookup copy and the output projection's int8 weights, the projection in "
+        "int8: speed in BENCHMARKS.md) or once (a table's size less, the projection in float32 "
+        "on the table dequantized once a request: for an app whose download size decides); "
+        "the manifest's int8_table names the layout",
     )
     parser.add_argument(
         "--quantize",
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
         "SavedModel's bfloat16 where this CPU computes it natively, else float32); "
-        "CTranslate2's own types for --format ctranslate2; int8 or float16 for --format litert",
+        "CTranslate2's own types for --format ctranslate2; int8, int4 (the projections in int4 "
+        "and the embedding table in int8, by ai-edge-quantizer) or float16 for --format litert",
     )
     parser.add_argument(
         "--quantization",
@@ -141,6 +163,9 @@ def flag_problem(args: argparse.Namespace) -> str | None:
     if args.int8_table and not ("int8_table" in found.options and args.quantize == "int8"):
         takers = [name for name, entry in FORMATS.items() if "int8_table" in entry.options]
         return f"--int8-table applies to --format {' and '.join(takers)} --quantize int8 only"
+    if args.prefix_signature and "prefix_signature" not in found.options:
+        takers = [name for name, entry in FORMATS.items() if "prefix_signature" in entry.options]
+        return f"--prefix-signature applies to --format {' and '.join(takers)} only"
     if args.stopping and "stopping" in found.decides:
         takers = [name for name, entry in FORMATS.items() if "stopping" not in entry.decides]
         return (
@@ -164,6 +189,12 @@ def main(argv=None) -> int:
         return errors.fail(problem)
     if problem := flags.creatable(args.out):  # before any work
         return errors.fail(f"--out {args.out}: {problem}")
+    if not args.overwrite and (earlier := earlier_export(args)):
+        where = f"--out {args.out}" + ("" if earlier == args.out else f": {earlier}")
+        return errors.fail(
+            f"{where} exists (an earlier export): --overwrite replaces it once the new "
+            "export is complete, or give another --out"
+        )
     run = RunDirectory(args.model_dir)
     try:  # before TensorFlow starts: a mistyped path costs no start-up
         run.check_trained(args.model)
@@ -190,7 +221,11 @@ def main(argv=None) -> int:
         "metrics": run.metrics(args.model),
     }
     found = FORMATS[args.format]
-    given = {"version": args.version, "int8_table": args.int8_table}  # a format's own flags
+    given = {  # a format's own flags
+        "version": args.version,
+        "int8_table": args.int8_table,
+        "prefix_signature": args.prefix_signature,
+    }
     options = {name: value for name, value in given.items() if name in found.options}
     try:
         # Warnings (bfloat16's fallback to float32) as the programs print them: one line each.
@@ -204,6 +239,7 @@ def main(argv=None) -> int:
                 format=found.name,
                 quantize=args.quantize,
                 manifest=manifest,
+                overwrite=args.overwrite,
                 **options,
             )
     except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
@@ -219,18 +255,30 @@ def main(argv=None) -> int:
     return errors.EXIT_OK
 
 
+def earlier_export(args: argparse.Namespace) -> Path | None:
+    """What of an earlier export this one would replace (--out, or a SavedModel's --version
+    folder, or its keras/), or None."""
+    found = FORMATS[args.format]
+    destinations = [found.destination(args.out, args.version)]
+    if found.versioned:  # and the Keras model beside the versions
+        destinations.append(args.out / "keras")
+    return next((d for d in destinations if d is not None and _formats.occupied(d)), None)
+
+
 def keep_keras_model(run: RunDirectory, args, task, manifest: dict) -> Path:
     """`--out/keras/`: the model file itself (a kt.Transformer, as model.fit fine-tunes it),
-    its vocabulary and the manifest, beside a SavedModel's versions. Returns the folder."""
-    from keras_transformer._files import atomic_write
+    its vocabulary and the manifest, beside a SavedModel's versions, written complete before
+    it replaces an earlier one (`earlier_export` refused that without --overwrite). Returns
+    the folder."""
+    from keras_transformer._files import atomic_directory
     from keras_transformer.export import MANIFEST
 
     keras_dir = args.out / "keras"
-    keras_dir.mkdir(parents=True, exist_ok=True)
-    source = run.model(args.model)
-    atomic_write(keras_dir / MODEL, lambda temporary: shutil.copyfile(source, temporary))
-    task.preprocessor.tokenizer.vocabularies.save(keras_dir / "vocab")
-    write_json(keras_dir / MANIFEST, manifest | {"for": "model.fit fine-tuning"})
+    with atomic_directory(keras_dir, replace=True) as temporary:
+        temporary.mkdir()
+        shutil.copyfile(run.model(args.model), temporary / MODEL)
+        task.preprocessor.tokenizer.vocabularies.save(temporary / "vocab")
+        write_json(temporary / MANIFEST, manifest | {"for": "model.fit fine-tuning"})
     return keras_dir
 
 

@@ -88,7 +88,7 @@ def add_prefixes(parser, defaults: str = "the directory's decoding") -> None:
     parser.add_argument(
         "--source-prefix",
         type=non_blank,
-        help="text put at the start of every source line that does not start with a "
+        help="text put at the start of every source sentence that does not start with a "
         "language code already: an NLLB-200 model's source language code, e.g. eng_Latn, or "
         f"a multilingual OPUS-MT model's >>spa<< (default: {defaults}.source_prefix, else "
         "none)",

@@ -105,8 +105,8 @@ def parse_args(argv=None, prog: str | None = None):
     )
     parser.add_argument(
         "--source-language",
-        help="NLLB-200: the language code put at the start of every source line that does "
-        "not start with one, e.g. eng_Latn (default: none; the text carries it)",
+        help="NLLB-200: the language code put at the start of every source sentence that "
+        "does not start with one, e.g. eng_Latn (default: none; the text carries it)",
     )
     parser.add_argument(
         "--peak-learning-rate",
@@ -160,20 +160,10 @@ def import_pretrained(
     """Writes the model directory `model_dir` from the checkpoint at `path` (Marian or
     M2M100, by config.json's `model_type`), a directory or a Hub id (`hf://ORG/NAME`)."""
     from keras_transformer import pretrained
-    from keras_transformer._files import atomic_directory, sha256
-    from trainers.run_dir import PRETRAINED_MODEL, RunDirectory, write_json
+    from keras_transformer._files import sha256
 
     model_dir = Path(model_dir)
-    if model_dir.exists() and not model_dir.is_dir():
-        raise ConfigError(f"--model-dir {model_dir} is a file; choose a new directory")
-    if model_dir.exists() and any(model_dir.iterdir()):
-        raise ConfigError(f"--model-dir {model_dir} exists and is not empty; choose a new one")
-    if problem := flags.creatable(model_dir):
-        raise ConfigError(f"--model-dir {model_dir}: {problem}")
-    if not peak_learning_rate > 0:
-        raise ConfigError(f"--peak-learning-rate={peak_learning_rate} must be > 0")
-    if warmup_steps < 1:
-        raise ConfigError(f"--warmup-steps={warmup_steps} must be >= 1")
+    _check_arguments(model_dir, peak_learning_rate, warmup_steps)
     if str(path).startswith(HUB_PREFIX):
         path, source = _from_hub(str(path))  # downloaded first: the checks below read it
     else:
@@ -204,6 +194,32 @@ def import_pretrained(
         "notes": imported.notes,
         "imported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    _write(model_dir, imported, experiment, record)
+    return model_dir
+
+
+def _check_arguments(model_dir: Path, peak_learning_rate: float, warmup_steps: int) -> None:
+    """A new or empty directory that can be created, and a schedule that can work: refused
+    before anything is read."""
+    if model_dir.exists() and not model_dir.is_dir():
+        raise ConfigError(f"--model-dir {model_dir} is a file; choose a new directory")
+    if model_dir.exists() and any(model_dir.iterdir()):
+        raise ConfigError(f"--model-dir {model_dir} exists and is not empty; choose a new one")
+    if problem := flags.creatable(model_dir):
+        raise ConfigError(f"--model-dir {model_dir}: {problem}")
+    if not peak_learning_rate > 0:
+        raise ConfigError(f"--peak-learning-rate={peak_learning_rate} must be > 0")
+    if warmup_steps < 1:
+        raise ConfigError(f"--warmup-steps={warmup_steps} must be >= 1")
+
+
+def _write(model_dir: Path, imported, experiment, record: dict) -> None:
+    """The model directory, written whole (in a temporary directory, then renamed): the
+    vocabulary, experiment.yaml, the model and its preset, a copy kept for fine-tuning, and
+    the import's record."""
+    from keras_transformer._files import atomic_directory
+    from trainers.run_dir import PRETRAINED_MODEL, RunDirectory, write_json
+
     try:
         if model_dir.exists():
             model_dir.rmdir()  # empty: replaced by the complete directory
@@ -217,7 +233,6 @@ def import_pretrained(
             write_json(temporary / PRETRAINED, record)
     except OSError as error:  # a full disk, a folder made read-only meanwhile...
         raise ConfigError(f"--model-dir {model_dir}: cannot write there ({error})") from None
-    return model_dir
 
 
 def _from_hub(uri: str) -> tuple[Path, str]:

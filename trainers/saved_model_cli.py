@@ -48,6 +48,13 @@ def main(argv=None) -> int:
     prog = flags.prog("trainers.saved_model_cli")
     if "-h" in argv or "--help" in argv:
         usage_parser(prog).parse_args(["--help"])  # prints the usage, exits with status 0
+    # TensorFlow's Python logger gives itself a handler when it starts and the root logger has
+    # none; the original's absl.app.run then gives the root Abseil's, and every record (`run`'s
+    # deprecation notice of the loader it calls) was written twice. Abseil's handler first,
+    # as absl.app.run sets it: each written once, TensorFlow's own warnings left as they are.
+    from absl import logging as absl_logging
+
+    absl_logging.use_absl_handler()
     import tensorflow_text  # noqa: F401  (registers SentencepieceOp and friends)
 
     (command,) = entry_points(group="console_scripts", name="saved_model_cli")

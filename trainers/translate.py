@@ -1,4 +1,4 @@
-"""Translate lines with an exported model:
+"""Translate sentences, one a line, with an exported model:
 `python -m trainers.translate --model saved_models/NAME [--input FILE] [--n-best K]`.
 
 Reads sentences one a line (stdin by default; lines end at "\\n" only, a CRLF's "\\r" is
@@ -21,7 +21,7 @@ as `kt.serving.open` reads it) picks `SavedModelTranslator`, `CTranslate2Transla
 them. For a CTranslate2 directory or a LiteRT file it loads that package alone, without the
 rest of the library: neither TensorFlow nor Keras is imported.
 
---source-prefix puts text in front of each source line that does not start with a language
+--source-prefix puts text in front of each source sentence that does not start with a language
 code (NLLB-200's source language, `--source-prefix eng_Latn`; a multilingual OPUS-MT model's
 `>>spa<<`), over the export's; --target-prefix starts every translation with text (NLLB-200's
 target language, `--target-prefix fra_Latn`), over the export's (a SavedModel takes it through
@@ -30,7 +30,7 @@ model loads.
 
 With --n-best K, each sentence gets its K best hypotheses, best first, as
 `INDEX ||| TRANSLATION ||| SCORE` lines (the n-best format of Moses and Marian; INDEX counts
-input lines from 0).
+the sentences, the input's lines, from 0).
 
 Input must be UTF-8: a line that is not is refused (exit status 2), naming the file (or
 stdin) and the line, and nothing is written to --output; a file is checked whole before the
@@ -117,13 +117,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--output",
         type=Path,
         help="default: stdout (a file is written whole or not at all: an existing one is "
-        "replaced once every line is translated; missing folders are made)",
+        "replaced once every sentence is translated; missing folders are made)",
     )
     parser.add_argument(
         "--batch-size",
         type=flags.positive_int,
         default=serving.common.library_module("keras_transformer.decoding.settings").BATCH_SIZE,
-        help="lines translated at once (default: 64, as generate's)",
+        help="sentences translated at once (default: 64, as generate's)",
     )
     parser.add_argument(
         "--with-scores", action="store_true", help="write SCORE<TAB>TRANSLATION lines"

@@ -9,6 +9,8 @@ search.py          `greedy_search`, `sample`, `beam_search` over one loop helper
                    `decode`: the one function that turns settings into one of them
 language_model.py  `generate`: the same searches for a decoder-only language model, prompts
                    of different lengths in one batch
+prompts.py         `prompt_tensor`: a language model's prompts as one checked tensor, and
+                   their left padding
 parallel.py        `parallel_search`: slices of a batch as concurrent XLA programs
 """
 

@@ -42,6 +42,7 @@ from keras_transformer import _backends as backends
 from keras_transformer import fast
 from keras_transformer.config import PAD_ID
 from keras_transformer.decoding import search
+from keras_transformer.decoding.prompts import _check_room, _left_padded, prompt_tensor
 from keras_transformer.decoding.search import EOS_ID
 from keras_transformer.decoding.settings import DEFAULT
 
@@ -116,10 +117,7 @@ def generate(
     """
     if method not in METHODS:
         raise ValueError(f"method={method!r} must be one of {METHODS}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-        raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
+    _check_max_new_tokens(max_new_tokens)
     stop_ids, never_ids = _ids_tuple("stop_ids", stop_ids), _ids_tuple("never_ids", never_ids)
     embedding, _ = language_model_layers(model)  # its errors before any work
     settings = {
@@ -141,14 +139,15 @@ def generate(
             num_hypotheses=num_hypotheses,
         )
     prompts = prompt_tensor(prompts)
-    lengths = (prompts != PAD_ID).sum(axis=1) if isinstance(prompts, np.ndarray) else []
-    if len(lengths) and lengths.max() >= embedding.max_length:
-        longest = int(np.argmax(lengths))
-        raise ValueError(
-            f"prompt {longest} has {lengths[longest]} tokens, which leave no room under the "
-            f"embedding's max_length={embedding.max_length}"
-        )
+    _check_room(prompts, embedding.max_length)
     return _generate(model, prompts, **settings)
+
+
+def _check_max_new_tokens(max_new_tokens) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1")
 
 
 def language_model_layers(model) -> tuple:
@@ -193,58 +192,6 @@ def language_model_layers(model) -> tuple:
     return embedding, decoder
 
 
-def prompt_tensor(prompts):
-    """`prompts` as int32 `[batch, width]`, 0-padded at the end: lists of ids are padded, a
-    `tf.RaggedTensor` is made dense. Prompts whose values are known (lists, numpy, an eager
-    tensor) are checked (2 axes, a token in every row, no token after padding: in a ragged
-    row, no padding id at all) and returned as numpy, their width kept (on JAX, one
-    program serves every batch of that width). Inside a trace (`tf.function`, `jax.jit`) a
-    tensor passes as it is."""
-    if hasattr(prompts, "to_tensor"):  # tf.RaggedTensor
-        rows = _known(prompts.to_list)
-        if rows is None:
-            return prompts.to_tensor()
-        for i, row in enumerate(rows):
-            if PAD_ID in row:
-                raise ValueError(
-                    f"prompt {i} holds the padding id {PAD_ID}: a ragged prompt holds tokens only"
-                )
-        prompts = rows
-    if isinstance(prompts, (list, tuple)):
-        rows = [list(row) for row in prompts]
-        width = max((len(row) for row in rows), default=1)
-        prompts = np.zeros((len(rows), width), "int32")
-        for i, row in enumerate(rows):
-            prompts[i, : len(row)] = row
-    values = prompts if isinstance(prompts, np.ndarray) else _known(lambda: np.asarray(prompts))
-    if values is None:
-        return prompts
-    if values.ndim != 2:
-        raise ValueError(f"prompts must be [batch, width], got shape {values.shape}")
-    real = values != PAD_ID
-    empty = np.flatnonzero(~real.any(axis=1))
-    if empty.size:
-        raise ValueError(
-            f"prompt {int(empty[0])} has no token: every prompt needs at least one (the "
-            "model's start token, say)"
-        )
-    gaps = np.flatnonzero((real[:, 1:] & ~real[:, :-1]).any(axis=1))
-    if gaps.size:
-        raise ValueError(
-            f"prompt {int(gaps[0])} has a token after padding: prompts are 0-padded at the end"
-        )
-    return values.astype("int32")
-
-
-def _known(value):
-    """`value()`, or None where it needs a traced tensor's values (inside `tf.function` or
-    `jax.jit`, where prompts are checked by shape alone)."""
-    try:
-        return value()
-    except (AttributeError, NotImplementedError, TypeError, ValueError):
-        return None
-
-
 @backends.compiled_search
 def _generate(
     model,
@@ -271,12 +218,8 @@ def _generate(
     if len(prompt_ids.shape) != 2:
         raise ValueError(f"prompts must be [batch, width], got shape {prompt_ids.shape}")
     batch, width = ops.shape(prompt_ids)[0], ops.shape(prompt_ids)[1]
-    lengths = ops.sum(ops.cast(ops.not_equal(prompt_ids, PAD_ID), "int32"), axis=1)  # (batch,)
+    left, lengths = _left_padded(prompt_ids)
     pads = width - lengths  # (batch,): padding slots before each row's first token
-    # Left padding: slot i of a row holds its token i - pad.
-    source = ops.arange(width, dtype="int32")[None, :] - pads[:, None]  # (batch, width)
-    taken = ops.take_along_axis(prompt_ids, ops.maximum(source, 0), axis=1)
-    left = ops.where(source >= 0, taken, PAD_ID)
     # A row may generate max_new_tokens, within the positions the embedding has.
     limits = ops.minimum(max_new_tokens, embedding.max_length - lengths)  # (batch,)
     copies = beam_size if method == "beam" else 1

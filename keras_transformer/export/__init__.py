@@ -9,8 +9,14 @@ precision.py     `reduced_precision`: the int8 or bfloat16 copy of a model that 
 ctranslate2.py   `write`: a CTranslate2 model directory (the optional `ctranslate2`
                  package; imported on first use)
 litert.py        `write`: one LiteRT file for a device, text in, translations out
-                 (tokenization, search and detokenization inside; imported on first use)
-litert_bpe.py    `BpeCut`: SentencePiece's BPE cut in LiteRT's builtin ops, for litert.py
+                 (tokenization, search and detokenization inside; imported on first use):
+                 the checks, the file and its manifest
+litert_trace.py  `signatures`: the file's traced signatures (the search, the weights as
+                 constants, how the tied embedding table is read)
+litert_text.py   the file's tokenization and detokenization in ops a device runs
+litert_convert.py  `convert`: LiteRT's converter, the weights' quantization (int8, float16;
+                 int4 by ai-edge-quantizer) and `check_ops`, the refusal of other ops
+litert_bpe.py    `BpeCut`: SentencePiece's BPE cut in LiteRT's builtin ops, for litert_text.py
 
 The former names, `export_saved_model`, `ctranslate2.export_ctranslate2` and
 `export_litert`, are plain aliases of `export(format=...)` with their former arguments, kept

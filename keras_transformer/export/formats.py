@@ -10,10 +10,12 @@ export_ctranslate2`, `export_litert`) are plain aliases of it, kept as they were
 from __future__ import annotations
 
 import importlib
+import shutil
 from pathlib import Path
 
+from keras_transformer._files import atomic_directory
 from keras_transformer.decoding.settings import DecodingSettings
-from keras_transformer.serving.formats import DEFAULT, get
+from keras_transformer.serving.formats import DEFAULT, get, occupied
 from keras_transformer.serving.protocols import Writer
 
 
@@ -40,6 +42,7 @@ def export(
     decoding: DecodingSettings | None = None,
     quantize: str | None = None,
     vocabularies=None,
+    overwrite: bool = False,
     **format_options,
 ) -> Path:
     """Writes an export of `task_or_model` at `path` in `format`, decoding with `decoding`.
@@ -54,18 +57,24 @@ def export(
       the optional `ctranslate2` package); option `manifest`. `quantize`: CTranslate2's
       weight types ("int8", "int8_float32", "int16", "float16"...).
     - "litert": `path/model.tflite`, one LiteRT file for a device
-      (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8).
-      `quantize`: "int8" or "float16".
+      (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8: "twice",
+      the default, or "once"). `quantize`: "int8", "int4" (ai-edge-quantizer; its table in
+      int8) or "float16".
 
     Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
     runs what it wrote.
+
+    The destination (`path`, or a SavedModel's `path/VERSION`) is written complete or not at
+    all: an existing one that holds anything is refused unless `overwrite=True`, and then
+    replaced only once the new export is complete (written beside it, then swapped in), so
+    a failed export leaves the earlier one as it was.
 
     Args:
         task_or_model: a `TransformerSeq2SeqLM`, a directory
             `TransformerSeq2SeqLM.from_preset` loads, or a trained
             `keras_transformer.Transformer` (with `vocabularies`).
         path: str or path. Where to write (a SavedModel's model folder; the directory of
-            the others, which must not exist yet).
+            the others).
         format: str. "savedmodel", "ctranslate2" or "litert". Defaults to "savedmodel".
         decoding: `kt.decoding.DecodingSettings` or None: the search written into the
             export, or recorded in its manifest for its runtime (beam size, length penalty,
@@ -75,6 +84,8 @@ def export(
             model's float32 weights. Defaults to None.
         vocabularies: the model's `keras_transformer.text.Vocabularies`; None takes the
             task's. Defaults to None.
+        overwrite: bool. Replace an existing export at the destination (the directory, or
+            a SavedModel's `version`) once the new one is complete. Defaults to False.
         **format_options: the format's own options (above).
 
     Returns:
@@ -84,7 +95,8 @@ def export(
         ValueError: an unknown format (naming the three), or what its writer refuses (a
             setting or a model the format cannot hold), before anything is written.
         TypeError: an option the format does not take, naming those it does.
-        FileExistsError: the directory (a SavedModel's version) exists.
+        FileExistsError: the destination (the directory, a SavedModel's version) holds an
+            export and `overwrite` is False, naming it, before anything is loaded.
 
     Examples:
         Skipped by the doctests: an export takes a while (`docs/` runs them).
@@ -108,14 +120,42 @@ def export(
                 f"{name}={value!r}: format={format!r} takes no option {name} (its options: "
                 f"{', '.join(found.options)})"
             )
-    return writer(format)(
-        task_or_model,
-        path,
-        vocabularies=vocabularies,
-        decoding=decoding,
-        quantize=quantize,
-        **format_options,
-    )
+    destination = found.destination(path, format_options.get("version"))
+    if destination is not None and occupied(destination) and not overwrite:
+        raise FileExistsError(
+            f"{destination} exists (an earlier export): overwrite=True replaces it once the "
+            "new export is complete"
+        )
+    write = writer(format)
+    if destination is None or not (destination.exists() or destination.is_symlink()):
+        return write(
+            task_or_model,
+            path,
+            vocabularies=vocabularies,
+            decoding=decoding,
+            quantize=quantize,
+            **format_options,
+        )
+    # Written beside the destination, then swapped in: a failed export leaves it as it was.
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(destination, replace=True) as temporary:
+        # A versioned format writes `folder/VERSION`: a folder of its own beside, then moved.
+        folder = temporary.with_name(temporary.name + "-versions") if found.versioned else None
+        try:
+            written = write(
+                task_or_model,
+                temporary if folder is None else folder,
+                vocabularies=vocabularies,
+                decoding=decoding,
+                quantize=quantize,
+                **format_options,
+            )
+            if folder is not None:
+                written.rename(temporary)
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+    return destination
 
 
 __all__ = ["export", "writer"]

@@ -13,18 +13,24 @@ against the manifest's `languages` first). Inside it:
   SentencePiece model (a unigram one), or SentencePiece's BPE cut in builtin ops
   (`kt.export.litert_bpe`, NLLB-200's), the cut to `max_length - 1` tokens, then EOS; for
   NLLB-200, the source language code first and a "▁" for trailing whitespace, as the
-  library's `NllbTokenizer` lays them out;
+  library's `NllbTokenizer` lays them out (`kt.export.litert_text`);
 - the model, its weights stored in the file as constants, and the settings' search,
   `kt.decoding.decode` (greedy or beam search, with the length penalty, stopping rule and
   extra length of `kt.decoding.DecodingSettings`): the search of every other door, traced
   with `kt.fast` switched off (its output projection would store the embedding twice) and
-  as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file);
-  the tied embedding table is read through one lookup of all its rows, so that int8 stores
-  it once (`_one_table`);
+  as one loop (`kt.decoding.search.loop_phases(1)`: the decoder step once in the file),
+  the tied embedding table read as the weights' type stores it best (`kt.export.
+  litert_trace`: int8 twice, a lookup copy and the projection's int8 weights, or with
+  `int8_table="once"` once; int4 once in int8, through LiteRT's EMBEDDING_LOOKUP);
 - detokenization: each id's text from a table in the file (the special ids give none, nor do
   NLLB-200's language codes and special tokens; a word-boundary mark is a space but before
   the first piece that shows; byte pieces give their byte),
   joined by tensorflow-text's `NgramsStringJoin` over the whole row.
+
+The weights: float32, or as `quantize` says (`kt.export.litert_convert`): the converter's
+dynamic-range int8 or float16, or int4 (ai-edge-quantizer over the float32 file: the
+projections' weights in int4 and the embedding table, stored once, in int8, a scale a
+channel; the output projection in float32 on the table, as with `int8_table="once"`).
 
 The file holds LiteRT's builtin ops and the tensorflow-text ops of `TEXT_OPS`, and no Flex
 (Select TF) op, which a phone's standard runtime lacks; `write` refuses to write a
@@ -57,36 +63,32 @@ lists. Each is refused by name.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 from pathlib import Path
 
-import keras
-import tensorflow as tf
-
-from keras_transformer import _logs, decoding, fast
 from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
-from keras_transformer.decoding import search
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
-from keras_transformer.export import litert_bpe
+from keras_transformer.export import litert_bpe, litert_text
+from keras_transformer.export.litert_convert import (
+    QUANTIZE,
+    TEXT_OPS,
+    check_ops,
+    convert,
+    op_names,
+)
+from keras_transformer.export.litert_text import (
+    UNK_SURFACE,
+    WORD_BOUNDARY,
+    piece_surfaces,
+    surface_tables,
+)
+from keras_transformer.export.litert_trace import signatures, translate_text
 from keras_transformer.export.savedmodel import resolve_model
 from keras_transformer.serving.litert import FORMAT, MANIFEST, MODEL_FILE
 from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-# The custom ops the file may hold: tensorflow-text's, registered by its
-# `tflite_registrar.SELECT_TFTEXT_OPS`.
-TEXT_OPS = (
-    "RaggedTensorToTensor",
-    "TFText>ByteSplitWithOffsets",
-    "TFText>FastSentencepieceTokenize",
-    "TFText>NgramsStringJoin",
-)
-QUANTIZE = ("int8", "float16")
 INT8_TABLE = ("once", "twice")  # how an int8 file stores the tied embedding table
-WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a word's start
-UNK_SURFACE = " \u2047 "  # SentencePiece's text for <unk>
 
 
 def write(
@@ -110,14 +112,17 @@ def write(
         vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
         decoding: `kt.decoding.DecodingSettings` or None: the search written into the file.
             None takes the task's, or the defaults (the paper's) for a `Transformer`.
-        quantize: str or None. "int8" (dynamic-range int8 weights) or "float16" weights;
-            None keeps float32. Defaults to None.
+        quantize: str or None. "int8" (dynamic-range int8 weights), "int4" (the
+            projections' weights in int4 and the embedding table, stored once, in int8, by
+            ai-edge-quantizer: `kt.export.litert_convert`) or "float16" weights; None keeps
+            float32. Defaults to None.
         int8_table: str or None. With `quantize="int8"` only, how the tied embedding table
-            is stored: "once" (the embedding and the output projection read one int8 copy,
-            dequantized whole once a request: the smallest file, its output projection in
-            float32) or "twice" (a lookup copy and the projection's own int8 weights: a
-            table's size more, and the projection in int8; speed in BENCHMARKS.md). None
-            is "once" with int8. Defaults to None.
+            is stored: "twice" (a lookup copy and the output projection's own int8 weights:
+            the projection in int8; speed in BENCHMARKS.md) or "once" (the embedding and the
+            projection read one int8 copy, dequantized whole once a request: a table's size
+            less, its projection in float32; for an app whose download size decides). None
+            is "twice" with int8. The manifest's `int8_table` names the layout. Defaults to
+            None.
         manifest: dict or None. Extra facts for `manifest.json`.
 
     Returns:
@@ -135,25 +140,17 @@ def write(
         >>> kt.export.export(task, "on_device/demo", format="litert")  # doctest: +SKIP
     """
     _check_path(path)
-    if quantize is not None and quantize not in QUANTIZE:
-        raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
-    if int8_table is not None and int8_table not in INT8_TABLE:
-        raise ValueError(f"int8_table={int8_table!r} must be None or one of {INT8_TABLE}")
-    if int8_table is not None and quantize != "int8":  # as trainers.export's --int8-table
-        raise ValueError(
-            f"int8_table={int8_table!r} applies to quantize='int8' only (quantize={quantize!r})"
-        )
-    int8_table = int8_table or "once"
+    table = _table_read(quantize, int8_table)
     model, vocabularies, path, settings = resolve_model(model, vocabularies, path, decoding)
     _check_model(model, vocabularies, settings)
     if path.exists():
         raise FileExistsError(f"{path} exists; choose a new directory")
-    # float32 reads the one constant from both places; float16's converter keeps one too.
-    one_table = quantize == "float16" or (quantize == "int8" and int8_table == "once")
-    functions = signatures(model, vocabularies, settings, one_table=one_table)
+    functions = signatures(model, vocabularies, settings, table=table)
     blob = convert(functions, quantize)
     ops = op_names(blob)
     check_ops(ops)
+    layout = (int8_table or "twice") if quantize == "int8" else None
+    facts = _facts(model, vocabularies, settings, functions, blob, ops, layout)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(path) as temporary:
         temporary.mkdir()
@@ -162,35 +159,60 @@ def write(
             temporary / MANIFEST,
             model_config=model.config.to_dict(),
             quantize=quantize or "float32",
-            facts={
-                "format": FORMAT,
-                "int8_table": int8_table if quantize == "int8" else None,
-                "sizes": {MODEL_FILE: len(blob)},
-                "languages": {
-                    "source": language_codes(vocabularies.source),
-                    "target": language_codes(vocabularies.target),
-                },
-                "vocabulary": {
-                    "source_size": vocabularies.source.vocabulary_size(),
-                    "target_size": vocabularies.target.vocabulary_size(),
-                    "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
-                },
-                "decoding": {
-                    **settings.to_dict(),
-                    "max_input_tokens": model.config.max_length - 1,
-                },
-                "signatures": {
-                    name: {
-                        "inputs": {s.name: "string [batch]" for s in function.input_signature},
-                        "outputs": {"translations": "string [batch]"},
-                    }
-                    for name, function in functions.items()
-                },
-                "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
-            },
+            facts=facts,
             extra=manifest,
         )
     return path
+
+
+def _table_read(quantize: str | None, int8_table: str | None) -> str:
+    """How the traced file reads the tied embedding table (`litert_trace.TABLE_READS`) for
+    these weights, after checking them: float32 reads the one constant from both places;
+    float16's converter keeps one copy of a gathered table; int8 stores it twice (a constant
+    read by both) or once (gathered); int4 reads it through EMBEDDING_LOOKUP, whose table
+    ai-edge-quantizer stores once in int4."""
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
+    if int8_table is not None and int8_table not in INT8_TABLE:
+        raise ValueError(f"int8_table={int8_table!r} must be None or one of {INT8_TABLE}")
+    if int8_table is not None and quantize != "int8":  # as trainers.export's --int8-table
+        raise ValueError(
+            f"int8_table={int8_table!r} applies to quantize='int8' only (quantize={quantize!r})"
+        )
+    if quantize == "int4":
+        return "embedding_lookup"
+    if quantize == "float16" or (quantize == "int8" and int8_table == "once"):
+        return "gather"
+    return "constant"
+
+
+def _facts(model, vocabularies, settings, functions, blob, ops, int8_table) -> dict:
+    """The manifest's facts of a written file: format, the int8 table's layout, size,
+    languages, vocabulary, the decoding settings, the signatures and the custom ops it
+    needs."""
+    return {
+        "format": FORMAT,
+        "int8_table": int8_table,
+        "sizes": {MODEL_FILE: len(blob)},
+        "languages": {
+            "source": language_codes(vocabularies.source),
+            "target": language_codes(vocabularies.target),
+        },
+        "vocabulary": {
+            "source_size": vocabularies.source.vocabulary_size(),
+            "target_size": vocabularies.target.vocabulary_size(),
+            "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+        },
+        "decoding": {**settings.to_dict(), "max_input_tokens": model.config.max_length - 1},
+        "signatures": {
+            name: {
+                "inputs": {s.name: "string [batch]" for s in function.input_signature},
+                "outputs": {"translations": "string [batch]"},
+            }
+            for name, function in functions.items()
+        },
+        "custom_ops": sorted(set(ops) & set(TEXT_OPS)),
+    }
 
 
 def export_litert(
@@ -230,295 +252,6 @@ def export_litert(
     )
 
 
-def translate_text(model, vocabularies, settings: DecodingSettings):
-    """The file's `serving_default`: a `tf.function` text `[batch]` -> `{"translations":
-    [batch]}`, the model's weights in it as constants, made of ops LiteRT converts."""
-    return signatures(model, vocabularies, settings)["serving_default"]
-
-
-def signatures(model, vocabularies, settings: DecodingSettings, *, one_table=True) -> dict:
-    """The file's signatures by name, each a traced `tf.function` giving `{"translations":
-    [batch]}`: `serving_default` (text), and for a vocabulary with language codes (NLLB-200's)
-    `serving_prefix` (text, target_prefix) and `serving_languages` (text, source_prefix,
-    target_prefix), the prefixes language codes, string `[batch]`. `one_table`: the tied
-    embedding table read through `_one_table` (int8 then stores it once)."""
-    import tensorflow_text
-
-    max_length = model.config.max_length
-    source = vocabularies.source
-    pieces = vocabularies.pieces  # SentencePiece's pieces numbered by a list (OPUS-MT, NLLB)
-    # SentencePiece's ids -> the vocabulary's (the same where the model is its own).
-    ours = tf.constant(_our_ids(source) if pieces else [], tf.int32)
-    if _model_type(source.proto) == "BPE":
-        cut = litert_bpe.BpeCut(source.proto, max_chars=max_length * _longest_piece(source.proto))
-        # NLLB's tokenizer gives trailing whitespace a piece of its own.
-        trailing = source.token_to_id(WORD_BOUNDARY) if _trailing_piece(source) else None
-    else:
-        cut = tensorflow_text.FastSentencepieceTokenizer(source.proto)
-    target = vocabularies.target
-    surfaces = surface_tables(
-        *piece_surfaces(
-            target.get_vocabulary(),
-            unk="" if pieces else UNK_SURFACE,
-            byte_pieces=not pieces,
-            silent=target.special_tokens.values() if _is_nllb(target) else (),
-        )
-    )
-    weights = [(variable, variable.numpy()) for variable in model.variables]
-    tables = {id(table) for table in _embedding_tables(model)} if one_table else set()
-    source_codes = _codes(source)
-    target_codes = _codes(target)
-
-    def translate(text, source_code, target_code):
-        """Codes: int32 `[batch]` ids, -1 for none, -2 for a code the vocabulary lacks (the
-        row answers "")."""
-        if isinstance(cut, litert_bpe.BpeCut):
-            source_ids = _bpe_source_ids(
-                cut, text, source_code, max_length, ours if pieces else None, trailing
-            )
-        else:
-            source_ids = _source_ids(cut, text, max_length, ours if pieces else None)
-        if target_code is not None:  # a row with an unknown code translates nothing
-            source_ids = _blanked(source_ids, target_code == -2)
-        # Each variable read as a constant of its value: the converter freezes no variable
-        # that a `while` loop reads, and the file must carry the weights.
-        constants = [
-            (variable, _one_table(value, text) if id(variable) in tables else tf.constant(value))
-            for variable, value in weights
-        ]
-        prefix = None if target_code is None else tf.maximum(target_code, 0)[:, None]
-        with keras.StatelessScope(state_mapping=constants):
-            ids, _ = decoding.decode(model, source_ids, settings, prefix_ids=prefix)
-        return {"translations": _translations(surfaces, ids, source_ids, max_length)}
-
-    def fixed(text, name):
-        """The settings' code of `name` for every row, or None."""
-        code = getattr(settings, name)
-        if code is None:
-            return None if name == "target_prefix" else tf.fill(tf.shape(text), -1)
-        codes = source_codes if name == "source_prefix" else target_codes
-        return tf.fill(tf.shape(text), codes[code])
-
-    text_spec = tf.TensorSpec([None], tf.string, "text")
-
-    def serving_default(text):
-        return translate(text, fixed(text, "source_prefix"), fixed(text, "target_prefix"))
-
-    functions = {"serving_default": (serving_default, [text_spec])}
-    if target_codes:
-
-        def serving_prefix(text, target_prefix):
-            known = _language_ids(target_prefix, target_codes)
-            return translate(text, fixed(text, "source_prefix"), known)
-
-        def serving_languages(text, source_prefix, target_prefix):
-            code = _language_ids(source_prefix, source_codes)
-            return translate(text, code, _language_ids(target_prefix, target_codes))
-
-        prefix_spec = tf.TensorSpec([None], tf.string, "target_prefix")
-        source_spec = tf.TensorSpec([None], tf.string, "source_prefix")
-        functions["serving_prefix"] = (serving_prefix, [text_spec, prefix_spec])
-        functions["serving_languages"] = (serving_languages, [text_spec, source_spec, prefix_spec])
-    traced = {}
-    # Traced on the stock path: the speed switch's output projection keeps a second copy of
-    # the embedding table, which a device file would carry. One loop: the file holds the
-    # decoder step once, where the search's phases would each carry a copy.
-    with fast.switched(False), search.loop_phases(1):
-        for name, (function, spec) in functions.items():
-            traced[name] = tf.function(function, input_signature=spec, autograph=False)
-            traced[name].get_concrete_function()
-    return traced
-
-
-def _codes(tokenizer) -> dict[str, int]:
-    """A tokenizer's language codes (NLLB-200's) and their ids."""
-    return {code: tokenizer.token_to_id(code) for code in language_codes(tokenizer)}
-
-
-def _language_ids(prefixes, codes: dict[str, int]):
-    """Language codes, string `[batch]` -> their ids, int32 `[batch]`: -1 for "" (none), -2
-    for a code not in `codes`."""
-    match = tf.equal(prefixes[:, None], tf.constant(list(codes))[None, :])  # (batch, codes)
-    index = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
-    ids = tf.gather(tf.constant(list(codes.values()), tf.int32), index)
-    none = tf.where(tf.equal(prefixes, ""), -1, -2)
-    return tf.where(tf.reduce_any(match, axis=1), ids, none)
-
-
-def _blanked(source_ids, rows):
-    """Source ids with `rows` (bool `[batch]`) made EOS alone: nothing to translate."""
-    column = tf.range(tf.shape(source_ids)[1])[None, :]
-    eos_only = tf.where(column == 0, EOS_ID, PAD_ID)
-    return tf.where(rows[:, None], eos_only, source_ids)
-
-
-def _bpe_source_ids(cut, text, code, max_length: int, ours=None, trailing=None):
-    """Strings `[batch]` -> int32 ids `[batch, len]` as the library's NLLB tokenizer and
-    preprocessor lay them out: the source language code (`code`, int32 `[batch]`, -1 for
-    none, -2 for an unknown one), the text's BPE pieces (`kt.export.litert_bpe`), the piece
-    `trailing` if the text ends with whitespace, cut to `max_length - 1`, then EOS,
-    0-padded. A blank text, or an unknown code, gives EOS alone."""
-    pieces, blank, spaced = cut(text)  # (batch, len), -1 after the end
-    ids = pieces
-    if ours is not None:
-        ids = tf.where(pieces >= 0, tf.gather(ours, tf.maximum(pieces, 0)), -1)
-    skip = blank | (code == -2)
-    ids = tf.where(skip[:, None], -1, ids)
-    none = tf.fill([tf.shape(ids)[0], 1], -1)
-    with_code = tf.concat([tf.where(skip, -1, code)[:, None], ids], 1)
-    ids = tf.where((code >= 0)[:, None], with_code, tf.concat([ids, none], 1))
-    if trailing is not None:
-        ids = tf.concat([ids, none], 1)
-        lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1, keepdims=True)
-        column = tf.range(tf.shape(ids)[1])[None, :]
-        ids = tf.where((column == lengths) & (spaced & ~skip)[:, None], trailing, ids)
-    ids = tf.concat([ids[:, : max_length - 1], none], 1)
-    lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1, keepdims=True)
-    column = tf.range(tf.shape(ids)[1])[None, :]
-    return tf.where(column == lengths, EOS_ID, tf.where(column < lengths, ids, PAD_ID))
-
-
-def _embedding_tables(model) -> list:
-    """The token embedding tables: each both a lookup (the embedding) and, tied, the
-    output projection's weights."""
-    layers = {id(layer): layer for layer in (model.source_embedding, model.target_embedding)}
-    return [layer.token_embedding.embeddings for layer in layers.values()]
-
-
-def _one_table(value, text):
-    """An embedding table `[vocab, d_model]` read through a lookup of all its rows, ids that
-    the converter cannot fold (they depend on the input): the constant then has one use, a
-    lookup, so int8 stores it once, where a lookup (per-tensor scale) and the tied output
-    projection (a scale a row) would each store their own int8 copy."""
-    vocab, width = value.shape
-    rows = tf.range(tf.maximum(tf.shape(text)[0], vocab))[:vocab]  # 0 .. vocab - 1
-    return tf.reshape(tf.gather(tf.constant(value), rows), [vocab, width])
-
-
-def _source_ids(tokenizer, text, max_length: int, ours=None):
-    """Strings `[batch]` -> int32 ids `[batch, len]`: the pieces cut to `max_length - 1`,
-    then EOS, 0-padded (as the preprocessor's `source_ids`, with builtin ops). `ours`, if
-    given, maps SentencePiece's ids to the vocabulary's (`_our_ids`)."""
-    tokens = tokenizer.tokenize(text)  # (batch, (len))
-    lengths = tf.cast(tf.minimum(tokens.row_lengths(), max_length - 1), tf.int32)[:, None]
-    dense = tf.cast(tokens.to_tensor(), tf.int32)[:, : max_length - 1]
-    if ours is not None:
-        dense = tf.gather(ours, dense)  # padding maps too: masked below
-    dense = tf.pad(dense, [[0, 0], [0, 1]])
-    column = tf.range(tf.shape(dense)[1])[None, :]  # (1, len)
-    return tf.where(column == lengths, EOS_ID, tf.where(column < lengths, dense, PAD_ID))
-
-
-def piece_surfaces(
-    pieces: list[str], *, unk: str = UNK_SURFACE, byte_pieces: bool = True, silent=()
-) -> tuple[list[bytes], list[bool]]:
-    """The text of each id as SentencePiece decodes it, in two parts: `(texts, spaces)`,
-    each `[vocab]`: the text after the word-boundary mark a piece starts with, and whether
-    it starts with one (a space inside a text; nothing as its first piece). Special ids
-    give b"", `<unk>` gives `unk` (SentencePiece's " ⁇ "; "" for a piece vocabulary, which
-    leaves it out), a byte piece `<0xNN>` its byte (with `byte_pieces`); the ids of `silent`
-    (NLLB-200's language codes and other special tokens) give b"" too."""
-    silent = set(silent)
-
-    def surface(i: int, piece: str) -> tuple[bytes, bool]:
-        if piece in ("<pad>", "<s>", "</s>") or i in silent:
-            return b"", False
-        if piece == "<unk>":
-            return unk.encode(), False
-        byte = re.fullmatch(r"<0x([0-9A-F]{2})>", piece) if byte_pieces else None
-        if byte:
-            return bytes([int(byte.group(1), 16)]), False
-        space = piece.startswith(WORD_BOUNDARY)
-        return piece[space:].replace(WORD_BOUNDARY, " ").encode(), space
-
-    surfaces = [surface(i, piece) for i, piece in enumerate(pieces)]
-    texts, spaces = zip(*surfaces, strict=True) if pieces else ((), ())
-    return list(texts), list(spaces)
-
-
-def _translations(surfaces, ids, source_ids, max_length: int):
-    """Ids `[batch, out_len]` (EOS-terminated, 0-padded) -> strings `[batch]`: each id's text
-    (`surface_tables`: the texts then "" and " ", the spaces, and whether an id shows
-    anything), after its space (none before the first that shows), joined; "" where the
-    source holds nothing but EOS."""
-    import tensorflow_text
-
-    texts, spaces, shown = surfaces
-    vocab = tf.shape(spaces)[0]
-    empty = tf.math.count_nonzero(source_ids, axis=1) <= 1  # (batch,)
-    ids = tf.where(empty[:, None], PAD_ID, ids)
-    ids = tf.reshape(tf.pad(ids, [[0, 0], [0, max_length - tf.shape(ids)[1]]]), [-1, max_length])
-    is_text = tf.cast(tf.gather(shown, ids), tf.int32) > 0  # (batch, max_length)
-    first = tf.argmax(tf.cast(is_text, tf.int32), axis=1, output_type=tf.int32)[:, None]
-    column = tf.range(max_length)[None, :]
-    space = tf.cast(tf.gather(spaces, ids), tf.int32) * tf.cast(column != first, tf.int32)
-    # Each position's space ("" or " ": texts' last two) then its text.
-    order = tf.reshape(tf.stack([vocab + space, ids], axis=2), [-1, 2 * max_length])
-    joined = tensorflow_text.ngrams(
-        tf.gather(texts, order),
-        2 * max_length,
-        reduction_type=tensorflow_text.Reduction.STRING_JOIN,
-        string_separator="",
-    )  # (batch, 1): one window, the whole row
-    return tf.reshape(joined, [-1])
-
-
-def surface_tables(texts: list[bytes], spaces: list[bool]):
-    """`piece_surfaces`' parts as the constants `_translations` reads: the texts then ""
-    and " ", the spaces as int8 (a byte an id), and whether each id shows anything (a text
-    or a space), int8."""
-    shown = [int(bool(text) or space) for text, space in zip(texts, spaces, strict=True)]
-    return (
-        tf.constant([*texts, b"", b" "]),
-        tf.constant([int(s) for s in spaces], tf.int8),
-        tf.constant(shown, tf.int8),
-    )
-
-
-def convert(functions, quantize: str | None = None) -> bytes:
-    """The LiteRT file of a `tf.function` with an input signature (its signature
-    `serving_default`), or of a dict of them by signature name: builtin ops, and
-    tensorflow-text's as custom ops; int8 (dynamic range) or float16 weights if asked."""
-    if not isinstance(functions, dict):
-        functions = {"serving_default": functions}
-    root = tf.Module()  # the functions' owner (the converter's signature path needs one)
-    concrete = []
-    for name, function in functions.items():
-        setattr(root, name, function)
-        traced = function.get_concrete_function()
-        traced.graph.name = name  # the converter names a signature by its graph
-        concrete.append(traced)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(concrete, root)
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    converter.allow_custom_ops = True  # tensorflow-text's; `check_ops` refuses any other
-    if quantize is not None:
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if quantize == "float16":
-        converter.target_spec.supported_types = [tf.float16]
-    with _logs.native_logs():  # its ERROR line that is none, held to the level (_logs)
-        return converter.convert()
-
-
-def op_names(blob: bytes) -> list[str]:
-    """Every op name of a LiteRT file, sorted, as `tf.lite.experimental.Analyzer` lists
-    them (builtins in capitals, custom ops by their own names)."""
-    report = io.StringIO()
-    with contextlib.redirect_stdout(report):
-        tf.lite.experimental.Analyzer.analyze(model_content=blob)
-    return sorted(set(re.findall(r"Op#\d+ ([^(\s]+)\(", report.getvalue())))
-
-
-def check_ops(ops: list[str]) -> None:
-    """Raises ValueError naming every op of `ops` that is neither a LiteRT builtin nor one of
-    tensorflow-text's `TEXT_OPS` (a Flex op, or an op no runtime registers)."""
-    other = [op for op in ops if not re.fullmatch(r"[A-Z0-9_]+", op) and op not in TEXT_OPS]
-    if other:
-        raise ValueError(
-            f"the LiteRT file would hold ops a device runtime lacks: {other} (only builtins "
-            f"and tensorflow-text's {list(TEXT_OPS)} may appear)"
-        )
-
-
 def _check_path(path) -> None:
     """A path under a file is refused before anything is converted."""
     for parent in Path(path).parents:
@@ -536,7 +269,7 @@ def _check_model(model, vocabularies, settings: DecodingSettings) -> None:
     if settings.n_best > 1:
         raise ValueError(f"n_best={settings.n_best}: the LiteRT file gives one translation")
     source, target = vocabularies.source, vocabularies.target
-    nllb = _is_nllb(source) and _is_nllb(target)
+    nllb = litert_text.is_nllb(source) and litert_text.is_nllb(target)
     if not nllb and (getattr(source, "language_codes", None) or language_codes(target)):
         raise ValueError(
             f"a {type(source).__name__} vocabulary (M2M100's language codes) is not in "
@@ -556,59 +289,24 @@ def _check_model(model, vocabularies, settings: DecodingSettings) -> None:
                 "a multilingual OPUS-MT model (target tokens such as >>spa<< in its "
                 "vocabulary) is not in LiteRT files yet"
             )
-    if _model_type(source.proto) == "BPE":
+    if litert_text.model_type(source.proto) == "BPE":
         litert_bpe.character_model(source.proto)  # refuses pieces the cut does not make
-    elif _model_type(source.proto) != "UNIGRAM":
-        kind = _model_type(source.proto).lower()
+    elif litert_text.model_type(source.proto) != "UNIGRAM":
+        kind = litert_text.model_type(source.proto).lower()
         raise ValueError(
             f"the source SentencePiece model is {kind}: the file cuts unigram and BPE models"
         )
 
 
-def _is_nllb(tokenizer) -> bool:
-    """Whether a tokenizer is NLLB-200's (not M2M100's, which decodes otherwise)."""
-    from keras_transformer.tokenizers.nllb import NllbTokenizer
-
-    return type(tokenizer) is NllbTokenizer
-
-
-def _trailing_piece(tokenizer) -> bool:
-    """Whether a tokenizer gives trailing whitespace a piece of its own (NLLB-200's)."""
-    return _is_nllb(tokenizer) and tokenizer.trailing_whitespace_piece
-
-
-def _model_type(proto: bytes) -> str:
-    """A SentencePiece model's type: "UNIGRAM", "BPE", "WORD" or "CHAR"."""
-    from sentencepiece import sentencepiece_model_pb2
-
-    model = sentencepiece_model_pb2.ModelProto()
-    model.ParseFromString(proto)
-    return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(model.trainer_spec.model_type)
-
-
-def _longest_piece(proto: bytes) -> int:
-    """The characters of a SentencePiece model's longest piece."""
-    from sentencepiece import sentencepiece_model_pb2
-
-    model = sentencepiece_model_pb2.ModelProto()
-    model.ParseFromString(proto)
-    return max(len(piece.piece) for piece in model.pieces)
-
-
-def _our_ids(tokenizer) -> list[int]:
-    """SentencePiece id -> the id of its piece in a piece vocabulary (`<unk>` where the
-    list lacks it), for `PieceVocabularyTokenizer`s (OPUS-MT)."""
-    import sentencepiece
-
-    model = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.proto)
-    return [tokenizer.token_to_id(model.id_to_piece(i)) for i in range(model.get_piece_size())]
-
-
 __all__ = [
     "FORMAT",
+    "INT8_TABLE",
     "MANIFEST",
     "MODEL_FILE",
+    "QUANTIZE",
     "TEXT_OPS",
+    "UNK_SURFACE",
+    "WORD_BOUNDARY",
     "check_ops",
     "convert",
     "export_litert",

@@ -126,18 +126,8 @@ class DecoderLayer(TransformerBlock):
         Returns:
             `LayerOutput(outputs, cache, weights)`: the updated cache when one was given.
         """
-        self_cache = cross_cache = None
-        if cache is not None:
-            if cache_index is None:
-                raise ValueError(f"{self.name}.forward: a cache needs cache_index")
-            self_cache, cross_cache = cache
-        elif (encoder_output is None) != (self.cross_attention is None):
-            raise ValueError(
-                f"{self.name}: built without encoder-decoder attention (decoder-only), so it "
-                "takes no encoder_output"
-                if self.cross_attention is None
-                else f"{self.name}: built with encoder-decoder attention; pass encoder_output"
-            )
+        self._check_forward(encoder_output, cache, cache_index)
+        self_cache, cross_cache = (None, None) if cache is None else cache
         x = inputs  # (batch, tgt_len, d_model) throughout
         h = self.self_attention_residual.normalize_input(x)
         self_attention = self.self_attention.forward(
@@ -169,11 +159,22 @@ class DecoderLayer(TransformerBlock):
             cache = DecoderLayerCache(self_attention.cache, cross_cache)
         weights = None
         if return_weights:
-            weights = {
-                "self_attention": self_attention.weights,
-                "cross_attention": cross_weights,
-            }
+            weights = {"self_attention": self_attention.weights, "cross_attention": cross_weights}
         return LayerOutput(x, cache, weights)
+
+    def _check_forward(self, encoder_output, cache, cache_index):
+        """Raises when `forward`'s cache lacks its index, or when `encoder_output` is given to
+        a layer without encoder-decoder attention or missing from one with it (no cache)."""
+        if cache is not None:
+            if cache_index is None:
+                raise ValueError(f"{self.name}.forward: a cache needs cache_index")
+        elif (encoder_output is None) != (self.cross_attention is None):
+            raise ValueError(
+                f"{self.name}: built without encoder-decoder attention (decoder-only), so it "
+                "takes no encoder_output"
+                if self.cross_attention is None
+                else f"{self.name}: built with encoder-decoder attention; pass encoder_output"
+            )
 
     def call(
         self,

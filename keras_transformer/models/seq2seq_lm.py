@@ -29,6 +29,10 @@ UNSUPPORTED_SAMPLERS = {"contrastive", "speculative"}
 # models drop any other without a word: the constructor refuses them by name).
 ARGUMENTS = ("backbone", "preprocessor", "decoding", "sampling", "compile")
 MODEL_ARGUMENTS = ("name", "trainable")
+# What keras-hub's loader, `keras_hub.models.Seq2SeqLM.from_preset(directory, ...)`, takes for
+# this task: its own, and the keywords it passes on to the task (`dtype` to the backbone).
+LOADER_KEYWORDS = ("load_weights", "decoding", "dtype", "preprocessor", "sampling", "compile")
+LOADER_KEYWORDS += MODEL_ARGUMENTS
 TAKES = "a str, a list of str or a dataset of str"  # what generate translates
 
 
@@ -373,6 +377,14 @@ class TransformerSeq2SeqLM(
         self.backbone.quantize(mode, **kwargs)
         self.generate_function = None
 
+    @classmethod
+    def from_config(cls, config):
+        """keras-hub's `Task.from_config`, with a keyword that no saved config holds refused
+        by `from_preset`'s name: keras-hub's loader (`keras_hub.models.Seq2SeqLM.
+        from_preset(directory, **kwargs)`) merges its keywords into the task's config."""
+        _check_arguments(config, "from_preset", LOADER_KEYWORDS)
+        return super().from_config(config)
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -530,10 +542,13 @@ def _search_settings(sampler, settings: DecodingSettings):
     )
 
 
-def _check_arguments(kwargs) -> None:
-    """Refuses a keyword the constructor does not take, by name. keras-hub's loader
+def _check_arguments(
+    kwargs, where: str = "TransformerSeq2SeqLM", takes: tuple = (*ARGUMENTS, *MODEL_ARGUMENTS)
+) -> None:
+    """Refuses a keyword that `where` (the constructor, or keras-hub's loader through
+    `from_config`) does not take, by name, naming those it `takes`. keras-hub's loader
     (`keras_hub.models.Seq2SeqLM.from_preset(directory, **kwargs)`) passes its keywords on to
-    the constructor, so `model_file` is told where it is taken."""
+    the task, so `model_file` is told where it is taken."""
     if "model_file" in kwargs:
         raise ValueError(
             f"model_file={kwargs['model_file']!r}: keras-hub's loader "
@@ -542,7 +557,7 @@ def _check_arguments(kwargs) -> None:
             "keras_transformer.models.TransformerSeq2SeqLM.from_preset(directory, "
             f"model_file={kwargs['model_file']!r})"
         )
-    presets.check_keywords(kwargs, MODEL_ARGUMENTS, "TransformerSeq2SeqLM", ARGUMENTS)
+    presets.check_keywords({k: v for k, v in kwargs.items() if k != "backbone"}, takes, where)
 
 
 def _check_pairs(x, y) -> None:

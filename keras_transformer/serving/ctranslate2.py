@@ -34,13 +34,14 @@ FORMAT = "keras-transformer/ctranslate2"  # manifest.json's "format"
 
 def is_ctranslate2(path) -> bool:
     """Whether `path` is a CTranslate2 directory written by `kt.export.export`: CTranslate2's
-    model.bin beside a manifest.json of this format. ValueError naming the manifest where that
+    model.bin beside a manifest.json of this format, or without one (which
+    `CTranslate2Translator` refuses, naming it). ValueError naming the manifest where that
     is damaged or says no format (`read_manifest`)."""
     path = Path(path)
     manifest = path / MANIFEST
-    if not (path / MODEL_FILE).exists() or not manifest.exists():
+    if not (path / MODEL_FILE).exists():
         return False
-    return read_manifest(manifest, "format")["format"] == FORMAT
+    return not manifest.exists() or read_manifest(manifest, "format")["format"] == FORMAT
 
 
 def vocabularies(directory) -> tuple[ExportedVocabulary, ExportedVocabulary]:
@@ -107,7 +108,10 @@ class CTranslate2Translator:
             them (a program's flags). Defaults to ("source_prefix", "target_prefix").
 
     Raises:
-        ValueError: a prefix names a language the vocabulary lacks, or the manifest's
+        FileNotFoundError: no CTranslate2 model in `directory`, or no `manifest.json`
+            beside its model.bin (naming it).
+        ValueError: a manifest without its `vocabulary` or `decoding` entry (or damaged),
+            naming it; a prefix names a language the vocabulary lacks, or the manifest's
             ranking is unknown.
     """
 
@@ -125,6 +129,11 @@ class CTranslate2Translator:
         import sentencepiece
 
         directory = Path(directory)
+        if (directory / MODEL_FILE).exists() and not (directory / MANIFEST).exists():
+            raise FileNotFoundError(
+                f"{directory}: no {MANIFEST} beside {MODEL_FILE} (the export's vocabulary and "
+                f"decoding settings): keep the {MANIFEST} that trainers.export wrote in it"
+            )
         if not is_ctranslate2(directory):
             problem = "no such folder" if not directory.is_dir() else "no CTranslate2 model in it"
             raise FileNotFoundError(

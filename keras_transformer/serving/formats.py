@@ -93,6 +93,14 @@ class Format:
     versioned: bool = False
     locate: Callable[[Path], Path] = Path
 
+    def destination(self, path, version: int | None = None) -> Path | None:
+        """The folder that an export at `path` writes: `path` itself, or a versioned
+        format's `path/VERSION`; None for a versioned one without `version` (the next free
+        number, which never exists)."""
+        if not self.versioned:
+            return Path(path)
+        return None if version is None else Path(path) / str(version)
+
     def open(self, path, **options) -> Translator:
         """The runtime of the export at `path` (`locate`'s path), opened with `options`
         (`kt.serving.open`'s)."""
@@ -138,12 +146,26 @@ FORMATS: dict[str, Format] = {
             runtime=LiteRTTranslator,
             writer="keras_transformer.export.litert:write",
             manifest_file=LITERT_MANIFEST,
-            quantize=("int8", "float16"),
+            quantize=("int8", "int4", "float16"),
             options=("manifest", "int8_table"),
             scores=False,
         ),
     )
 }
+
+
+def occupied(path) -> bool:
+    """Whether `path` holds something an export would replace: a file, or a folder with
+    anything in it (an empty folder is written into). `kt.export.export` refuses such a
+    destination unless `overwrite=True`, and so does `trainers.export` unless --overwrite.
+
+    Examples:
+        >>> from keras_transformer.serving import formats
+        >>> formats.occupied("saved_models/missing")
+        False
+    """
+    path = Path(path)
+    return path.is_symlink() or path.is_file() or (path.is_dir() and any(path.iterdir()))
 
 
 def get(name: str) -> Format:
@@ -217,4 +239,4 @@ def open(path, **options) -> Translator:  # kt.serving.open, as io.open is open
     return find(path).open(path, **options)
 
 
-__all__ = ["DEFAULT", "FORMATS", "Format", "find", "get", "open"]
+__all__ = ["DEFAULT", "FORMATS", "Format", "find", "get", "occupied", "open"]

@@ -171,8 +171,9 @@ class LiteRTTranslator:
             them (a program's flags). Defaults to ("source_prefix", "target_prefix").
 
     Raises:
-        FileNotFoundError: no such file.
-        ValueError: a prefix the file does not take (a file without language codes, or a
+        FileNotFoundError: no such file, or no `manifest.json` beside it.
+        ValueError: a manifest without its `decoding` entry (or damaged), naming it; a
+            prefix the file does not take (a file without language codes, or a
             code it lacks, naming the codes it could have meant).
         ImportError: `ai-edge-litert` or tensorflow-text's ops are missing (saying how to
             install and register them).
@@ -195,7 +196,12 @@ class LiteRTTranslator:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no LiteRT file")
         self.path, self.threads, self.prefix_names = path, threads, prefix_names
-        self.manifest = _manifest(path)
+        if not (path.parent / MANIFEST).is_file():  # the export's settings: never guessed
+            raise FileNotFoundError(
+                f"{path}: no {MANIFEST} beside it (the export's decoding settings and "
+                f"languages): keep the {MANIFEST} that trainers.export wrote beside the file"
+            )
+        self.manifest = read_manifest(path.parent / MANIFEST, "decoding")
         self.languages = languages(path)
         check_prefixes(self.languages, source_prefix, target_prefix, names=prefix_names)
         self.source_prefix, self.target_prefix = source_prefix, target_prefix
@@ -227,10 +233,10 @@ class LiteRTTranslator:
         check_prefixes(self.languages, source_prefix, target_prefix)
 
     def n_best_problem(self, n_best: int, *, target_prefix: str | None = None) -> str | None:
-        """Why `translate` cannot give `n_best` hypotheses a line, or None when it can."""
+        """Why `translate` cannot give `n_best` hypotheses a sentence, or None when it can."""
         if n_best < 1:
             return "must be at least 1"
-        return None if n_best == 1 else "a LiteRT file gives one translation a line"
+        return None if n_best == 1 else "a LiteRT file gives one translation a sentence"
 
     def translate(
         self,
@@ -245,7 +251,7 @@ class LiteRTTranslator:
 
         Args:
             lines: sequence of str or bytes (bytes go to the file as they are).
-            n_best: int. 1: a LiteRT file gives one translation a line.
+            n_best: int. 1: a LiteRT file gives one translation a sentence.
             source_prefix: str or None. This call's source language code, over the
                 translator's. Defaults to None.
             target_prefix: str or None. This call's target language code, over the

@@ -16,7 +16,7 @@ Examples:
     ...     def translate(self, lines, *, n_best=1, source_prefix=None, target_prefix=None):
     ...         return [[Hypothesis([], line, 0.0)] for line in lines]
     ...     def n_best_problem(self, n_best):
-    ...         return None if n_best == 1 else "one translation a line"
+    ...         return None if n_best == 1 else "one translation a sentence"
     >>> isinstance(Echo(), Translator)
     True
 """

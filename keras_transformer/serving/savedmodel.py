@@ -217,7 +217,7 @@ class SavedModelTranslator:
         if n_best == 1:
             return None
         if target_prefix is not None:
-            return "a target prefix gives one hypothesis a line (the serving_prefix signature)"
+            return "a target prefix gives one hypothesis a sentence (the serving_prefix signature)"
         if "n_best" not in self.loaded.signatures:
             return "this SavedModel has no n_best signature; export it again"
         kept = self.loaded.signatures["n_best"].structured_outputs["translations"].shape[1]
@@ -227,10 +227,17 @@ class SavedModelTranslator:
 
     def _prefix_signature(self):
         if "serving_prefix" not in self.loaded.signatures:
+            name = self.prefix_names[1]
+            how = (  # a program's flag: the programs' way, else the library's
+                "python -m trainers.export --prefix-signature (a target prefix a request), or "
+                "--target-prefix TEXT (the export's own)"
+                if name.startswith("--")
+                else "kt.export.export(..., prefix_signature=True), or with the target prefix "
+                "as its own"
+            )
             raise ValueError(
-                f"{self.version} has no serving_prefix signature, which takes a target "
-                "prefix; export it again (kt.export.export(..., prefix_signature=True)), or "
-                "with the target prefix as its own"
+                f"{self.version} has no serving_prefix signature, which takes {name}; export "
+                f"it again with {how}"
             )
         return self.loaded.signatures["serving_prefix"]
 

@@ -1,0 +1,134 @@
+"""The LiteRT converter's call, the weights' quantization and the check of the ops written.
+
+`convert` turns the traced signatures (`kt.export.litert_trace`) into the file's bytes:
+LiteRT's builtin ops and tensorflow-text's (`TEXT_OPS`) as custom ops, the weights in
+float32, float16 or int8 (the converter's own dynamic-range quantization), or int4
+(ai-edge-quantizer over the float32 file: `INT4_RECIPE`, the projections in int4 and the
+embedding table in int8). `check_ops` refuses a file with
+any other op (a Flex op, which a phone's standard runtime lacks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import tensorflow as tf
+
+from keras_transformer import _logs
+
+# The custom ops the file may hold: tensorflow-text's, registered by its
+# `tflite_registrar.SELECT_TFTEXT_OPS`.
+TEXT_OPS = (
+    "RaggedTensorToTensor",
+    "TFText>ByteSplitWithOffsets",
+    "TFText>FastSentencepieceTokenize",
+    "TFText>NgramsStringJoin",
+)
+QUANTIZE = ("int8", "int4", "float16")
+
+
+def _entry(operation: str, bits: int) -> dict:
+    """ai-edge-quantizer's recipe entry for `operation`'s weights: symmetric `bits`-bit
+    integers, a float scale for each output channel, computed as its dynamic-range kernels
+    compute (`compute_precision` INTEGER: the activations quantized on the fly)."""
+    return {
+        "regex": ".*",
+        "operation": operation,
+        "algorithm_key": "min_max_uniform_quantize",
+        "op_config": {
+            "weight_tensor_config": {
+                "num_bits": bits,
+                "symmetric": True,
+                "granularity": "CHANNELWISE",
+                "dtype": "INT",
+            },
+            "compute_precision": "INTEGER",
+            "explicit_dequantize": False,
+        },
+    }
+
+
+# Every projection (FULLY_CONNECTED: the attention's, the feed-forward's) in int4, and the
+# embedding table (its one EMBEDDING_LOOKUP: `litert_trace.looked_up`) in int8: the tied
+# output projection reads the looked-up table, and an int4 table cost test BLEU at the demo's
+# size (BENCHMARKS.md, "On a device: LiteRT"). A scale a channel, not a block: ai-edge-litert
+# 2.3.0's builtin FULLY_CONNECTED kernel (LiteRT without XNNPACK) gives wrong products for
+# blockwise int4 weights, which XNNPACK computes right; channelwise ones both compute alike.
+INT4_RECIPE = [_entry("FULLY_CONNECTED", 4), _entry("EMBEDDING_LOOKUP", 8)]
+
+
+def convert(functions, quantize: str | None = None) -> bytes:
+    """The LiteRT file of a `tf.function` with an input signature (its signature
+    `serving_default`), or of a dict of them by signature name: builtin ops, and
+    tensorflow-text's as custom ops; int8 (dynamic range), int4 (`quantized_int4`) or
+    float16 weights if asked."""
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
+    if not isinstance(functions, dict):
+        functions = {"serving_default": functions}
+    root = tf.Module()  # the functions' owner (the converter's signature path needs one)
+    concrete = []
+    for name, function in functions.items():
+        setattr(root, name, function)
+        traced = function.get_concrete_function()
+        traced.graph.name = name  # the converter names a signature by its graph
+        concrete.append(traced)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(concrete, root)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = True  # tensorflow-text's; `check_ops` refuses any other
+    if quantize in ("int8", "float16"):
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    with _logs.native_logs():  # its ERROR line that is none, held to the level (_logs)
+        blob = converter.convert()
+    return quantized_int4(blob) if quantize == "int4" else blob
+
+
+def quantized_int4(blob: bytes) -> bytes:
+    """A float32 LiteRT file with its projections' weights in int4 and its embedding
+    lookups' table in int8, a scale a channel (`INT4_RECIPE`), by ai-edge-quantizer (`pip
+    install ai-edge-quantizer`); every other op as it was."""
+    try:
+        from ai_edge_quantizer import quantizer
+    except ImportError as error:
+        raise ImportError(
+            "quantize='int4' for a LiteRT file needs ai-edge-quantizer: pip install "
+            "ai-edge-quantizer (requirements.txt names the version tested)"
+        ) from error
+    found = quantizer.Quantizer(blob, INT4_RECIPE)
+    result = found.quantize(enable_progress_bar=False, enable_progress_report=False)
+    return bytes(result.quantized_model)
+
+
+def op_names(blob: bytes) -> list[str]:
+    """Every op name of a LiteRT file, sorted, as `tf.lite.experimental.Analyzer` lists
+    them (builtins in capitals, custom ops by their own names)."""
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        tf.lite.experimental.Analyzer.analyze(model_content=blob)
+    return sorted(set(re.findall(r"Op#\d+ ([^(\s]+)\(", report.getvalue())))
+
+
+def check_ops(ops: list[str]) -> None:
+    """Raises ValueError naming every op of `ops` that is neither a LiteRT builtin nor one of
+    tensorflow-text's `TEXT_OPS` (a Flex op, or an op no runtime registers)."""
+    other = [op for op in ops if not re.fullmatch(r"[A-Z0-9_]+", op) and op not in TEXT_OPS]
+    if other:
+        raise ValueError(
+            f"the LiteRT file would hold ops a device runtime lacks: {other} (only builtins "
+            f"and tensorflow-text's {list(TEXT_OPS)} may appear)"
+        )
+
+
+__all__ = [
+    "INT4_RECIPE",
+    "QUANTIZE",
+    "TEXT_OPS",
+    "check_ops",
+    "convert",
+    "op_names",
+    "quantized_int4",
+]

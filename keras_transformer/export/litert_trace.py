@@ -1,0 +1,233 @@
+"""The LiteRT file's signatures, traced: text in, the model and the settings' search, text out.
+
+Each signature is a `tf.function` that `kt.export.litert_convert.convert` turns into the file:
+the source text cut into ids (`kt.export.litert_text`), the model's weights read as constants,
+the settings' search (`kt.decoding.decode`, the search of every other door), and the ids
+given back as text. The search is traced with `kt.fast` switched off (its output projection
+would store the embedding twice) and as one loop (`kt.decoding.search.loop_phases(1)`: the
+decoder step once in the file).
+
+How the tied embedding table is read decides how a quantizer stores it (`TABLE_READS`):
+- "constant": the lookups and the output projection read one constant; the converter's int8
+  quantizer stores a copy for each use (a lookup copy and the projection's int8 weights);
+- "gather": the table read through one lookup of all its rows (`gathered`), ids the converter
+  cannot fold: the constant has one use, so int8 stores it once, and the projection runs in
+  float32 on the rows;
+- "embedding_lookup": the same, the lookup written as LiteRT's EMBEDDING_LOOKUP op
+  (`looked_up`), the op whose table ai-edge-quantizer quantizes (int4: the table once, in
+  int8).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import decoding, fast
+from keras_transformer.decoding import search
+from keras_transformer.decoding.settings import DecodingSettings, language_codes
+from keras_transformer.export import litert_bpe, litert_text
+from keras_transformer.special_ids import EOS_ID, PAD_ID
+
+TABLE_READS = ("constant", "gather", "embedding_lookup")
+
+
+def translate_text(model, vocabularies, settings: DecodingSettings):
+    """The file's `serving_default`: a `tf.function` text `[batch]` -> `{"translations":
+    [batch]}`, the model's weights in it as constants, made of ops LiteRT converts."""
+    return signatures(model, vocabularies, settings)["serving_default"]
+
+
+def signatures(model, vocabularies, settings: DecodingSettings, *, table: str = "gather") -> dict:
+    """The file's signatures by name, each a traced `tf.function` giving `{"translations":
+    [batch]}`: `serving_default` (text), and for a vocabulary with language codes (NLLB-200's)
+    `serving_prefix` (text, target_prefix) and `serving_languages` (text, source_prefix,
+    target_prefix), the prefixes language codes, string `[batch]`. `table`: how the tied
+    embedding table is read, one of `TABLE_READS` (the module doc)."""
+    if table not in TABLE_READS:
+        raise ValueError(f"table={table!r} must be one of {TABLE_READS}")
+    translate = translator(model, vocabularies, settings, table=table)
+    source_codes = codes(vocabularies.source)
+    target_codes = codes(vocabularies.target)
+
+    def fixed(text, name):
+        """The settings' code of `name` for every row, or None."""
+        code = getattr(settings, name)
+        if code is None:
+            return None if name == "target_prefix" else tf.fill(tf.shape(text), -1)
+        codes = source_codes if name == "source_prefix" else target_codes
+        return tf.fill(tf.shape(text), codes[code])
+
+    text_spec = tf.TensorSpec([None], tf.string, "text")
+
+    def serving_default(text):
+        return translate(text, fixed(text, "source_prefix"), fixed(text, "target_prefix"))
+
+    functions = {"serving_default": (serving_default, [text_spec])}
+    if target_codes:
+
+        def serving_prefix(text, target_prefix):
+            known = language_ids(target_prefix, target_codes)
+            return translate(text, fixed(text, "source_prefix"), known)
+
+        def serving_languages(text, source_prefix, target_prefix):
+            code = language_ids(source_prefix, source_codes)
+            return translate(text, code, language_ids(target_prefix, target_codes))
+
+        prefix_spec = tf.TensorSpec([None], tf.string, "target_prefix")
+        source_spec = tf.TensorSpec([None], tf.string, "source_prefix")
+        functions["serving_prefix"] = (serving_prefix, [text_spec, prefix_spec])
+        functions["serving_languages"] = (serving_languages, [text_spec, source_spec, prefix_spec])
+    return traced(functions)
+
+
+def traced(functions: dict) -> dict:
+    """`{name: (function, input_signature)}` -> `{name: tf.function}`, each traced on the
+    stock path (the speed switch's output projection keeps a second copy of the embedding
+    table, which a device file would carry) and as one loop (the file holds the decoder step
+    once, where the search's phases would each carry a copy)."""
+    found = {}
+    with fast.switched(False), search.loop_phases(1):
+        for name, (function, spec) in functions.items():
+            found[name] = tf.function(function, input_signature=spec, autograph=False)
+            found[name].get_concrete_function()
+    return found
+
+
+def translator(model, vocabularies, settings: DecodingSettings, *, table: str = "gather"):
+    """`translate(text, source_code, target_code) -> {"translations": [batch]}`: the text
+    cut into ids, the search over the model's weights as constants, the ids as text. Codes:
+    int32 `[batch]` ids, -1 for none, -2 for a code the vocabulary lacks (the row answers
+    ""); `target_code` None: no target prefix."""
+    max_length = model.config.max_length
+    source, target = vocabularies.source, vocabularies.target
+    pieces = vocabularies.pieces  # SentencePiece's pieces numbered by a list (OPUS-MT, NLLB)
+    # SentencePiece's ids -> the vocabulary's (the same where the model is its own).
+    ours = tf.constant(litert_text.our_ids(source), tf.int32) if pieces else None
+    cut = source_cut(source, max_length)
+    trailing = None  # NLLB's tokenizer gives trailing whitespace a piece of its own
+    if isinstance(cut, litert_bpe.BpeCut) and litert_text.trailing_piece(source):
+        trailing = source.token_to_id(litert_text.WORD_BOUNDARY)
+    surfaces = litert_text.surface_tables(
+        *litert_text.piece_surfaces(
+            target.get_vocabulary(),
+            unk="" if pieces else litert_text.UNK_SURFACE,
+            byte_pieces=not pieces,
+            silent=target.special_tokens.values() if litert_text.is_nllb(target) else (),
+        )
+    )
+    weights = [(variable, variable.numpy()) for variable in model.variables]
+    tables = {id(t) for t in embedding_tables(model)} if table != "constant" else set()
+    read_table = looked_up if table == "embedding_lookup" else gathered
+
+    def translate(text, source_code, target_code):
+        if isinstance(cut, litert_bpe.BpeCut):
+            source_ids = litert_text.bpe_source_ids(
+                cut, text, source_code, max_length, ours, trailing
+            )
+        else:
+            source_ids = litert_text.source_ids(cut, text, max_length, ours)
+        if target_code is not None:  # a row with an unknown code translates nothing
+            source_ids = blanked(source_ids, target_code == -2)
+        # Each variable read as a constant of its value: the converter freezes no variable
+        # that a `while` loop reads, and the file must carry the weights.
+        constants = [
+            (variable, read_table(value, text) if id(variable) in tables else tf.constant(value))
+            for variable, value in weights
+        ]
+        prefix = None if target_code is None else tf.maximum(target_code, 0)[:, None]
+        with keras.StatelessScope(state_mapping=constants):
+            ids, _ = decoding.decode(model, source_ids, settings, prefix_ids=prefix)
+        return {"translations": litert_text.translations(surfaces, ids, source_ids, max_length)}
+
+    return translate
+
+
+def source_cut(source, max_length: int):
+    """The source text's cut: SentencePiece's BPE in builtin ops (`litert_bpe.BpeCut`) for
+    a BPE model, tensorflow-text's `FastSentencepieceTokenizer` for a unigram one."""
+    import tensorflow_text
+
+    if litert_text.model_type(source.proto) == "BPE":
+        longest = litert_text.longest_piece(source.proto)
+        return litert_bpe.BpeCut(source.proto, max_chars=max_length * longest)
+    return tensorflow_text.FastSentencepieceTokenizer(source.proto)
+
+
+def codes(tokenizer) -> dict[str, int]:
+    """A tokenizer's language codes (NLLB-200's) and their ids."""
+    return {code: tokenizer.token_to_id(code) for code in language_codes(tokenizer)}
+
+
+def language_ids(prefixes, codes: dict[str, int]):
+    """Language codes, string `[batch]` -> their ids, int32 `[batch]`: -1 for "" (none), -2
+    for a code not in `codes`."""
+    match = tf.equal(prefixes[:, None], tf.constant(list(codes))[None, :])  # (batch, codes)
+    index = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int32)
+    ids = tf.gather(tf.constant(list(codes.values()), tf.int32), index)
+    none = tf.where(tf.equal(prefixes, ""), -1, -2)
+    return tf.where(tf.reduce_any(match, axis=1), ids, none)
+
+
+def blanked(source_ids, rows):
+    """Source ids with `rows` (bool `[batch]`) made EOS alone: nothing to translate."""
+    column = tf.range(tf.shape(source_ids)[1])[None, :]
+    eos_only = tf.where(column == 0, EOS_ID, PAD_ID)
+    return tf.where(rows[:, None], eos_only, source_ids)
+
+
+def embedding_tables(model) -> list:
+    """The token embedding tables: each both a lookup (the embedding) and, tied, the
+    output projection's weights."""
+    layers = {id(layer): layer for layer in (model.source_embedding, model.target_embedding)}
+    return [layer.token_embedding.embeddings for layer in layers.values()]
+
+
+def all_rows(vocab: int, text):
+    """The ids 0 .. vocab - 1, int32 `[vocab]`, computed from the input (`text`, any
+    `[batch]` tensor) so that the converter cannot fold a lookup of them into a constant."""
+    return tf.range(tf.maximum(tf.shape(text)[0], vocab))[:vocab]
+
+
+def gathered(value, text):
+    """An embedding table `[vocab, d_model]` read through a lookup of all its rows: the
+    constant then has one use, a lookup, so int8 stores it once, where a lookup (per-tensor
+    scale) and the tied output projection (a scale a row) would each store their own int8
+    copy."""
+    vocab, width = value.shape
+    rows = tf.gather(tf.constant(value), all_rows(vocab, text))
+    return tf.reshape(rows, [vocab, width])
+
+
+def looked_up(value, text):
+    """An embedding table `[vocab, d_model]` read as `gathered` reads it, through LiteRT's
+    EMBEDDING_LOOKUP op: the converter writes a function that says it implements
+    "embedding_matmul" (`tf.function(experimental_implements=...)`, its composite of
+    `tfl.embedding_lookup(ids, table)`) as that op, whose table ai-edge-quantizer quantizes
+    (a GATHER's it leaves in float32)."""
+    vocab, width = value.shape
+    rows = _embedding_lookup(tf.constant(value), all_rows(vocab, text))
+    return tf.reshape(rows, [vocab, width])
+
+
+@tf.function(experimental_implements="embedding_matmul", autograph=False)
+def _embedding_lookup(table, ids):
+    """`table [vocab, width]`, `ids [n]` -> rows `[n, width]`: the converter's composite
+    (its arguments in this order) made LiteRT's EMBEDDING_LOOKUP."""
+    return tf.gather(table, ids)
+
+
+__all__ = [
+    "TABLE_READS",
+    "blanked",
+    "codes",
+    "embedding_tables",
+    "gathered",
+    "language_ids",
+    "looked_up",
+    "signatures",
+    "source_cut",
+    "traced",
+    "translate_text",
+    "translator",
+]
