@@ -214,55 +214,21 @@ def tiny_export(tmp_path_factory, worker_id):
 
 
 @pytest.fixture(scope="session")
-def briefly_trained(tmp_path_factory, worker_id):
+def briefly_trained():
     """The tiny preset with one encoder and one decoder layer (pre-norm, no dropout,
-    `max_length` 96), trained 300 updates on the bundled corpus, and its vocabulary:
-    `(model, vocabularies)`. Enough for a few BLEU points, and translations that differ from
-    sentence to sentence and between greedy and beam search (as many as two layers each
-    reach in twice the time). Trained once for the whole run (about 40 s), for
-    tests/test_ctranslate2.py and tests/test_every_door.py."""
-    import keras_transformer as kt
-    from tests import bible
+    `max_length` 96), trained 300 updates on the bundled corpus, and its vocabulary (tests/
+    bible.py's): `(model, vocabularies)`. Enough for a few BLEU points, and translations that
+    differ from sentence to sentence and between greedy and beam search (as many as two
+    layers each reach in twice the time). Stored, not trained in the run (its make script,
+    tests/fixtures/briefly_trained/make_fixture.py: about 40 s a run saved, and the same
+    weights on every CPU), for tests/test_ctranslate2.py and tests/test_every_door.py."""
+    from pathlib import Path
 
-    def make():
-        keras.utils.set_random_seed(7)
-        vocabularies = bible.vocabularies()
-        config = kt.TransformerConfig.preset(
-            "tiny",
-            vocab_size=vocabularies.target.vocabulary_size(),
-            max_length=96,
-            dropout=0.0,
-            norm_first=True,
-            num_encoder_layers=1,
-            num_decoder_layers=1,
-        )
-        model = kt.build_transformer(config)
-        model.compile(
-            optimizer=keras.optimizers.Adam(
-                kt.WarmupSchedule(config.d_model, warmup_steps=200), beta_2=0.98, epsilon=1e-9
-            ),
-            loss=kt.losses.LabelSmoothedCrossEntropy(),
-            jit_compile=False,  # XLA would compile once per length bucket of this short run
-        )
-        dataset = kt.data.make_dataset(
-            bible.pairs("train").to_dataset(),
-            vocabularies,
-            max_length=config.max_length,
-            tokens_per_batch=2048,
-            seed=0,
-        )
-        model.fit(dataset, steps_per_epoch=300, epochs=1, verbose=0, shuffle=False)
-        return model
+    from keras_transformer import text
 
-    model = shared(
-        tmp_path_factory,
-        worker_id,
-        "briefly_trained.keras",
-        make,
-        lambda model, path: model.save(path),
-        keras.saving.load_model,
-    )
-    return model, bible.vocabularies()
+    stored = Path(__file__).resolve().parent / "fixtures" / "briefly_trained"
+    model = keras.saving.load_model(stored / "model.keras", compile=False)
+    return model, text.Vocabularies.load(stored / "vocab")
 
 
 def shared(tmp_path_factory, worker_id, name: str, make, save, load):
@@ -280,6 +246,33 @@ def shared(tmp_path_factory, worker_id, name: str, make, save, load):
         result = make()
         save(result, path)
         return result
+
+
+@pytest.fixture(scope="session")
+def slice_run(tmp_path_factory, worker_id):
+    """A model directory that `trainers.train` wrote in a process of its own: the training
+    slice (tests/test_trainer.py), 20 updates, no dev split, no XLA. Trained once for the
+    whole run, for the tests that need a briefly trained run directory written by another
+    process (tests/test_new_process.py, tests/test_litert.py, tests/test_startup_logs.py;
+    each trained its own). Tests work on copies of it: some write into theirs."""
+    import shutil
+
+    from tests.test_trainer import slice_config, train_cli
+
+    def make():
+        tmp = tmp_path_factory.mktemp("slice-run")
+        config = slice_config(tmp, dev=False, steps=20, steps_per_epoch=10, jit_compile="false")
+        train_cli(config, tmp / "run", "--verbose", "0")
+        return tmp / "run"
+
+    return shared(
+        tmp_path_factory,
+        worker_id,
+        "slice_run",
+        make,
+        lambda run, path: shutil.copytree(run, path),
+        lambda path: path,
+    )
 
 
 @pytest.fixture(scope="session")

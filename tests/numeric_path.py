@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests import programs
+
 # The second numeric path: each engine's own switch, capped at AVX2 (every x86-64 CPU of
 # the last decade has it; CI's machines have AVX-512 and some AMX).
 NUMERIC_PATH = {
@@ -58,12 +60,7 @@ print(translator.translate_batch([["\u2581a"]], max_decoding_length=2)[0].hypoth
 
 def _run(code: str, *args: str, **env: str) -> str:
     """What a new Python process running `code` writes (stdout and stderr)."""
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env}
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], env=environment, capture_output=True, text=True
-    )
-    if done.returncode:
-        raise RuntimeError(f"the probe failed:\n{done.stderr[-2000:]}")
+    done = programs.snippet(code, *args, env=env, timeout=600)
     return done.stdout + done.stderr
 
 

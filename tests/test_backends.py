@@ -2,14 +2,11 @@
 any other. The JAX pass itself: tests/jax/."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import programs
+
 MESSAGE = "set KERAS_BACKEND to one of them before importing keras"
 
 
@@ -35,16 +32,7 @@ def imports_after_keras() -> dict:
     imports) in a fresh process whose Keras, imported first, reports that backend (Keras
     runs on TensorFlow and says otherwise: no torch is installed). One process tries them
     all, the package's modules removed before each import."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
-    result = subprocess.run(
-        [sys.executable, "-c", IMPORTS, *BACKENDS],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = programs.snippet(IMPORTS, *BACKENDS, env={"KERAS_BACKEND": "tensorflow"}, timeout=300)
     return dict(json.loads(line) for line in result.stdout.splitlines() if line.startswith("["))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_reliability import wait_for_backup
-from tests.test_trainer import ENV, free_ports, slice_config, summary_line
+from tests.test_trainer import free_ports, slice_config, summary_line
 from tests.test_trainer import start_training as start
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ def cluster(config, model_dir: Path, *args):
 
     def launch(index):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = {**ENV, "TF_CONFIG": json.dumps(tf_config)}
+        env = {"TF_CONFIG": json.dumps(tf_config)}
         return start(config, model_dir, "--strategy", "multi_worker", *args, env=env)
 
     return launch

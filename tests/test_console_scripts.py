@@ -7,16 +7,16 @@ import argparse
 import importlib
 import inspect
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import types
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests import programs
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
@@ -114,27 +114,15 @@ def test_ctrl_c_is_one_line_and_exit_status_130(module, capsys, monkeypatch):
 def run_program(module: str, *args, cwd=ROOT):
     """`python -m MODULE ARGS` in a new process: (exit status, stderr, the heavy modules it
     had imported when it ended)."""
-    program = (
-        "import json, runpy, sys\n"
-        f"sys.argv = [{module!r}, *{[str(a) for a in args]!r}]\n"
-        "try:\n"
-        f"    runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
-        "    status = 0\n"
-        "except SystemExit as exit:\n"
-        "    status = exit.code\n"
-        "heavy = [m for m in ('tensorflow', 'keras', 'keras_hub') if m in sys.modules]\n"
-        "print(json.dumps([status, heavy]))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    status, heavy = json.loads(result.stdout.splitlines()[-1])
-    return status, result.stderr, heavy
+    return run_programs((module, *args), cwd=cwd)[0]
+
+
+def run_programs(*runs, cwd=ROOT) -> list[tuple]:
+    """`python -m MODULE ARGS` for each `(MODULE, *ARGS)` of `runs`, in turn in one new
+    process (`programs.programs_imports`): for each, (exit status, stderr, the heavy
+    modules imported when it ended, by it or a run before it)."""
+    done = programs.programs_imports(runs, cwd=cwd, env={"PYTHONPATH": ROOT}, timeout=300)
+    return [(result.returncode, result.stderr, heavy) for result, heavy in done]
 
 
 def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
@@ -186,8 +174,9 @@ def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
         (("trainers.train", "--config", missing, "--model-dir", missing), f"--config {missing}"),
         (("trainers.train", "--model-dir", missing), f"--model-dir {missing}"),
     ]
-    for args, named in cases:
-        status, stderr, heavy = run_program(*args)
+    # One process runs them in turn (one Python start-up, where each took its own).
+    reports = run_programs(*(args for args, _ in cases))
+    for (args, named), (status, stderr, heavy) in zip(cases, reports, strict=True):
         assert status == 2, (args, stderr)
         assert len(stderr.splitlines()) == 1 and stderr.startswith("error: "), (args, stderr)
         assert named in stderr, (args, stderr)
@@ -203,10 +192,10 @@ def test_a_saved_model_is_never_replaced_by_an_average(tmp_path):
     (model_dir / "experiment.yaml").write_text("model: {}\n")
     for name in ("model.averaged.keras", "mine.keras"):
         (model_dir / name).write_bytes(b"saved before")
-    for name, output in (("model.averaged.keras", ()), ("mine.keras", ("--output", "mine.keras"))):
-        status, stderr, heavy = run_program(
-            "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "5", *output
-        )
+    outputs = (("model.averaged.keras", ()), ("mine.keras", ("--output", "mine.keras")))
+    average = ("trainers.average_checkpoints", "--model-dir", model_dir, "--last", "5")
+    reports = run_programs(*((*average, *output) for _, output in outputs))
+    for (name, _), (status, stderr, heavy) in zip(outputs, reports, strict=True):
         assert (status, heavy) == (2, []), stderr
         assert stderr.splitlines() == [
             f"error: {model_dir / name} exists (a model saved before): give another --output "
@@ -229,16 +218,16 @@ def test_an_evaluation_never_replaces_another_models_scores(tmp_path):
         ({"model": "model.keras", "model_dir": str(tmp_path / "other")}, "model.keras in"),
         (["not", "scores"], "is there and is not trainers.evaluate's scores"),
     ]
-    for record, message in cases:
-        scores = tmp_path / "scored.json"
-        scores.write_text(json.dumps(record))
-        status, stderr, heavy = run_program(
-            "trainers.evaluate", "--model-dir", model_dir, "--split", "test",
-            "--output", tmp_path / "scored.hyp",
-        )  # fmt: skip
+    evaluate = ("trainers.evaluate", "--model-dir", model_dir, "--split", "test", "--output")
+    for index, (record, _) in enumerate(cases):  # an --output a case, in one process
+        (tmp_path / f"scored{index}.json").write_text(json.dumps(record))
+    reports = run_programs(*((*evaluate, tmp_path / f"scored{i}.hyp") for i in range(len(cases))))
+    for index, ((record, message), report) in enumerate(zip(cases, reports, strict=True)):
+        status, stderr, heavy = report
+        scores = tmp_path / f"scored{index}.json"
         assert (status, heavy) == (2, []), stderr
         assert len(stderr.splitlines()) == 1 and stderr.startswith(
-            f"error: --output {tmp_path / 'scored.hyp'}: {scores} "
+            f"error: --output {tmp_path / f'scored{index}.hyp'}: {scores} "
         )
         assert message in stderr, stderr
         assert json.loads(scores.read_text()) == record
@@ -270,24 +259,23 @@ def test_the_wheel_ships_the_configs_that_an_installed_kt_train_names(tmp_path):
         shutil.copytree(
             ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
         )
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    pip = ["pip", "--disable-pip-version-check", "-q"]
     build = ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", tmp_path / "dist"]
-    subprocess.run([*pip, *build, source], check=True, timeout=300)
+    programs.program(*pip, *build, source, timeout=300)
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     configs = sorted(ROOT.glob("trainers/configs/*.yaml"))
     shipped = [n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("trainers/configs/")]
     assert shipped == [f"trainers/configs/{p.name}" for p in configs] and configs
     site = tmp_path / "site"
     install = ["install", "--no-deps", "--no-index", "--target", site, wheel]
-    subprocess.run([*pip, *install], check=True, timeout=300)
+    programs.program(*pip, *install, timeout=300)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    kt_train = [str(site / "bin" / "kt-train")]
+    kt_train = site / "bin" / "kt-train"
 
     def run(*args):
-        return subprocess.run(
-            [*kt_train, *args], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300
+        return programs.run(
+            [kt_train, *args], cwd=elsewhere, env={"PYTHONPATH": site}, timeout=300, check=False
         )
 
     usage = run("--help")
@@ -353,12 +341,7 @@ LINE_FOR_SENTENCE = re.compile(
 def test_the_help_says_sentence_for_a_sentence_and_line_for_a_line(module):
     """Each program's --help (in a process of its own, as a user reads it), and the
     runtimes' refusals of --n-best, which trainers.translate prints."""
-    result = subprocess.run(
-        [sys.executable, "-m", module, "--help"],
-        cwd=ROOT, env={**os.environ, "COLUMNS": "1000"}, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = programs.program(module, "--help", env={"COLUMNS": "1000"}, timeout=300)
     assert LINE_FOR_SENTENCE.findall(result.stdout) == [], result.stdout
     if module == "trainers.translate":
         from keras_transformer.serving import LiteRTTranslator, SavedModelTranslator

@@ -8,11 +8,8 @@ directory with the library's runtime (`kt.serving`) without TensorFlow."""
 
 import functools
 import json
-import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -22,12 +19,10 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import evaluation, export
 from keras_transformer.serving import CTranslate2Translator
-from tests import bible, ties
+from tests import bible, programs, ties
 
 ctranslate2 = pytest.importorskip("ctranslate2")  # installed by `make test` (requirements.txt)
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 MAX_LENGTH = 96  # the briefly trained model's
 VERSES = 100  # test verses translated by each artifact
 
@@ -386,16 +381,9 @@ def test_a_manifest_without_a_ranking_reads_as_gnmt(converted, tmp_path, verses)
     assert translator.ranking == "gnmt" and translator.source_prefix is None
     expected = CTranslate2Translator(converted["float32"]).translate(sources, n_best=4)
     assert translator.translate(sources, n_best=4) == expected
-    result = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--model", str(old)],
-        input="".join(s + "\n" for s in sources),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = programs.program(
+        "trainers.translate", "--model", old, input="".join(s + "\n" for s in sources)
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == [h[0].text for h in expected]
 
 
@@ -405,16 +393,10 @@ def test_translate_cli_ranks_a_length_directory_as_ctranslate2(length_ranked, ve
     directory, _ = length_ranked
     sources = verses[0][:20]
     expected = CTranslate2Translator(directory).translate(sources)
-    result = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--model", str(directory), "--with-scores"],
+    result = programs.program(
+        "trainers.translate", "--model", directory, "--with-scores",
         input="".join(s + "\n" for s in sources),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    )  # fmt: skip
     assert result.stdout.splitlines() == [f"{h[0].score:.4f}\t{h[0].text}" for h in expected]
     found = ctranslate2.Translator(str(directory)).translate_batch(
         [CTranslate2Translator(directory).rules.split(s) for s in sources],
@@ -597,47 +579,30 @@ def test_the_source_prefix_goes_in_front_as_written_by_hand(converted, trained, 
 
 
 def _translate_alone(directory, *flags, stdin: str) -> tuple[subprocess.CompletedProcess, list]:
-    """`python -m trainers.translate --model DIRECTORY FLAGS` in a process of its own, and
-    which of TensorFlow, Keras and keras-hub it had imported (the library's light core and
-    runtimes import none of them)."""
-    code = (
-        "import sys, runpy\n"
-        "sys.argv = ['trainers.translate', '--model', *sys.argv[1:]]\n"
-        "try:\n"
-        "    runpy.run_module('trainers.translate', run_name='__main__')\n"
-        "except SystemExit as exit:\n"
-        "    print('status:', exit.code or 0)\n"
-        "loaded = [m for m in ('tensorflow', 'keras', 'keras_hub') if m in sys.modules]\n"
-        "print('loaded:', loaded)\n"
+    """`python -m trainers.translate --model DIRECTORY FLAGS` in a process of its own, which
+    imports none of TensorFlow, Keras and keras-hub (the library's light core and runtimes
+    import none of them): the process and its lines."""
+    result, loaded = programs.program_imports(
+        "trainers.translate", "--model", directory, *flags, input=stdin, timeout=120
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(directory), *flags],
-        input=stdin,
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    *lines, loaded = result.stdout.splitlines()
-    assert loaded == "loaded: []", (loaded, result.stderr[-3000:])
-    return result, lines
+    assert loaded == [], (loaded, result.stderr[-3000:])
+    return result, result.stdout.splitlines()
 
 
 def test_translate_cli_runs_the_directory_without_tensorflow(converted):
     directory = converted["float32"]
-    _, lines = _translate_alone(
+    result, lines = _translate_alone(
         directory, "--n-best", "2", stdin="And God said, Let there be light.\n\n"
     )
-    assert [line.split(" ||| ")[0] for line in lines[:-1]] == ["0", "0", "1", "1"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [line.split(" ||| ")[0] for line in lines] == ["0", "0", "1", "1"]
     assert lines[2] == "1 |||  ||| 0.0000"  # nothing to translate
     # --source-prefix: the lines as written with it by hand, still without TensorFlow.
-    _, prefixed = _translate_alone(directory, "--source-prefix", "And", stdin="God said.\n")
+    result, prefixed = _translate_alone(directory, "--source-prefix", "And", stdin="God said.\n")
     expected = CTranslate2Translator(directory).translate(["And God said."])
-    assert prefixed == [expected[0][0].text, "status: 0"]
+    assert (result.returncode, prefixed) == (0, [expected[0][0].text]), result.stderr[-3000:]
     # A language code the vocabulary lacks: one line naming the flag, before the model loads.
     refused, lines = _translate_alone(directory, "--source-prefix", "xxx_Zzzz", stdin="Amen.\n")
-    assert lines == ["status: 2"]
+    assert (refused.returncode, lines) == (2, [])
     assert refused.stderr.startswith("error: --source-prefix='xxx_Zzzz': 'xxx_Zzzz' looks like")
     assert len(refused.stderr.splitlines()) == 1

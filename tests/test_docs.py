@@ -11,15 +11,13 @@ test makes first, small, where the page expects it.
 """
 
 import doctest
-import os
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from tests import programs
 from tests.test_readme import MODEL, TASK, walkthrough
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,17 +89,10 @@ def test_the_pages_python_blocks_run(page, tmp_path):
     if page in PREPARE:
         PREPARE[page](tmp_path)
     code = "\n\n".join(python_blocks(DOCS / page))
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)}
+    env = {"PYTHONPATH": ROOT}
     if page in QUIET:
-        del env["TF_CPP_MIN_LOG_LEVEL"]
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+        env["TF_CPP_MIN_LOG_LEVEL"] = None  # unset, as a user's shell leaves it
+    result = programs.snippet(code, cwd=tmp_path, env=env, check=False)
     assert result.returncode == 0, f"{page}:\n{code}\n{result.stderr[-3000:]}"
     if page in QUIET:
         assert set(result.stderr.splitlines()) <= set(QUIET[page]), result.stderr[-3000:]
@@ -149,14 +140,7 @@ def site(tmp_path_factory) -> Path:
     """The site as `make docs` builds it (--strict: a broken link or an unreadable docstring
     fails), in another process, into a temporary folder."""
     folder = tmp_path_factory.mktemp("site")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", folder],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    programs.program("mkdocs", "build", "--strict", "--quiet", "--site-dir", folder, timeout=300)
     return folder
 
 

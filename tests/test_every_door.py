@@ -3,12 +3,15 @@
 The doors (DOORS): `TransformerSeq2SeqLM.generate` (on text, and without a preprocessor on
 source ids), `kt.evaluation.Translator` (`translate`, and `translate_ids` for the ids and
 scores), the SavedModel's `serving_default`, `serving_xla`, `translate_ids`, `n_best` and
-`serving_prefix` signatures, the hypotheses `trainers.evaluate` scores, and a CTranslate2
-directory through `trainers.translate` (a process of its own on a directory this one wrote)
-and through its client in this process. The settings (SETTINGS): greedy search; beam 4 with
-alpha 0.6 and early stopping; exact stopping; an n-best of 2 (with CTranslate2's own beam
-search, so that it is held to it too); a target prefix, and both languages' prefixes, on the
-NLLB-200 fixture.
+`serving_prefix` signatures, and the same SavedModel through `kt.serving.open`
+(`SavedModelTranslator`), the hypotheses `trainers.evaluate` scores, the translation
+`trainers.visualize` draws the attention of (greedy rows: it searches one sentence at a
+time, eagerly), a CTranslate2 directory through `trainers.translate` (a process of its own
+on a directory this one wrote) and through its client in this process, and the float32
+LiteRT file through `kt.serving.open` (`LiteRTTranslator`; LITERT_ROWS). The settings
+(SETTINGS): greedy search; beam 4 with alpha 0.6 and early stopping; exact stopping; an
+n-best of 2 (with CTranslate2's own beam search, so that it is held to it too); a target
+prefix, and both languages' prefixes, on the NLLB-200 fixture.
 
 Each door serves the settings it can answer: the doors that answer one translation a
 sentence, those without an n-best (an n-best changes when beam search may stop); the
@@ -21,7 +24,10 @@ search, and its own beam search (`ranking="length"` with the fairseq finish rule
 k_finished stopping, `kt.export.ctranslate2`); elsewhere it ranks its own hypotheses anew
 (tests/test_ctranslate2.py). Its logits differ from ours in their last bits and its softmax
 leaves out a sliver of mass (SLIVER), so it may part from ours at a near tie: tests/ties.py's
-rule (`parts_at_a_tie`), which tests/test_ctranslate2.py's comparisons use too. Our own
+rule (`parts_at_a_tie`), which tests/test_ctranslate2.py's comparisons use too. The LiteRT
+file runs our search in LiteRT's kernels: its texts are held to ours but where the search,
+replayed with the settings' rules, meets a choice within the two engines' last bits
+(`litert_ties`, tests/test_litert.py's rule); most rows alike. Our own
 doors (one engine, in graphs of their own, on a model trained in the run) are held to each
 other's texts and ids but where the search meets a choice within SCORE_TOLERANCE, where
 their last bits may order it either way (`ours_part_at_a_tie`: tests/ties.py's rule for two
@@ -36,10 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -54,7 +57,7 @@ from keras_transformer.decoding.settings import prefix_ids, with_source_prefix
 from keras_transformer.evaluation import Translator
 from keras_transformer.models import TransformerSeq2SeqLM
 from keras_transformer.text import BOS_ID, EOS_ID
-from tests import bible, ties
+from tests import bible, programs, ties
 from tests.cli import run_main
 
 pytestmark = [pytest.mark.slow, pytest.mark.exact]
@@ -62,7 +65,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.exact]
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 NLLB = FIXTURES / "m2m100" / "nllb-tiny"
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 DEMO = ROOT / "trainers" / "configs" / "demo.yaml"
 
 # Our doors run one search in one engine, TensorFlow's, but in graphs of their own (XLA's
@@ -144,11 +146,12 @@ class Answer(NamedTuple):
 
 class Door(NamedTuple):
     """`run(spine, case) -> Answer`; `serves(settings)`: whether the door runs these
-    settings; `ctranslate2`: the other engine, held to ours as the module doc says."""
+    settings; `engine`: "ours" (TensorFlow's), or another engine ("ctranslate2", "litert"),
+    held to ours as the module doc says."""
 
     run: Callable
     serves: Callable[[DecodingSettings], bool]
-    ctranslate2: bool = False
+    engine: str = "ours"
 
 
 class Spine:
@@ -188,16 +191,34 @@ class Spine:
         setting = next(name for name, row in SETTINGS.items() if row == case)
         return self.root / kind / re.sub(r"\W+", "-", setting)
 
-    def saved_model(self, case: Case):
-        """The SavedModel of the case's model, its settings baked in, loaded."""
+    def saved_model_translator(self, case: Case):
+        """The SavedModel of the case's model, its settings baked in, opened by
+        `kt.serving.open` (a `SavedModelTranslator`, which loads it)."""
 
         def make():
             task = self.task(case.model)
             directory = self.folder("saved_models", case)
-            version = kt.export.export_saved_model(task, directory, decoding=case.settings)
-            return tf.saved_model.load(str(version))
+            kt.export.export_saved_model(task, directory, decoding=case.settings)
+            translator = kt.serving.open(directory)
+            assert isinstance(translator, kt.serving.SavedModelTranslator), translator
+            return translator
 
         return self.once(("saved model", case), make)
+
+    def saved_model(self, case: Case):
+        """The SavedModel of the case's model, loaded: the translator's, one load for both
+        kinds of door."""
+        return self.saved_model_translator(case).loaded
+
+    def litert(self, case: Case) -> Path:
+        """The LiteRT directory of the case's model (float32), its settings in the file."""
+        pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
+        return self.once(
+            ("litert", case),
+            lambda: kt.export.export_litert(
+                self.task(case.model), self.folder("litert", case), decoding=case.settings
+            ),
+        )
 
     def ctranslate2(self, case: Case) -> Path:
         """The CTranslate2 directory of the case's model, its settings in the manifest."""
@@ -367,17 +388,11 @@ def ctranslate2_command_line(spine: Spine, case: Case) -> Answer:
     of its own on the CTranslate2 directory this process wrote."""
     directory = spine.ctranslate2(case)
     n = case.settings.n_best
-    result = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--model", str(directory)]
-        + (["--n-best", str(n)] if n > 1 else ["--with-scores"]),
-        input="".join(f"{s}\n" for s in spine.sentences(case)),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = programs.program(
+        "trainers.translate", "--model", directory,
+        *(["--n-best", n] if n > 1 else ["--with-scores"]),
+        input="".join(f"{s}\n" for s in spine.sentences(case)), timeout=300,
+    )  # fmt: skip
     lines = result.stdout.splitlines()
     if n == 1:
         rows = [line.split("\t", 1) for line in lines]
@@ -405,6 +420,53 @@ def ctranslate2_client(spine: Spine, case: Case) -> Answer:
     )
 
 
+def saved_model_translator(spine: Spine, case: Case) -> Answer:
+    """`kt.serving.open` on the SavedModel (`SavedModelTranslator`): its signatures through
+    the library's runtime, the settings' prefixes and n-best given to `translate` (a
+    source prefix put in front here, a target prefix to `serving_prefix`)."""
+    settings = case.settings
+    found = spine.saved_model_translator(case).translate(
+        spine.sentences(case),
+        n_best=settings.n_best,
+        source_prefix=settings.source_prefix,
+        target_prefix=settings.target_prefix,
+    )
+    return Answer(
+        [[h.text for h in hs] for hs in found],
+        None,
+        [np.array([h.score for h in hs], "float32") for hs in found],
+    )
+
+
+def litert_file(spine: Spine, case: Case) -> Answer:
+    """`kt.serving.open` on the LiteRT file (`LiteRTTranslator`, LiteRT's interpreter with
+    tensorflow-text's ops), the settings in the file: its texts (it gives no scores)."""
+    translator = kt.serving.open(spine.litert(case))
+    assert isinstance(translator, kt.serving.LiteRTTranslator), translator
+    found = translator.translate(spine.sentences(case))
+    return Answer([[h.text for h in hs] for hs in found], None, None)
+
+
+def visualize(spine: Spine, case: Case) -> Answer:
+    """`trainers.visualize`'s translation (`cross_attention`: the task's settings' search of
+    one sentence, whose translation it feeds back for the attention it draws), sentence by
+    sentence: its target pieces as ids, forced prefix included, EOS left out."""
+    from trainers.visualize import cross_attention
+
+    shared = spine.task(case.model)
+    task = TransformerSeq2SeqLM(
+        shared.backbone, shared.preprocessor, decoding=case.settings, compile=False
+    )
+    target = task.preprocessor.tokenizer.target
+    rows = []
+    for sentence in spine.sentences(case):
+        source, pieces, weights = cross_attention(task, sentence, layer=-1)
+        assert np.shape(weights)[1:] == (len(pieces), len(source)), np.shape(weights)
+        ids = [int(target.token_to_id(piece)) for piece in pieces]
+        rows.append([ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids])
+    return Answer(None, rows, None)
+
+
 def every(settings: DecodingSettings) -> bool:
     return True
 
@@ -423,6 +485,20 @@ def prefixed(settings: DecodingSettings) -> bool:
 
 def both_languages(settings: DecodingSettings) -> bool:
     return None not in (settings.source_prefix, settings.target_prefix) and settings.n_best == 1
+
+
+def greedy(settings: DecodingSettings) -> bool:
+    return settings.beam_size == 1 and settings.n_best == 1
+
+
+# The rows a LiteRT file serves: a conversion each (the slowest export), so greedy search,
+# beam search and NLLB-200's two languages; exact stopping and the target prefix row (beam
+# search with a language code, the languages row's signature) are left to tests/test_litert.py.
+LITERT_ROWS = ("greedy", "beam 4, alpha 0.6, early stopping", "source language")
+
+
+def litert_rows(settings: DecodingSettings) -> bool:
+    return any(SETTINGS[name].settings == settings for name in LITERT_ROWS)
 
 
 def ctranslate2_search(settings: DecodingSettings) -> bool:
@@ -445,8 +521,13 @@ DOORS: dict[str, Door] = {
     "serving_prefix": Door(text_signature("serving_prefix"), prefixed),
     "serving_languages": Door(text_signature("serving_languages"), both_languages),
     "trainers.evaluate": Door(evaluate, one_best),
-    "CTranslate2, trainers.translate": Door(ctranslate2_command_line, ctranslate2_search, True),
-    "CTranslate2, its client": Door(ctranslate2_client, ctranslate2_search, True),
+    "SavedModelTranslator": Door(saved_model_translator, every),
+    "trainers.visualize": Door(visualize, greedy),
+    "CTranslate2, trainers.translate": Door(
+        ctranslate2_command_line, ctranslate2_search, "ctranslate2"
+    ),
+    "CTranslate2, its client": Door(ctranslate2_client, ctranslate2_search, "ctranslate2"),
+    "LiteRT file": Door(litert_file, litert_rows, "litert"),
 }
 
 
@@ -458,7 +539,7 @@ def reference(spine: Spine, setting: str, aspect: str) -> tuple[str, list | np.n
     ("texts", "ids" or "scores"): `(its name, its values)`, or None."""
     settings = SETTINGS[setting].settings
     for name, door in DOORS.items():
-        if door.ctranslate2 or not door.serves(settings):
+        if door.engine != "ours" or not door.serves(settings):
             continue
         values = getattr(spine.answer(setting, name), aspect)
         if values is not None:
@@ -606,10 +687,54 @@ def ctranslate2_ties(spine: Spine, setting: str, door: str, answer: Answer) -> s
     return tied
 
 
+def litert_ties(spine: Spine, setting: str, door: str, answer: Answer) -> set[int]:
+    """The sentences where the LiteRT file's texts part from the first door's of ours that
+    shows texts, each at a tie (an AssertionError naming the first that does not): one search
+    in two engines whose logits differ in their last bits, tests/test_litert.py's rule
+    (`ties.search_parts_at_a_tie`, as `ties.translations_part_at_a_tie` applies it): greedy,
+    where the texts, tokenized back, first part, the model's logits of the two tokens within
+    ties.TIE; beam, where the search replayed with the settings' rules meets a choice within
+    ties.LAST_BITS."""
+    case = SETTINGS[setting]
+    settings, task = case.settings, spine.task(case.model)
+    sentences = spine.sentences(case)
+    name, expected = reference(spine, setting, "texts")
+    assert len(answer.texts) == len(expected) == len(sentences), (door, setting)
+    prefix = prefix_ids(settings, task.preprocessor.tokenizer.target)
+    prefix = [] if prefix is None else np.asarray(prefix[0]).tolist()
+    tied = set()
+    for row, (theirs, ours) in enumerate(zip(answer.texts, expected, strict=True)):
+        if theirs == ours:
+            continue
+        source = spine.source_ids(case)[row]  # the source prefix included
+        source = source[: np.count_nonzero(source)]
+        limit = ties.length_limit(
+            source, settings.max_extra_length, task.backbone.config.max_length
+        )
+        parts = ties.search_parts_at_a_tie(
+            ties.teacher_forced(task, source),
+            target_ids(spine, case, ours[0]),
+            target_ids(spine, case, theirs[0]),
+            tolerance=ties.TIE if settings.beam_size == 1 else ties.LAST_BITS,
+            beam_size=settings.beam_size,
+            length_penalty=settings.length_penalty,
+            limit=limit,
+            finish_rule=settings.finish_rule,
+            stopping=settings.stopping,
+            ranking=settings.ranking,
+            prefix=prefix,
+        )
+        assert parts, difference(
+            setting, door, name, "texts, not at a tie", row, sentences[row], theirs, ours
+        )
+        tied.add(row)
+    return tied
+
+
 def score_bounds(settings: DecodingSettings, door: str, ids: list[list[int]]) -> tuple:
     """How far a door's scores of a sentence may lie from ours (its hypotheses' `ids`):
     `(low, high)`, arrays `[hypotheses]`."""
-    if not DOORS[door].ctranslate2:
+    if DOORS[door].engine != "ctranslate2":  # LiteRT's file gives no scores
         return -SCORE_TOLERANCE, SCORE_TOLERANCE
     length = np.array([len(hypothesis) + 1 for hypothesis in ids], "float32")  # EOS counted
     if settings.beam_size == 1:
@@ -628,15 +753,17 @@ def difference(setting: str, door: str, name: str, aspect: str, row: int, senten
 
 def assert_same(spine: Spine, setting: str, door: str) -> None:
     """The door's answer for the setting against the first door's of ours that shows each
-    part of it (`reference`), but where it parts at a tie: CTranslate2's (`parts_at_a_tie`)
-    or ours (`ours_part_at_a_tie`, most rows alike)."""
+    part of it (`reference`), but where it parts at a tie: CTranslate2's (`parts_at_a_tie`),
+    LiteRT's (`litert_ties`, most rows alike) or ours (`ours_part_at_a_tie`, most rows
+    alike)."""
     case = SETTINGS[setting]
     answer = spine.answer(setting, door)
     sentences = spine.sentences(case)
-    if DOORS[door].ctranslate2:
+    if DOORS[door].engine == "ctranslate2":
         tied = ctranslate2_ties(spine, setting, door, answer)
     else:
-        tied = our_ties(spine, setting, door, answer)
+        ties_of = litert_ties if DOORS[door].engine == "litert" else our_ties
+        tied = ties_of(spine, setting, door, answer)
         assert len(sentences) - len(tied) > len(sentences) // 2, (setting, door, sorted(tied))
     for aspect in ("texts", "ids", "scores"):
         given, found = getattr(answer, aspect), reference(spine, setting, aspect)

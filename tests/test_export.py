@@ -19,11 +19,9 @@ from hypothesis import strategies as st
 import keras_transformer as kt
 from keras_transformer import decoding, evaluation, export
 from keras_transformer.export.savedmodel import decode_sorted_in_chunks, pad_to_bucket
-from tests import bible, ties
+from tests import bible, programs, ties
 from tests.cli import run_main
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 MAX_LENGTH = 24
 SENTENCES = ["In the beginning God created the heavens.", "Amen.", "And God said, Let there be"]
 
@@ -438,15 +436,7 @@ def test_a_fresh_process_with_only_tensorflow_serves_any_input(exported, tmp_pat
     _, version = exported
     script = tmp_path / "serve.py"
     script.write_text(SERVE_SCRIPT)
-    result = subprocess.run(
-        [sys.executable, script, str(version)],
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = programs.python(script, version, cwd=tmp_path, timeout=300)
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["loaded"] == []
     for batch in report["results"]:
@@ -488,18 +478,10 @@ def test_the_signature_answers_any_batch_of_any_strings(serving, batch):
             assert translation == b""  # nothing to translate: nothing comes back
 
 
-def _cli(*args, input=None):
-    return subprocess.run(
-        args, cwd=ROOT, env=ENV, input=input, capture_output=True, text=True, timeout=300
-    )
-
-
 def test_saved_model_cli_show_and_run(exported):
     _, version = exported
-    show = _cli(
-        str(Path(sys.executable).parent / "saved_model_cli"), "show", "--dir", str(version), "--all"
-    )
-    assert show.returncode == 0, show.stderr[-2000:]
+    saved_model_cli = Path(sys.executable).parent / "saved_model_cli"
+    show = programs.run([saved_model_cli, "show", "--dir", version, "--all"], timeout=300)
     for expected in (
         "signature_def['serving_default']",
         "inputs['text']",
@@ -511,21 +493,11 @@ def test_saved_model_cli_show_and_run(exported):
         "inputs['source_ids']",
     ):
         assert expected in show.stdout
-    run = _cli(
-        sys.executable,
-        "-m",
-        "trainers.saved_model_cli",
-        "run",
-        "--dir",
-        str(version),
-        "--tag_set",
-        "serve",
-        "--signature_def",
-        "serving_default",
-        "--input_exprs",
-        'text=["Amen.", "God said."]',
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
+    run = programs.program(
+        "trainers.saved_model_cli", "run", "--dir", version, "--tag_set", "serve",
+        "--signature_def", "serving_default", "--input_exprs", 'text=["Amen.", "God said."]',
+        timeout=300,
+    )  # fmt: skip
     assert "Result for output key translation" in run.stdout
     assert "Result for output key score" in run.stdout
     # TensorFlow's notice that the loader `run` calls is deprecated: written once, by Abseil's
@@ -552,16 +524,9 @@ def test_translate_cli_gives_a_saved_model_its_threads(exported):
     each, set before TensorFlow starts (it was ignored: issue 66); the library's translator
     takes them too, and refuses them once TensorFlow runs with others."""
     directory, version = exported
-    result = subprocess.run(
-        [sys.executable, "-c", THREADS_SEEN, "--model", str(directory), "--threads", "2"],
-        input="Amen.\n",
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = programs.snippet(
+        THREADS_SEEN, "--model", directory, "--threads", "2", input="Amen.\n", timeout=300
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     *translations, seen = result.stdout.splitlines()
     assert len(translations) == 1 and seen == "status: 0 threads: 2 2", result.stderr[-3000:]
     started = tf.config.threading.get_intra_op_parallelism_threads()  # conftest's
@@ -601,23 +566,10 @@ def test_translate_cli_batches_lines_and_survives_bad_bytes(exported, model, tmp
     assert f"warning: --input {tmp_path / 'in.txt'}: 1 line not UTF-8 (the first: line 2)" in (
         result.stderr
     )
-    piped = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainers.translate",
-            "--saved-model",
-            str(directory / "1"),
-            "--errors",
-            "replace",
-        ],
-        cwd=ROOT,
-        env=ENV,
-        input=lines,
-        capture_output=True,
-        timeout=300,
-    )
-    assert piped.returncode == 0, piped.stderr[-2000:]
+    piped = programs.program(
+        "trainers.translate", "--saved-model", directory / "1", "--errors", "replace",
+        input=lines, timeout=300,
+    )  # fmt: skip
     assert "warning: stdin: 1 line not UTF-8 (the first: line 2)" in piped.stderr.decode()
     # Line by line (stdin's batches are wider), then the two pairs (in other batches of two).
     read = ["Amen.", "\ufffd\ufffd not UTF-8", "", "God said.", "A fifth\rline.", "God said."]
@@ -643,15 +595,10 @@ def test_translate_cli_refuses_a_file_that_is_not_utf8_before_loading_the_model(
     (tmp_path / "latin1.txt").write_bytes(LATIN1)
     output = tmp_path / "out.txt"
     output.write_text("the translations of yesterday\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--model", str(tmp_path)]
-        + ["--input", str(tmp_path / "latin1.txt"), "--output", str(output)],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = programs.program(
+        "trainers.translate", "--model", tmp_path, "--input", tmp_path / "latin1.txt",
+        "--output", output, timeout=300, check=False,
+    )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"error: --input {tmp_path / 'latin1.txt'}: line 2 is not UTF-8 (byte 0xe9 at byte 14 "
@@ -683,14 +630,10 @@ def test_a_sigterm_leaves_no_partial_output_and_the_previous_file_intact(exporte
     (tmp_path / "long.txt").write_text("In the beginning God created the heavens.\n" * 100_000)
     output = tmp_path / "out.txt"
     output.write_text("the translations of yesterday\n")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainers.translate", "--model", str(directory)]
-        + ["--input", str(tmp_path / "long.txt"), "--output", str(output), "--batch-size", "4"],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    process = programs.start(
+        "-m", "trainers.translate", "--model", directory, "--input", tmp_path / "long.txt",
+        "--output", output, "--batch-size", "4", stdout=subprocess.DEVNULL, text=False,
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 240
         while not list(tmp_path.glob(".partial-*")):  # translating: its partial file is there
@@ -726,15 +669,10 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_partial_output(exported,
     directory, _ = exported
     output = tmp_path / "out.txt"
     output.write_text("the translations of yesterday\n")
-    process = subprocess.Popen(
-        [sys.executable, "-c", AS_FROM_A_TERMINAL, "--model", str(directory)]
-        + ["--output", str(output), "--batch-size", "1"],
-        cwd=ROOT,
-        env=ENV,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    process = programs.start(
+        "-c", AS_FROM_A_TERMINAL, "--model", directory, "--output", output, "--batch-size", "1",
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=False,
+    )  # fmt: skip
     try:
         process.stdin.write(b"Amen.\n")
         process.stdin.flush()
@@ -784,9 +722,9 @@ def test_translate_cli_prefixes_the_sources_and_asks_for_the_prefix_signature(ex
     plain = run_main(*translate, stdin=b"God said.\n").stdout.splitlines()
     assert prefixed.stdout.splitlines()[0] != plain[0]  # the prefix reaches the model
     # In a process of its own, as a user runs it: the program's way to the signature.
-    no_signature = _cli(
-        sys.executable, "-m", "trainers.translate", "--model", str(directory),
-        "--target-prefix", "And", input="Amen.\n",
+    no_signature = programs.program(
+        "trainers.translate", "--model", directory, "--target-prefix", "And",
+        input="Amen.\n", timeout=300, check=False,
     )  # fmt: skip
     assert (no_signature.returncode, no_signature.stdout) == (2, "")
     assert no_signature.stderr == (
@@ -820,7 +758,9 @@ def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
     for name in (None, "model.keras", "experiment.yaml"):
         if name is not None:
             (run / name).write_text("")
-        result = _cli(sys.executable, "-m", "trainers.translate", "--model", str(run), input="")
+        result = programs.program(
+            "trainers.translate", "--model", run, input="", timeout=300, check=False
+        )
         assert result.returncode == 2 and result.stderr.startswith(formats), result.stderr
         if name is None:
             assert result.stderr == f"{formats}\n"
@@ -897,9 +837,9 @@ def test_export_cli_refuses_an_earlier_export_before_any_work(tmp_path, options,
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "manifest.json").write_text("{}")
     out = tmp_path / "out"
-    result = _cli(
-        sys.executable, "-m", "trainers.export", "--model-dir", str(tmp_path / "run"),
-        "--out", str(out), *options,
+    result = programs.program(
+        "trainers.export", "--model-dir", tmp_path / "run", "--out", out, *options,
+        timeout=300, check=False,
     )  # fmt: skip
     where = f"--out {out}" + ("" if earlier == "out" else f": {tmp_path / earlier}")
     assert result.returncode == 2 and result.stderr == (

@@ -13,8 +13,6 @@ symbols: a vocabulary of 16 whole-word pieces of the bundled SentencePiece model
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import keras
@@ -25,10 +23,9 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import export
 from keras_transformer.tokenizers.pieces import SPECIAL_PIECES, PieceVocabularyTokenizer
-from tests import bible
+from tests import bible, programs
 from tests.cli import run_main
 from tests.reversal import FIRST_SYMBOL, SYMBOLS, held_out_data
-from tests.test_export import ENV
 from tests.test_keras_tools import quantize, young_generation_gc
 from tests.test_run_dir import trained_directory
 
@@ -173,16 +170,7 @@ def test_a_process_with_only_tensorflow_serves_the_reduced_exports_as_float32(
         "sentences": sentences,
         "ids": source_ids.tolist(),
     }
-    result = subprocess.run(
-        [sys.executable, script],
-        input=json.dumps(request),
-        cwd=tmp_path,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = programs.python(script, input=json.dumps(request), cwd=tmp_path)
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["loaded"] == []
     assert sorted(report["results"]) == sorted(MODES)

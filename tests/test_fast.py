@@ -2,9 +2,6 @@
 path. The loss's hand-written gradient is tested in tests/test_losses.py, beam search with
 the switch on in tests/test_decoding.py."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,6 +9,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.fast import switched as fast_path
 from keras_transformer.fast import top_k_by_blocks
+from tests import programs
 
 
 @pytest.fixture
@@ -27,9 +25,7 @@ def test_the_switch_is_off_until_enabled():
         "import keras_transformer as kt; off = kt.fast.is_enabled(); kt.fast.enable(); "
         "on = kt.fast.is_enabled(); kt.fast.disable(); print(off, on, kt.fast.is_enabled())"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
+    result = programs.snippet(code, timeout=300)
     assert result.stdout.split() == ["False", "True", "False"]
 
 

@@ -10,10 +10,7 @@ and finds the files in the cache."""
 
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from huggingface_hub import constants
 
 from keras_transformer import _hub as hub
 from keras_transformer._files import sha256
+from tests import programs
 from tests.cli import run_main
 from trainers import import_pretrained
 
@@ -292,18 +290,6 @@ print(json.dumps(task.generate(json.loads(sys.argv[2]))))
 """
 
 
-def python(*args, env=None) -> subprocess.CompletedProcess:
-    """`python ARGS` in a new process at the repository's root."""
-    return subprocess.run(
-        [sys.executable, *map(str, args)],
-        cwd=ROOT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("repo_id", "fixture", "flags", "sentences"),
@@ -320,10 +306,9 @@ def test_the_program_imports_a_hub_id_as_its_local_folder(
     import of the same fixture from its folder, and records the id at its commit."""
     add_to_cache(offline, repo_id, fixture, commit_of(repo_id))
     model_dir = tmp_path / "from-hub"
-    result = python(
-        "-m", "trainers.import_pretrained", f"hf://{repo_id}", "--model-dir", model_dir, *flags
+    result = programs.program(
+        "trainers.import_pretrained", f"hf://{repo_id}", "--model-dir", model_dir, *flags
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     assert f"imported hf://{repo_id} into {model_dir}" in result.stdout
     record = json.loads((model_dir / "pretrained.json").read_text())
     assert record["source"] == f"hf://{repo_id}@{commit_of(repo_id)}"
@@ -336,8 +321,7 @@ def test_the_program_imports_a_hub_id_as_its_local_folder(
     local = json.loads((local_dir / "pretrained.json").read_text())
     assert record["files"] == local["files"] and record["decoding"] == local["decoding"]
 
-    loaded = python("-c", TRANSLATE, model_dir, json.dumps(sentences))
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    loaded = programs.snippet(TRANSLATE, model_dir, json.dumps(sentences))
     from keras_transformer.models import TransformerSeq2SeqLM
 
     expected = TransformerSeq2SeqLM.from_preset(local_dir).generate(sentences)

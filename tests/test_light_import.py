@@ -4,20 +4,15 @@ some uses need: sacrebleu, the checkpoint converters, the exports and their tran
 on first use of `kt.evaluation`, `kt.pretrained`, `kt.export` and `kt.serving`."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
 import keras_transformer as kt
+from tests import programs
 from tests.test_reliability import random_updates
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 ON_FIRST_USE = (
     "sacrebleu",
     "safetensors",
@@ -28,20 +23,6 @@ ON_FIRST_USE = (
 )
 
 
-def run_python(code: str, *args) -> str:
-    """`code` in a fresh process; its last stdout line."""
-    result = subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.splitlines()[-1]
-
-
 @pytest.mark.slow
 def test_the_package_leaves_scoring_converters_and_exports_to_first_use():
     code = f"""
@@ -50,7 +31,7 @@ import keras_transformer
 import keras_transformer.layers
 print(json.dumps([name for name in {ON_FIRST_USE!r} if name in sys.modules]))
 """
-    assert json.loads(run_python(code)) == []
+    assert json.loads(programs.snippet(code).stdout.splitlines()[-1]) == []
 
 
 def test_the_text_modules_are_attributes_loaded_on_first_use():
@@ -87,7 +68,7 @@ print(json.dumps({
 
 
 def test_the_core_and_the_light_runtimes_import_without_tensorflow_keras_or_keras_hub():
-    answer = json.loads(run_python(LIGHT))
+    answer = json.loads(programs.snippet(LIGHT).stdout.splitlines()[-1])
     assert answer == {
         "runtimes": ["CTranslate2Translator", "LiteRTTranslator"],
         "rule": "eng_Latn Hello",
@@ -117,7 +98,7 @@ print(json.dumps({{"light": light, "registered": [c is not None for c in found]}
 def test_every_class_is_registered_once_keras_is_loaded_whatever_loads_it(first):
     """`import keras_transformer` imports no Keras; the classes are registered once Keras is
     loaded: by `import keras` afterwards, a module of ours, or keras-hub."""
-    answer = json.loads(run_python(LATER.format(first=first)))
+    answer = json.loads(programs.snippet(LATER.format(first=first)).stdout.splitlines()[-1])
     assert answer["registered"] == [True] * 4
     assert answer["light"] == ([] if not first else ["tensorflow", "keras"])
 
@@ -166,7 +147,7 @@ def test_a_compiled_model_loads_after_importing_the_package_alone(tmp_path):
     random_updates(model, seed=1)  # optimizer state, which the file holds too
     expected = model.evaluate(inputs, labels, verbose=0, return_dict=True)
     model.save(tmp_path / "model.keras")
-    loaded = json.loads(run_python(LOAD, tmp_path / "model.keras"))
+    loaded = json.loads(programs.snippet(LOAD, tmp_path / "model.keras").stdout.splitlines()[-1])
     assert loaded["scores"].keys() == expected.keys()
     for name, value in expected.items():
         np.testing.assert_allclose(loaded["scores"][name], value, rtol=1e-5, err_msg=name)

@@ -6,7 +6,6 @@ it; SentencePiece's detokenization; refusals before anything is written."""
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,11 +18,10 @@ import keras_transformer as kt
 from keras_transformer import decoding, export
 from keras_transformer.export import litert, litert_text
 from keras_transformer.special_ids import EOS_ID, UNK_ID
-from tests import bible, ties
+from tests import bible, programs, ties
 from tests.cli import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 MAX_LENGTH = 24
 SENTENCES = [
     "In the beginning God created the heavens.",
@@ -104,21 +102,9 @@ def run_files(texts, *paths):
     """The translations of `texts` by the file of each directory, from a new process (see
     RUN_FILE)."""
     pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            RUN_FILE,
-            json.dumps(texts),
-            *(str(p / "model.tflite") for p in paths),
-        ],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = programs.snippet(
+        RUN_FILE, json.dumps(texts), *(p / "model.tflite" for p in paths), timeout=300
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -224,24 +210,13 @@ def test_benchmarks_peak_rss_serves_the_file_alone(exported):
     the file in a new process without TensorFlow and reports that process's peak RSS; stdin
     that is not a list of strings is refused."""
     pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
-    command = [sys.executable, "-m", "benchmarks.peak_rss", "litert", str(exported["greedy"])]
-    done = subprocess.run(
-        command,
-        input=json.dumps(SENTENCES[:2]),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    command = ("benchmarks.peak_rss", "litert", exported["greedy"])
+    done = programs.program(*command, input=json.dumps(SENTENCES[:2]), timeout=300)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["kind"] == "litert" and report["sentences"] == 2
     # LiteRT and the text ops alone (~110 MiB here); importing TensorFlow takes ~900 MiB.
     assert 10 < report["peak_rss_mb"] < 500
-    done = subprocess.run(
-        command, input='{"not": "a list"}', cwd=ROOT, env=ENV, capture_output=True, text=True
-    )
+    done = programs.program(*command, input='{"not": "a list"}', timeout=300, check=False)
     assert done.returncode == 2 and "a JSON list of strings" in done.stderr
 
 
@@ -439,14 +414,12 @@ def test_a_task_with_a_sampler_is_refused(model, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """A model directory of `trainers.train`, briefly trained on the slice (20 updates)."""
-    from tests.test_trainer import slice_config, train_cli
+def run_dir(tmp_path_factory, slice_run):
+    """A model directory of `trainers.train`, briefly trained on the slice (20 updates):
+    a copy of conftest's `slice_run`."""
+    import shutil
 
-    tmp = tmp_path_factory.mktemp("litert-run")
-    config = slice_config(tmp, dev=False, steps=20, steps_per_epoch=10, jit_compile="false")
-    train_cli(config, tmp / "model", "--verbose", "0")
-    return tmp / "model"
+    return shutil.copytree(slice_run, tmp_path_factory.mktemp("litert-run") / "model")
 
 
 @pytest.mark.slow  # a directory trained first (trainers.train), and two conversions
@@ -474,28 +447,11 @@ def test_export_and_translate_programs(run_dir, tmp_path):
     sizes = {name: facts[name]["sizes"]["model.tflite"] for name in facts}
     assert sizes["int8"] <= 0.4 * sizes["float32"], sizes
     lines = ["In the beginning God created the heaven and the earth.", "Jesus wept.", ""]
-    translated = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import runpy, sys\n"
-            "sys.argv = ['trainers.translate', *sys.argv[1:]]\n"
-            "try:\n"
-            "    runpy.run_module('trainers.translate', run_name='__main__')\n"
-            "finally:\n"
-            "    print([m for m in ('keras', 'tensorflow') if m in sys.modules], file=sys.stderr)",
-            "--model",
-            tmp_path / "float32" / "model.tflite",
-        ],
-        input="\n".join(lines) + "\n",
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert translated.returncode == 0, translated.stderr[-3000:]
-    assert translated.stderr.strip().splitlines()[-1] == "[]"
+    translated, imported = programs.program_imports(
+        "trainers.translate", "--model", tmp_path / "float32" / "model.tflite",
+        input="\n".join(lines) + "\n", timeout=300, check=True,
+    )  # fmt: skip
+    assert "keras" not in imported and "tensorflow" not in imported, imported
     expected = LiteRTTranslator(tmp_path / "float32").translate(lines)
     assert translated.stdout.splitlines() == [hypotheses[0].text for hypotheses in expected]
     # One file in two processes: alike on one machine. The 20-update model translates the
@@ -665,7 +621,6 @@ def test_without_tensorflow_text_the_program_says_so_in_one_line(tmp_path):
     package on PYTHONPATH that fails to import stands for it, in a process of its own): one
     line saying how to install its ops, no traceback (issue 66)."""
     from keras_transformer.serving.litert import HOW_TO_REGISTER
-    from tests.test_trainer import run
 
     pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
     broken = tmp_path / "path" / "tensorflow_text"
@@ -675,8 +630,8 @@ def test_without_tensorflow_text_the_program_says_so_in_one_line(tmp_path):
     model.write_bytes(b"not read")  # the ops are looked for first
     (tmp_path / "manifest.json").write_text('{"decoding": {}}')  # (its settings before them)
     paths = [str(broken.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**ENV, "PYTHONPATH": os.pathsep.join(paths)}
-    result = run("-m", "trainers.translate", "--model", model, env=env, check=False)
+    env = {"PYTHONPATH": os.pathsep.join(paths)}
+    result = programs.program("trainers.translate", "--model", model, env=env, check=False)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"error: {HOW_TO_REGISTER}"]
 

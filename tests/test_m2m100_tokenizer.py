@@ -15,8 +15,6 @@ export and `trainers.translate`'s client."""
 import functools
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.pretrained import m2m100
 from keras_transformer.tokenizers import M2M100Tokenizer
+from tests import programs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "m2m100"
@@ -346,14 +345,11 @@ def test_the_import_program_and_from_preset_in_new_processes_give_transformers_i
     then `TransformerSeq2SeqLM.from_preset(DIR)` in another: its tokenizer is M2M100's, the
     target language the settings' prefix, and greedy ids are transformers' for all 32."""
     model_dir = tmp_path / "m2m100"
-    command = [sys.executable, "-m", "trainers.import_pretrained", str(CHECKPOINT)]
-    command += ["--model-dir", str(model_dir), "--target-language", "__es__"]
-    imported_ = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert imported_.returncode == 0, imported_.stderr[-3000:]
+    command = ["trainers.import_pretrained", CHECKPOINT]
+    imported_ = programs.program(*command, "--model-dir", model_dir, "--target-language", "__es__")
     assert "note: every translation starts with __es__" in imported_.stderr
-    refused = [*command[:3], str(CHECKPOINT), "--model-dir", str(tmp_path / "new")]
-    refused = subprocess.run(
-        [*refused, "--target-language", "__xx__"], cwd=ROOT, capture_output=True, text=True
+    refused = programs.program(
+        *command, "--model-dir", tmp_path / "new", "--target-language", "__xx__", check=False
     )
     assert refused.returncode == 2 and "--target-language=__xx__ is not one" in refused.stderr
     assert not (tmp_path / "new").exists()
@@ -363,14 +359,7 @@ def test_the_import_program_and_from_preset_in_new_processes_give_transformers_i
         for i in range(0, len(items), 4)
     ]
     limit = str(reference()["greedy"]["settings"]["max_new_tokens"] + 1)
-    loaded = subprocess.run(
-        [sys.executable, "-c", GREEDY_IN_A_NEW_PROCESS, str(model_dir), json.dumps(batches), limit],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    loaded = programs.snippet(GREEDY_IN_A_NEW_PROCESS, model_dir, json.dumps(batches), limit)
     answer = json.loads(loaded.stdout.splitlines()[-1])
     assert answer["tokenizer"] == "M2M100Tokenizer"
     assert answer["decoding"]["target_prefix"] == "__es__" and answer["decoding"]["beam_size"] == 5

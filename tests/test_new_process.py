@@ -10,14 +10,13 @@ keras-hub) loads all four kinds through `TransformerSeq2SeqLM.from_preset` and k
 own `Seq2SeqLM.from_preset`, and the programs run on the imports too."""
 
 import json
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests import ties
-from tests.test_trainer import ENV, ROOT, run, slice_config
+from tests.programs import ROOT, program, snippet
 
 pytestmark = pytest.mark.slow
 
@@ -26,39 +25,32 @@ SENTENCES = ["In the beginning God created the heaven and the earth.", "Jesus we
 NLLB_SENTENCES = [f"eng_Latn {text}" for text in SENTENCES]
 
 
-def program(name: str, *args, stdin: str | None = None, check: bool = True):
-    """`python -m trainers.NAME ARGS` in a new process."""
-    result = subprocess.run(
-        [sys.executable, "-m", f"trainers.{name}", *map(str, args)],
-        cwd=ROOT,
-        env=ENV,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"trainers.{name} {args} failed:\n{result.stderr[-3000:]}")
-    return result
-
-
 @pytest.fixture(scope="module")
-def directories(tmp_path_factory):
-    """The four kinds of model directory, each written by a process of its own."""
+def directories(tmp_path_factory, slice_run):
+    """The four kinds of model directory, each written by a process of its own: the run a
+    `trainers.train` process wrote (conftest's `slice_run`: 20 updates on the training
+    slice, a copy), a preset saved from it, an OPUS-MT and an NLLB-200 import."""
     tmp = tmp_path_factory.mktemp("new-process")
-    config = slice_config(tmp, dev=False, steps=20, steps_per_epoch=10, jit_compile="false")
-    program("train", "--config", config, "--model-dir", tmp / "run", "--verbose", "0")
-    run(
-        "-c",
+    shutil.copytree(slice_run, tmp / "run")
+    snippet(
         "import sys, keras_transformer as kt\n"
         "task = kt.models.TransformerSeq2SeqLM.from_preset(sys.argv[1])\n"
         "task.save_to_preset(sys.argv[2])",
         tmp / "run",
         tmp / "preset",
     )
-    program("import_pretrained", FIXTURES / "marian" / "shared", "--model-dir", tmp / "marian")
+    program(
+        "trainers.import_pretrained", FIXTURES / "marian" / "shared", "--model-dir", tmp / "marian"
+    )
     nllb = FIXTURES / "m2m100" / "nllb-tiny"
-    program("import_pretrained", nllb, "--model-dir", tmp / "nllb", "--target-language", "spa_Latn")
+    program(
+        "trainers.import_pretrained",
+        nllb,
+        "--model-dir",
+        tmp / "nllb",
+        "--target-language",
+        "spa_Latn",
+    )
     return {name: tmp / name for name in ("run", "preset", "marian", "nllb")}
 
 
@@ -84,7 +76,7 @@ def test_a_new_process_loads_every_kind_of_directory_with_the_package_alone(dire
         [kind, str(path), NLLB_SENTENCES if kind == "nllb" else SENTENCES]
         for kind, path in directories.items()
     ]
-    answers = json.loads(run("-c", LOAD_EVERY_KIND, json.dumps(kinds)).stdout.splitlines()[-1])
+    answers = json.loads(snippet(LOAD_EVERY_KIND, json.dumps(kinds)).stdout.splitlines()[-1])
     assert set(answers) == set(directories)
     for kind, (ours, theirs) in answers.items():
         assert len(ours) == 2 and all(isinstance(text, str) for text in ours), kind
@@ -95,7 +87,7 @@ def test_a_new_process_loads_every_kind_of_directory_with_the_package_alone(dire
 @pytest.mark.exact
 def test_the_programs_run_on_a_run_directory_another_process_wrote(directories, tmp_path):
     run_dir = directories["run"]
-    program("average_checkpoints", "--model-dir", run_dir, "--last", "2")
+    program("trainers.average_checkpoints", "--model-dir", run_dir, "--last", "2")
     assert (run_dir / "model.averaged.keras").exists()
     source = tmp_path / "source.txt"
     source.write_text("\n".join(SENTENCES) + "\n")
@@ -106,11 +98,15 @@ def test_the_programs_run_on_a_run_directory_another_process_wrote(directories, 
     # most; none when written); CTranslate2's are too, but where a line first parts at a tie
     # of the model's logits (greedy's tie rule, tests/ties.py: within TIE).
     common = ["--model-dir", run_dir, "--model", "model.averaged.keras", "--beam-size", "1"]
-    program("evaluate", *common, "--source", source, "--reference", source, "--output", scored)
-    program("export", *common, "--out", tmp_path / "sm")
-    program("export", *common, "--format", "ctranslate2", "--out", tmp_path / "ct2")
+    program(
+        "trainers.evaluate", *common, "--source", source, "--reference", source, "--output", scored
+    )
+    program("trainers.export", *common, "--out", tmp_path / "sm")
+    program("trainers.export", *common, "--format", "ctranslate2", "--out", tmp_path / "ct2")
     expected = scored.read_text().splitlines()
-    served = program("translate", "--model", tmp_path / "sm", stdin=source.read_text()).stdout
+    served = program(
+        "trainers.translate", "--model", tmp_path / "sm", input=source.read_text()
+    ).stdout
     assert len(served.splitlines()) == len(SENTENCES)
     parted = [
         (sentence, ours, theirs)
@@ -120,13 +116,15 @@ def test_the_programs_run_on_a_run_directory_another_process_wrote(directories, 
     for sentence, ours, theirs in parted:
         assert parts_at_a_tie(run_dir, sentence, ours, theirs, tie=ties.SCORE_TOLERANCE), parted
     assert len(parted) <= 1, parted
-    served = program("translate", "--model", tmp_path / "ct2", stdin=source.read_text()).stdout
+    served = program(
+        "trainers.translate", "--model", tmp_path / "ct2", input=source.read_text()
+    ).stdout
     assert len(served.splitlines()) == len(SENTENCES)
     for sentence, theirs, ours in zip(SENTENCES, served.splitlines(), expected, strict=True):
         assert theirs == ours or parts_at_a_tie(run_dir, sentence, ours, theirs), (ours, theirs)
     version = next(p for p in (tmp_path / "sm").iterdir() if p.name.isdigit())
     shown = program(
-        "saved_model_cli",
+        "trainers.saved_model_cli",
         "run",
         "--dir",
         version,
@@ -139,7 +137,7 @@ def test_the_programs_run_on_a_run_directory_another_process_wrote(directories, 
     )
     assert "Result for output key translation:" in shown.stdout
     png = tmp_path / "attention.png"
-    program("visualize", "--model-dir", run_dir, "--text", SENTENCES[1], "--out", png)
+    program("trainers.visualize", "--model-dir", run_dir, "--text", SENTENCES[1], "--out", png)
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
@@ -186,9 +184,11 @@ def test_the_programs_run_on_an_nllb_import_another_process_wrote(directories, t
     source.write_text("\n".join(lines) + "\n")
     scored = tmp_path / "scored.txt"
     arguments = ["--source", source, "--reference", source, "--output", scored]
-    program("evaluate", "--model-dir", model_dir, *arguments)
-    program("export", "--model-dir", model_dir, "--out", tmp_path / "sm")
-    served = program("translate", "--model", tmp_path / "sm", stdin=source.read_text()).stdout
+    program("trainers.evaluate", "--model-dir", model_dir, *arguments)
+    program("trainers.export", "--model-dir", model_dir, "--out", tmp_path / "sm")
+    served = program(
+        "trainers.translate", "--model", tmp_path / "sm", input=source.read_text()
+    ).stdout
     served, evaluated = served.splitlines(), scored.read_text().splitlines()
     assert len(served) == len(evaluated) == len(lines)
     parted = [(a, b) for a, b in zip(evaluated, served, strict=True) if a != b]
@@ -233,8 +233,8 @@ def test_the_package_alone_registers_every_class_any_module_registers():
     from tests.doctests import module_names
 
     every = [name for name in module_names() if not name.endswith("__main__")]
-    alone = json.loads(run("-c", REGISTERED).stdout.splitlines()[-1])
-    everything = json.loads(run("-c", REGISTERED, *every).stdout.splitlines()[-1])
+    alone = json.loads(snippet(REGISTERED).stdout.splitlines()[-1])
+    everything = json.loads(snippet(REGISTERED, *every).stdout.splitlines()[-1])
     assert "keras_transformer>NllbTokenizer" in everything
     assert "keras_transformer>TransformerSeq2SeqLM" in everything
     assert alone == everything, sorted(set(everything) - set(alone))
@@ -250,4 +250,4 @@ def test_the_vocabulary_of_an_nllb_import_loads_in_a_new_process(directories):
         "print(type(vocabularies.source).__name__)"
     )
     assets = Path(directories["nllb"]) / "assets" / "tokenizer"
-    assert run("-c", code, assets).stdout.splitlines()[-1] == "NllbTokenizer"
+    assert snippet(code, assets).stdout.splitlines()[-1] == "NllbTokenizer"

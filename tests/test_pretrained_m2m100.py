@@ -10,10 +10,7 @@ by name before anything is built."""
 
 import functools
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +20,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.export.ctranslate2 import export_ctranslate2
 from keras_transformer.pretrained import m2m100
+from tests import programs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "m2m100"
 CHECKPOINT = FIXTURES / "nllb-tiny"
@@ -369,15 +367,7 @@ def test_a_saved_nllb_vocabulary_loads_in_a_new_process(tmp_path):
         "source = Vocabularies.load(sys.argv[1]).source\n"
         "print(type(source).__name__, source.language_id('spa_Latn'))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "vocab")],
-        cwd=Path(__file__).resolve().parent.parent,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = programs.snippet(code, tmp_path / "vocab", timeout=300)
     expected = f"NllbTokenizer {vocabularies.source.language_id('spa_Latn')}"
     assert result.stdout.splitlines()[-1] == expected
 

@@ -1,21 +1,16 @@
 """trainers.provenance: the git commit and package versions recorded with results."""
 
-import subprocess
 from importlib import metadata
 
 import pytest
 
+from tests import programs
 from trainers import provenance
 
 
 def test_records_this_checkout_and_the_installed_versions():
     record = provenance.provenance()
-    head = subprocess.run(
-        ["git", "-C", str(provenance.SOURCE), "rev-parse", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    head = programs.run(["git", "-C", provenance.SOURCE, "rev-parse", "HEAD"]).stdout.strip()
     assert record["git"]["commit"] == head and len(head) == 40
     assert isinstance(record["git"]["dirty"], bool)
     assert record["packages"]["keras"] == metadata.version("keras")
@@ -38,7 +33,7 @@ def checkout(tmp_path, monkeypatch):
     """A git checkout with one committed module, as SOURCE."""
 
     def git(*args):
-        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+        programs.run(["git", "-C", tmp_path, *args], timeout=60)
 
     (tmp_path / "trainers").mkdir()
     (tmp_path / "trainers" / "train.py").write_text("STEPS = 1\n")

@@ -1,18 +1,12 @@
 """keras_transformer._ragged: rows joined as tf.concat joins them, without the int64 transpose
 that makes TensorFlow log its oneDNN ERROR line."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer._ragged import concat_rows
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests import programs
 
 
 @pytest.mark.parametrize("dtype", [tf.int32, tf.string])
@@ -53,13 +47,6 @@ def test_tokenizing_for_translation_logs_no_onednn_error():
         "tf.function(pieces.source.tokenize)(tf.constant(['>>es<< Hello </s> world']))\n"
         "print('done')\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr[-2000:]
+    result = programs.snippet(code, timeout=300)
+    assert result.stdout.strip() == "done", result.stderr[-2000:]
     assert "oneDNN supports DT_INT64" not in result.stderr, result.stderr[-2000:]

@@ -7,13 +7,13 @@ model from its parts (docs/guides/model.md: with a vocabulary learned on fewer p
 steps, dev batches and dev sentences and no XLA, the only edits, so that it takes seconds
 rather than minutes). The guides' other Python blocks: tests/test_docs.py."""
 
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import programs
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKER = {  # text in the block -> the test's: a vocabulary learned on 6,000 pairs (on all
@@ -48,18 +48,6 @@ def walkthrough(page: str, heading: str) -> str:
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
-def run_walkthrough(code: str, folder: Path) -> subprocess.CompletedProcess:
-    (folder / "data").symlink_to(ROOT / "data")
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=folder,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 @pytest.mark.slow
 def test_the_task_walkthrough_runs_as_written(tmp_path):
     import keras
@@ -85,8 +73,8 @@ def test_the_task_walkthrough_runs_as_written(tmp_path):
     kt.build_transformer(config).save(demo / "model.averaged.keras")
     vocabularies.save(demo / "vocab")
 
-    result = run_walkthrough(code, tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    result = programs.snippet(code, cwd=tmp_path, env={"PYTHONPATH": ROOT})
     first, second = result.stdout.strip().splitlines()[-2:]
     assert not first.startswith("[") and second.startswith("['") and second.endswith("']")
     assert (tmp_path / "my_preset" / "task.json").exists()
@@ -99,8 +87,8 @@ def test_the_model_from_its_parts_walkthrough_runs(tmp_path):
     for text, quicker in QUICKER.items():
         assert text in code, text  # the guide still says what the test shortens
         code = code.replace(text, quicker)
-    result = run_walkthrough(code, tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    result = programs.snippet(code, cwd=tmp_path, env={"PYTHONPATH": ROOT})
     translations, scores = result.stdout.strip().splitlines()[-2:]
     assert translations.startswith("['") and translations.endswith("']")
     assert "'bleu':" in scores and "'chrf':" in scores
@@ -115,8 +103,9 @@ def test_the_readmes_task_example_is_the_guides_walkthrough():
 def test_the_readmes_layer_example_runs(tmp_path):
     """README.md's "One layer in your own model": a classifier on the library's encoder."""
     code = walkthrough("README.md", "**One layer in your own model.**")
-    result = run_walkthrough(code + "\nprint(classifier.output.shape)\n", tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    code += "\nprint(classifier.output.shape)\n"
+    result = programs.snippet(code, cwd=tmp_path, env={"PYTHONPATH": ROOT})
     assert result.stdout.strip().splitlines()[-1] == "(None, 2)"
 
 
@@ -140,5 +129,5 @@ def test_the_checkpoints_are_downloaded_before_they_are_imported():
                 imported += 1
         assert imported, f"{page}: no trainers.import_pretrained command"
     hf = Path(sys.executable).parent / "hf"
-    result = subprocess.run([hf, "download", "--help"], capture_output=True, text=True)
-    assert result.returncode == 0 and "--local-dir" in result.stdout, result.stderr
+    result = programs.run([hf, "download", "--help"], timeout=300)
+    assert "--local-dir" in result.stdout, result.stderr

@@ -7,10 +7,7 @@ them, with a DeprecationWarning. The translators themselves: tests/test_ctransla
 tests/test_export.py, tests/test_import_pretrained.py."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ import pytest
 from keras_transformer import serving
 from keras_transformer.decoding.settings import with_source_prefix
 from keras_transformer.serving import common
+from tests import programs
 from tests.test_source_prefix import SOURCES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,15 +89,7 @@ print(json.dumps({
 
 @pytest.mark.slow  # the process imports TensorFlow, at the end
 def test_the_runtimes_import_light_and_share_the_librarys_rules():
-    result = subprocess.run(
-        [sys.executable, "-c", ALONE, json.dumps(TRICKY)],
-        cwd=ROOT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = programs.snippet(ALONE, json.dumps(TRICKY), timeout=300)
     alone, imported = map(json.loads, result.stdout.splitlines()[-2:])
     rules = ROOT / "keras_transformer" / "core" / "rules.py"
     assert alone["heavy"] == []
@@ -152,8 +142,6 @@ def test_a_damaged_manifest_is_named_by_the_translators_and_the_program(tmp_path
     """An export whose manifest.json is not valid JSON (a LiteRT file's, a CTranslate2
     directory's): the translator and `trainers.translate` (in a process of its own) name the
     file and what is wrong with it, in one line (issue 66), before the model loads."""
-    from tests.test_trainer import run
-
     directory = tmp_path / kind
     directory.mkdir()
     for name in files:
@@ -164,7 +152,7 @@ def test_a_damaged_manifest_is_named_by_the_translators_and_the_program(tmp_path
     translator = serving.LiteRTTranslator if kind == "litert" else serving.CTranslate2Translator
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
         translator(directory)
-    result = run("-m", "trainers.translate", "--model", directory, check=False)
+    result = programs.program("trainers.translate", "--model", directory, check=False)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"error: {expected}") and len(result.stderr.splitlines()) == 1
 
@@ -179,8 +167,6 @@ def test_an_export_without_its_manifest_or_its_decoding_is_refused(tmp_path, kin
     without its `decoding` entry: one rule, the export's settings are never guessed. The
     translator, `kt.serving.open` and `trainers.translate` (in a process of its own) refuse
     it in one line naming the file and what is missing, before the model loads."""
-    from tests.test_trainer import run
-
     directory = tmp_path / kind
     directory.mkdir()
     for name in files:
@@ -207,7 +193,7 @@ def test_an_export_without_its_manifest_or_its_decoding_is_refused(tmp_path, kin
         with pytest.raises((FileNotFoundError, ValueError)) as refused:
             door(export)
         assert str(refused.value) == message
-    result = run("-m", "trainers.translate", "--model", export, check=False)
+    result = programs.program("trainers.translate", "--model", export, check=False)
     assert (result.returncode, result.stdout, result.stderr) == (2, "", f"error: {message}\n")
 
 
@@ -216,8 +202,6 @@ def test_a_ctranslate2_translator_names_a_path_that_is_no_ctranslate2_directory(
     manifest says no format: one error naming the path or the manifest, where a 16-line
     traceback through pathlib or "no CTranslate2 model" came (a new user's trial, issue 66);
     `trainers.translate` names the manifest too, in a process of its own."""
-    from tests.test_trainer import run
-
     (tmp_path / "run").mkdir()
     for path, problem in ((tmp_path / "missing", "no such folder"), (tmp_path / "run", None)):
         problem = problem or "no CTranslate2 model in it"
@@ -231,16 +215,16 @@ def test_a_ctranslate2_translator_names_a_path_that_is_no_ctranslate2_directory(
     expected = f"{directory / 'manifest.json'}: no 'format' entry in it"
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
         serving.CTranslate2Translator(directory)
-    result = run("-m", "trainers.translate", "--model", directory, check=False)
+    result = programs.program("trainers.translate", "--model", directory, check=False)
     assert result.returncode == 2 and result.stderr.startswith(f"error: {expected}")
 
 
 def test_translate_refuses_negative_threads_naming_the_flag(tmp_path):
     """`--threads -1`: argparse's refusal naming the flag, before any work (the library's
     message named its parameter, `threads=-1`)."""
-    from tests.test_trainer import run
-
-    result = run("-m", "trainers.translate", "--model", tmp_path, "--threads", "-1", check=False)
+    result = programs.program(
+        "trainers.translate", "--model", tmp_path, "--threads", "-1", check=False
+    )
     assert result.returncode == 2
     assert "argument --threads: -1 must be >= 0" in result.stderr.splitlines()[-1]
 

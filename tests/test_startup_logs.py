@@ -3,17 +3,14 @@ default, shown with TF_CPP_MIN_LOG_LEVEL=0; errors and Python's warnings still s
 (keras_transformer/_logs.py, which trainers/startup_logs.py loads). The LiteRT paths too:
 TensorFlow Lite's INFO lines, and the converter's one ERROR line that is none."""
 
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests import programs
 from trainers import startup_logs
 
-ROOT = Path(__file__).resolve().parent.parent
 # What TensorFlow writes while it starts: Abseil's notice and C++ log lines of any severity
 # ("I0000 00:00:1795580723.601126   14929 port.cc:153] oneDNN custom operations are on").
 START_UP_LINE = re.compile(
@@ -83,10 +80,7 @@ print("after the window", file=sys.stderr)
 
 
 def test_the_filter_writes_back_errors_and_python_output():
-    result = subprocess.run(
-        [sys.executable, "-c", WINDOW], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
+    result = programs.snippet(WINDOW, timeout=60)
     lines = result.stderr.splitlines()
     assert lines[0] == ERROR.decode().rstrip("\n")
     assert lines[1] == "printed by Python"
@@ -104,20 +98,9 @@ def test_install_does_nothing_once_tensorflow_is_loaded(monkeypatch):
     assert not any(isinstance(f, startup_logs._logs._FirstTensorFlowImport) for f in sys.meta_path)
 
 
-def run_cli(*args, stdin: str | None = None, **env):
-    """A command-line program in a fresh process, with TF_CPP_MIN_LOG_LEVEL unset unless
-    given: what a user's shell gives it; `stdin` its input."""
-    args = [str(arg) for arg in args]
-    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    return subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=ROOT,
-        env={**environ, **env},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+# What a user's shell gives a program: TF_CPP_MIN_LOG_LEVEL unset; SHOWN sets it to 0.
+AS_A_USER = {"TF_CPP_MIN_LOG_LEVEL": None}
+SHOWN = {"TF_CPP_MIN_LOG_LEVEL": "0"}
 
 
 @pytest.fixture
@@ -131,14 +114,14 @@ def refused(tmp_path):
 
 @pytest.mark.slow
 def test_a_program_starts_quietly_and_still_prints_its_error(refused):
-    result = run_cli(*refused)
+    result = programs.program(*refused, env=AS_A_USER, timeout=300, check=False)
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["error: --last=0 must be >= 1"], result.stderr
 
 
 @pytest.mark.slow
 def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again(refused):
-    result = run_cli(*refused, TF_CPP_MIN_LOG_LEVEL="0")
+    result = programs.program(*refused, env=SHOWN, timeout=300, check=False)
     assert result.returncode == 2
     assert "error: --last=0 must be >= 1" in result.stderr
     if not any(START_UP_LINE.match(line) for line in result.stderr.splitlines()):
@@ -146,19 +129,20 @@ def test_tf_cpp_min_log_level_0_shows_the_start_up_lines_again(refused):
 
 
 @pytest.fixture(scope="module")
-def litert_export(tmp_path_factory):
-    """A model directory briefly trained (`trainers.train`), and `trainers.export --format
-    litert` of it run as a user runs it: `(its CompletedProcess, the LiteRT file)`."""
+def litert_export(tmp_path_factory, slice_run):
+    """A model directory briefly trained (`trainers.train`: a copy of conftest's
+    `slice_run`), and `trainers.export --format litert` of it run as a user runs it: `(its
+    CompletedProcess, the LiteRT file)`."""
     pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
-    from tests.test_trainer import slice_config, train_cli
+    import shutil
 
     tmp = tmp_path_factory.mktemp("litert-logs")
-    config = slice_config(tmp, dev=False, steps=2, steps_per_epoch=2, jit_compile="false")
-    train_cli(config, tmp / "model", "--verbose", "0")
+    shutil.copytree(slice_run, tmp / "model")
     out = tmp / "litert"
-    exported = run_cli(
-        "trainers.export", "--model-dir", tmp / "model", "--format", "litert", "--out", out
-    )
+    exported = programs.program(
+        "trainers.export", "--model-dir", tmp / "model", "--format", "litert", "--out", out,
+        env=AS_A_USER, timeout=300, check=False,
+    )  # fmt: skip
     return exported, out / "model.tflite"
 
 
@@ -177,8 +161,10 @@ def test_translating_with_a_litert_file_is_quiet_unless_asked(litert_export):
     and TensorFlow Lite's XNNPACK line are hidden; TF_CPP_MIN_LOG_LEVEL=0 shows them."""
     _, model = litert_export
     quiet, shown = (
-        run_cli("trainers.translate", "--model", model, stdin="Jesus wept.\n", **env)
-        for env in ({}, {"TF_CPP_MIN_LOG_LEVEL": "0"})
+        programs.program(
+            "trainers.translate", "--model", model, input="Jesus wept.\n", env=env, timeout=300
+        )
+        for env in (AS_A_USER, SHOWN)
     )
     for result in (quiet, shown):
         assert result.returncode == 0, result.stderr[-3000:]
@@ -206,17 +192,8 @@ print("loaded", file=sys.stderr)
 @pytest.mark.slow
 def test_sentencepieces_line_is_held_to_the_level_where_the_programs_load_a_vocabulary():
     quiet, shown = (
-        subprocess.run(
-            [sys.executable, "-c", LOAD_A_VOCABULARY],
-            cwd=ROOT,
-            env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, **env},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        for env in ({}, {"TF_CPP_MIN_LOG_LEVEL": "0"})
+        programs.snippet(LOAD_A_VOCABULARY, env=env, timeout=300) for env in (AS_A_USER, SHOWN)
     )
-    assert quiet.returncode == 0 and shown.returncode == 0, quiet.stderr + shown.stderr
     assert quiet.stderr.splitlines() == ["loaded"], quiet.stderr
     assert "precompiled_charsmap is empty" in shown.stderr
 
@@ -244,19 +221,10 @@ def test_library_use_is_quiet_unless_asked():
     """A session of library calls (a vocabulary learned, a task made, a Marian checkpoint
     loaded, translations) writes nothing of TensorFlow's or SentencePiece's to standard error
     by default; TF_CPP_MIN_LOG_LEVEL=0 shows them."""
-    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     runs = {}
     for level in (None, "0"):
-        env = environ if level is None else {**environ, "TF_CPP_MIN_LOG_LEVEL": level}
-        result = subprocess.run(
-            [sys.executable, "-c", LIBRARY_USE],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
+        env = {"TF_CPP_MIN_LOG_LEVEL": level}  # None: unset
+        result = programs.snippet(LIBRARY_USE, env=env, timeout=300)
         assert result.stdout.splitlines()[-1] == "done"
         runs[level] = result.stderr
     assert runs[None] == "", runs[None]

@@ -4,22 +4,20 @@ logical CPUs; MultiWorkerMirroredStrategy with two workers on 127.0.0.1; bad inp
 
 import functools
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests import programs
 from tests.cli import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data" / "bible-en-es"
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 
 pytestmark = pytest.mark.slow
 
@@ -116,43 +114,23 @@ RESUME_REFERENCE = dict(
 )
 
 
-def run(*args, env=None, cwd=ROOT, check=True, timeout=600):
-    result = subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        env=env or ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result
-
-
 def train_cli(config, model_dir, *args, check=True):
     """`trainers.train`; without a config (None), the model directory's own experiment."""
     configs = () if config is None else ("--config", config)
-    return run("-m", "trainers.train", *configs, "--model-dir", model_dir, *args, check=check)
-
-
-def start_training(config, model_dir, *args, env=ENV) -> subprocess.Popen:
-    """`trainers.train` in a process of its own, quiet, with its output piped."""
-    command = ["-m", "trainers.train", "--config", config, "--model-dir", model_dir]
-    return subprocess.Popen(
-        [sys.executable, *command, "--verbose", "0", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return programs.program(
+        "trainers.train", *configs, "--model-dir", model_dir, *args, check=check
     )
 
 
+def start_training(config, model_dir, *args, env=None) -> subprocess.Popen:
+    """`trainers.train` in a process of its own, quiet, with its output piped (`env`: the
+    variables it gets over the test environment)."""
+    command = ["-m", "trainers.train", "--config", config, "--model-dir", model_dir]
+    return programs.start(*command, "--verbose", "0", *args, env=env)
+
+
 def git_commit() -> str:
-    return subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    return programs.run(["git", "-C", ROOT, "rev-parse", "HEAD"]).stdout.strip()
 
 
 def summary_line(output: str) -> dict:
@@ -336,12 +314,12 @@ def test_each_model_file_keeps_its_own_evaluation(trained):
     model_dir, _, _ = trained
     if not (model_dir / "model.averaged.keras").exists():  # test_averaging... makes it
         run_main("trainers.average_checkpoints", "--model-dir", model_dir, "--last", "2")
-    split = ("-m", "trainers.evaluate", "--model-dir", model_dir, "--split", "test")
-    run(*split, "--model", "model.averaged.keras", "--limit", "4")
+    split = ("trainers.evaluate", "--model-dir", model_dir, "--split", "test")
+    programs.program(*split, "--model", "model.averaged.keras", "--limit", "4")
     averaged = model_dir / "eval" / "model.averaged"
     kept = {path.name: path.read_bytes() for path in averaged.iterdir()}
     assert sorted(kept) == ["test.hyp", "test.json"]
-    run(*split, "--limit", "4")  # the README's command: model.keras
+    programs.program(*split, "--limit", "4")  # the README's command: model.keras
     assert {path.name: path.read_bytes() for path in averaged.iterdir()} == kept
     own = json.loads((model_dir / "eval" / "model" / "test.json").read_text())
     assert (own["model"], own["sentences"]) == ("model.keras", 4)
@@ -384,16 +362,10 @@ def test_the_ranking_flags_reach_evaluate_and_both_exports(trained, tmp_path):
     decoding = json.loads((tmp_path / "ct2" / "manifest.json").read_text())["decoding"]
     assert decoding["ranking"] == "length"
     assert decoding["ctranslate2_options"]["length_penalty"] == 0.8  # the directory's alpha
-    translated = subprocess.run(
-        [sys.executable, "-m", "trainers.translate", "--model", tmp_path / "ct2"],
-        input="God is love.\n",
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    translated = programs.program(
+        "trainers.translate", "--model", tmp_path / "ct2", input="God is love.\n", timeout=300
     )
-    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1, translated
+    assert len(translated.stdout.splitlines()) == 1, translated
 
 
 @pytest.mark.parametrize(
@@ -652,10 +624,11 @@ def test_visualize_draws_one_heat_map_per_head(trained, tmp_path):
 @pytest.mark.parametrize("text", ["", " \t "])
 def test_visualize_refuses_blank_text_before_any_work(tmp_path, text):
     """Nothing to translate draws nothing: refused naming the flag, where a 1 x 1 picture
-    was drawn (issue 66); before the model directory is read."""
+    was drawn (issue 66); before the model directory is read (argparse's refusal: in this
+    process, `run_main`)."""
     out = tmp_path / "attention.png"
     args = ("--model-dir", tmp_path / "run", "--text", text, "--out", out)
-    result = run("-m", "trainers.visualize", *args, check=False)
+    result = run_main("trainers.visualize", *args, check=False)
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1].endswith(
         f"--text {text!r}: nothing to translate; give a sentence"
@@ -750,8 +723,8 @@ def test_evaluate_says_what_it_wrote_and_draws_no_bar_into_a_pipe(tmp_path):
 
     run_dir, model = trained_directory(tmp_path)
     run_dir.save_trained(model, run_dir.load_vocabularies())
-    result = run(
-        "-m", "trainers.evaluate", "--model-dir", tmp_path, "--split", "test", "--limit", "2",
+    result = programs.program(
+        "trainers.evaluate", "--model-dir", tmp_path, "--split", "test", "--limit", "2",
         "--beam-size", "1",
     )  # fmt: skip
     hypotheses = tmp_path / "eval" / "model" / "test.hyp"

@@ -3,14 +3,10 @@ on JAX, reports the figures BENCHMARKS.md's GPU row takes, and checks greedy dec
 device against the CPU (here both are the CPU)."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import programs
 
 
 @pytest.mark.slow
@@ -18,15 +14,7 @@ def test_the_gpu_check_runs_at_tiny_size_on_the_cpu():
     command = ["-m", "benchmarks.gpu", "--preset", "tiny", "--batch-size", "4"]
     command += ["--src-len", "8", "--tgt-len", "8", "--steps", "2", "--warmup", "1"]
     command += ["--decode-sentences", "3", "--peak-tflops", "1.0"]
-    result = subprocess.run(
-        [sys.executable, *command],
-        cwd=ROOT,
-        env={**os.environ, "KERAS_BACKEND": "jax"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = programs.python(*command, env={"KERAS_BACKEND": "jax"})
     *trained, check = [json.loads(line) for line in result.stdout.splitlines()[-3:]]
     assert [row["impl"] for row in trained] == ["keras_transformer", "keras_hub_peer"]
     for row in trained:

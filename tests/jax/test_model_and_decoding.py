@@ -7,11 +7,7 @@ same code holds on JAX.
 """
 
 import json
-import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import jax
 import keras
@@ -20,10 +16,9 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.decoding import EOS_ID, beam_search, greedy_search, sample
-from tests import ties
+from tests import programs, ties
 from tests.reversal import BOS, held_out_data, reversal_task
 
-ROOT = Path(__file__).resolve().parents[2]
 SOURCE = held_out_data()[0][:8]  # (8, 10): lengths 4..10, 0-padded
 SHORT = {"max_extra_length": 5}
 
@@ -236,16 +231,10 @@ def test_the_tensorflow_model_on_the_same_weights_gives_the_same_logits_and_ids(
     source = SOURCE
     model.save(tmp_path / "model.keras")
     np.save(tmp_path / "source.npy", source)
-    result = subprocess.run(
-        [sys.executable, "-c", TENSORFLOW_SIDE, tmp_path / "model.keras", tmp_path / "source.npy"]
-        + [tmp_path / "tensorflow.npz"],
-        cwd=ROOT,
-        env={**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = programs.snippet(
+        TENSORFLOW_SIDE, tmp_path / "model.keras", tmp_path / "source.npy",
+        tmp_path / "tensorflow.npz", env={"KERAS_BACKEND": "tensorflow"},
+    )  # fmt: skip
     assert json.loads(result.stdout.splitlines()[-1]) == "tensorflow"
     tensorflow = np.load(tmp_path / "tensorflow.npz")
     target = np.concatenate([np.full((len(source), 1), BOS), source[:, :-1]], 1)
@@ -277,14 +266,8 @@ def test_the_tensorflow_model_on_the_same_weights_gives_the_same_logits_and_ids(
 
 def test_the_tie_rule_needs_no_tensorflow():
     """tests/ties.py, which this pass's exact tests import, imports NumPy alone."""
-    result = subprocess.run(
-        [sys.executable, "-c", "import sys, tests.ties; print('tensorflow' in sys.modules)"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    code = "import sys, tests.ties; print('tensorflow' in sys.modules)"
+    result = programs.snippet(code, timeout=120)
     assert result.stdout.strip() == "False"
 
 

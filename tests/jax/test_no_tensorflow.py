@@ -1,14 +1,9 @@
 """The package on JAX with TensorFlow hidden, as keras-hub's "NoTensorflow" job runs it: the
 layers, the model (fit, save, load) and the searches work, and what needs TensorFlow says so."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import programs
 
 SCRIPT = """
 import importlib.abc, sys
@@ -69,15 +64,6 @@ print("ok", np.asarray(greedy).shape, np.asarray(beam).shape, np.asarray(drawn).
 
 @pytest.mark.exact
 def test_the_package_runs_on_jax_with_tensorflow_hidden(tmp_path):
-    env = {**os.environ, "KERAS_BACKEND": "jax"}
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "model.keras")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = programs.snippet(SCRIPT, tmp_path / "model.keras", env={"KERAS_BACKEND": "jax"})
     # True: the second epoch's loss below the first's (no margin).
     assert result.stdout.splitlines()[-1] == "ok (2, 9) (2, 9) (2, 9) True"
