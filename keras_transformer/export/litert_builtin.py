@@ -12,7 +12,7 @@ character's start), and gives `translations`, int32 `[1, M]`: the translation's 
    Viterbi over the pieces that start at each byte, a `WHILE` loop), the pieces cut to
    `max_length - 1`, then EOS, as the text file cuts them.
 2. The search of every other door (`kt.decoding.DecodingPlan`), traced as `kt.export.litert`'s.
-3. Detokenization: each id's bytes from a table (`kt.export.litert.piece_surfaces`: the text
+3. Detokenization: each id's bytes from a table (`kt.export.litert_text.piece_surfaces`: the text
    file's, a word boundary a space but before the first piece that shows), laid end to end
    by a cumulative sum and a scatter.
 
@@ -37,10 +37,10 @@ from keras_transformer.special_ids import PAD_ID
 
 def surface_bytes(pieces: list[str], *, unk: str) -> dict:
     """Each id's bytes as the text file's detokenization gives them
-    (`kt.export.litert.piece_surfaces`), as arrays: `table` `[vocab, width]` (a space
+    (`kt.export.litert_text.piece_surfaces`), as arrays: `table` `[vocab, width]` (a space
     first where the piece starts a word, then its text), `lengths` and `spaces` `[vocab]`,
     and `shown` (whether an id gives anything)."""
-    from keras_transformer.export.litert import piece_surfaces
+    from keras_transformer.export.litert_text import piece_surfaces
 
     texts, spaces = piece_surfaces(pieces, unk=unk)
     surfaces = [b" " * space + text for text, space in zip(texts, spaces, strict=True)]
