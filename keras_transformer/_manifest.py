@@ -26,6 +26,8 @@ JSON_KINDS = {
     "bool": "boolean",
     "NoneType": "null",
 }
+# The entries a runtime reads as JSON objects, with the keys every export writes in each.
+OBJECTS = {"decoding": ("beam_size", "length_penalty", "max_extra_length")}
 
 
 def read_manifest(path, *keys: str) -> dict:
@@ -73,6 +75,13 @@ def read_manifest(path, *keys: str) -> dict:
     missing = [key for key in keys if key not in manifest]
     if missing:
         raise ValueError(f"{path}: no {missing[0]!r} entry in it; {how}")
+    for key in set(keys) & set(OBJECTS):  # entries read as objects, and what each holds
+        entry = manifest[key]
+        if not isinstance(entry, dict):
+            kind = JSON_KINDS.get(type(entry).__name__, type(entry).__name__)
+            raise ValueError(f"{path}: its {key!r} entry is a JSON {kind}, not an object; {how}")
+        if absent := [name for name in OBJECTS[key] if name not in entry]:
+            raise ValueError(f"{path}: no {key}.{absent[0]} in it; {how}")
     return manifest
 
 

@@ -821,22 +821,39 @@ def test_the_n_best_signature_returns_the_settings_n_best(model):
         export.translation_endpoints(model, vocabularies, beam_size=4, n_best=5)
 
 
+# Earlier exports of each format, as `trainers.export` writes them (the files a format is
+# recognised by: `kt.serving.formats`).
+EARLIER = {
+    "savedmodel": {"1/saved_model.pb": "", "keras/manifest.json": "{}"},
+    "ctranslate2": {
+        "model.bin": "",
+        "manifest.json": '{"format": "keras-transformer/ctranslate2"}',
+    },
+    "litert": {"model.tflite": "", "manifest.json": '{"format": "litert"}'},
+}
+
+
+def files_under(path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
 @pytest.mark.parametrize(
-    "options, earlier",
+    "options, there, earlier",
     [
-        ([], "out/keras"),  # a new version is added, but keras/ holds one model
-        (["--version", "1"], "out/1"),
-        (["--format", "ctranslate2"], "out"),
-        (["--format", "litert"], "out"),
+        ([], "savedmodel", "out/keras"),  # a new version is added, but keras/ holds one model
+        (["--version", "1"], "savedmodel", "out/1"),
+        (["--format", "ctranslate2"], "ctranslate2", "out"),
+        (["--format", "litert"], "litert", "out"),
     ],
 )
-def test_export_cli_refuses_an_earlier_export_before_any_work(tmp_path, options, earlier):
+def test_export_cli_refuses_an_earlier_export_before_any_work(tmp_path, options, there, earlier):
     """An export already at --out is named, with --overwrite, before the model is loaded
     (the model directory here does not exist), and stays as it was."""
-    for folder in ("out/1", "out/keras"):
-        (tmp_path / folder).mkdir(parents=True)
-        (tmp_path / folder / "manifest.json").write_text("{}")
     out = tmp_path / "out"
+    for name, text in EARLIER[there].items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    before = files_under(tmp_path)
     result = programs.program(
         "trainers.export", "--model-dir", tmp_path / "run", "--out", out, *options,
         timeout=300, check=False,
@@ -846,6 +863,38 @@ def test_export_cli_refuses_an_earlier_export_before_any_work(tmp_path, options,
         f"error: {where} exists (an earlier export): --overwrite replaces it once the new "
         "export is complete, or give another --out\n"
     )
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
-        "out", "out/1", "out/1/manifest.json", "out/keras", "out/keras/manifest.json"
-    ]  # fmt: skip
+    assert files_under(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "options, there",
+    [
+        ([], None),  # a folder of one's own
+        (["--format", "ctranslate2"], None),
+        (["--format", "litert"], None),
+        ([], "litert"),  # another format's export: a SavedModel would mix into it
+        (["--format", "litert"], "savedmodel"),
+        (["--format", "ctranslate2"], "litert"),
+    ],
+)
+def test_export_cli_never_replaces_what_is_not_an_earlier_export(tmp_path, options, there):
+    """--overwrite replaces an earlier export of the format alone: a folder of one's own,
+    or another format's export, at --out is refused by name, --overwrite or not, before the
+    model is loaded, and nothing in it is lost."""
+    out = tmp_path / "out"
+    files = EARLIER[there] if there else {"thesis.txt": "mine", "sub/data.csv": "1,2"}
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    before = files_under(tmp_path)
+    result = programs.program(
+        "trainers.export", "--model-dir", tmp_path / "run", "--out", out, *options,
+        "--overwrite", timeout=300, check=False,
+    )  # fmt: skip
+    title = {"ctranslate2": "CTranslate2 model", "litert": "LiteRT file"}
+    format_title = title.get(options[1] if options else "", "SavedModel")
+    assert result.returncode == 2 and result.stderr == (
+        f"error: --out {out} exists and holds no earlier {format_title} export: an export "
+        "never replaces it, --overwrite or not; give another --out\n"
+    ), result.stderr
+    assert files_under(tmp_path) == before

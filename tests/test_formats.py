@@ -218,6 +218,19 @@ def test_export_writes_what_the_former_function_wrote_and_open_runs_it(tiny, tmp
     assert translations[0][2] == [""]  # an empty line, as every door answers it
 
 
+# The files each format's export is recognised by (`kt.serving.formats`), as a stand-in
+# writer writes them.
+SIGNS = {
+    "savedmodel": {"saved_model.pb": ""},
+    "ctranslate2": {
+        "model.bin": "",
+        "manifest.json": '{"format": "keras-transformer/ctranslate2"}',
+    },
+    "litert": {"model.tflite": ""},
+    "web": {"index.html": "", "model.tflite": "", "manifest.json": "{}"},
+}
+
+
 @pytest.mark.parametrize("name", list(formats.FORMATS))
 def test_export_refuses_an_earlier_export_and_replaces_it_only_once_complete(
     tmp_path, monkeypatch, name
@@ -238,6 +251,8 @@ def test_export_refuses_an_earlier_export_and_replaces_it_only_once_complete(
         with atomic_directory(written) as temporary:
             temporary.mkdir()
             (temporary / "export").write_text(model)
+            for file, text in SIGNS[name].items():
+                (temporary / file).write_text(text)
             if model == "fails":
                 raise ValueError("the writer failed")
         return written
@@ -258,4 +273,36 @@ def test_export_refuses_an_earlier_export_and_replaces_it_only_once_complete(
     assert (destination / "export").read_text() == "into an empty folder"
     assert export.export("new", out, format=name, overwrite=True, **options) == destination
     assert (destination / "export").read_text() == "new"
-    assert set(tmp_path.rglob("*")) == {out, destination, destination / "export"}  # no temporary
+    signs = {destination / file for file in SIGNS[name]}
+    assert set(tmp_path.rglob("*")) == {out, destination, destination / "export", *signs}
+
+
+@pytest.mark.parametrize(
+    "name, there",
+    [
+        (name, there)
+        for name in formats.FORMATS
+        for there in (None, *formats.FORMATS)
+        if there != name
+    ],
+)
+def test_export_never_replaces_what_is_not_an_earlier_export_of_its_format(tmp_path, name, there):
+    """`overwrite=True` replaces an earlier export of the format alone: a folder of one's
+    own (None), or another format's export, at the destination is refused by name, before
+    anything is loaded (the model here is a path that does not exist), and nothing in it is
+    lost."""
+    entry = formats.FORMATS[name]
+    options = {"version": 1} if entry.versioned else {}
+    out = tmp_path / "out"
+    held = out / "1" if there == "savedmodel" else out
+    for file, text in (SIGNS[there] if there else {"thesis.txt": "mine"}).items():
+        (held / file).parent.mkdir(parents=True, exist_ok=True)
+        (held / file).write_text(text)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(FileExistsError) as refused:
+        export.export(tmp_path / "no-model", out, format=name, overwrite=True, **options)
+    assert str(refused.value) == (
+        f"{out} exists and holds no earlier {entry.title} export: an export never replaces "
+        "it, overwrite=True or not; choose another path"
+    )
+    assert sorted(tmp_path.rglob("*")) == before

@@ -628,7 +628,8 @@ def test_without_tensorflow_text_the_program_says_so_in_one_line(tmp_path):
     (broken / "__init__.py").write_text("raise ImportError('tensorflow_text is broken')\n")
     model = tmp_path / "model.tflite"
     model.write_bytes(b"not read")  # the ops are looked for first
-    (tmp_path / "manifest.json").write_text('{"decoding": {}}')  # (its settings before them)
+    decoding = {"beam_size": 1, "length_penalty": 0.6, "max_extra_length": 50}
+    (tmp_path / "manifest.json").write_text(json.dumps({"decoding": decoding}))  # read first
     paths = [str(broken.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {"PYTHONPATH": os.pathsep.join(paths)}
     result = programs.program("trainers.translate", "--model", model, env=env, check=False)

@@ -3,6 +3,7 @@ wrong with a damaged one is said with the file's path (issue 66). The doors that
 tests/test_serving.py (the translators and `trainers.translate`), tests/test_text.py (a
 vocabulary directory)."""
 
+import json
 import re
 
 import pytest
@@ -19,6 +20,8 @@ from keras_transformer._manifest import read_manifest
         (b"[1, 2]", "not a manifest: a JSON array, not an object"),
         (b"\xff\xfe{}", "not UTF-8 text (invalid start byte at byte 0)"),
         (b'{"format": "litert"}', "no 'decoding' entry in it"),
+        (b'{"format": "litert", "decoding": null}', "its 'decoding' entry is a JSON null, not an"),
+        (b'{"format": "litert", "decoding": {"beam_size": 4}}', "no decoding.length_penalty in it"),
     ],
 )
 def test_a_damaged_manifest_is_named_with_what_is_wrong(tmp_path, content, message):
@@ -33,7 +36,8 @@ def test_a_damaged_manifest_is_named_with_what_is_wrong(tmp_path, content, messa
 
 def test_a_manifest_is_its_object_and_a_missing_one_is_named(tmp_path):
     path = tmp_path / "manifest.json"
-    path.write_text('{"format": "litert", "decoding": {"beam_size": 4}}', encoding="utf-8")
-    assert read_manifest(path, "decoding") == {"format": "litert", "decoding": {"beam_size": 4}}
+    decoding = {"beam_size": 4, "length_penalty": 0.6, "max_extra_length": 50}
+    path.write_text(json.dumps({"format": "litert", "decoding": decoding}), encoding="utf-8")
+    assert read_manifest(path, "decoding") == {"format": "litert", "decoding": decoding}
     with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "missing.json"))):
         read_manifest(tmp_path / "missing.json")

@@ -205,12 +205,19 @@ def main(argv=None) -> int:
         return errors.fail(problem)
     if problem := flags.creatable(args.out):  # before any work
         return errors.fail(f"--out {args.out}: {problem}")
-    if not args.overwrite and (earlier := earlier_export(args)):
+    if blocked := earlier_export(args):
+        earlier, replaceable = blocked
         where = f"--out {args.out}" + ("" if earlier == args.out else f": {earlier}")
-        return errors.fail(
-            f"{where} exists (an earlier export): --overwrite replaces it once the new "
-            "export is complete, or give another --out"
-        )
+        if not replaceable:
+            return errors.fail(
+                f"{where} exists and holds no earlier {FORMATS[args.format].title} export: "
+                "an export never replaces it, --overwrite or not; give another --out"
+            )
+        if not args.overwrite:
+            return errors.fail(
+                f"{where} exists (an earlier export): --overwrite replaces it once the new "
+                "export is complete, or give another --out"
+            )
     run = RunDirectory(args.model_dir)
     try:  # before TensorFlow starts: a mistyped path costs no start-up
         run.check_trained(args.model)
@@ -274,14 +281,17 @@ def main(argv=None) -> int:
     return errors.EXIT_OK
 
 
-def earlier_export(args: argparse.Namespace) -> Path | None:
-    """What of an earlier export this one would replace (--out, or a SavedModel's --version
-    folder, or its keras/), or None."""
+def earlier_export(args: argparse.Namespace) -> tuple[Path, bool] | None:
+    """What this export would write over (`kt.serving.formats.in_the_way`: --out, or a
+    SavedModel's --version folder, or its keras/), and whether it is an earlier export that
+    --overwrite replaces; None where nothing is in the way."""
     found = FORMATS[args.format]
-    destinations = [found.destination(args.out, args.version)]
-    if found.versioned:  # and the Keras model beside the versions
-        destinations.append(args.out / "keras")
-    return next((d for d in destinations if d is not None and _formats.occupied(d)), None)
+    if blocked := _formats.in_the_way(found, args.out, args.version):
+        return blocked
+    keras_dir = args.out / "keras"  # a SavedModel's Keras model beside its versions
+    if found.versioned and _formats.occupied(keras_dir):
+        return keras_dir, keras_dir.is_dir()
+    return None
 
 
 def keep_keras_model(run: RunDirectory, args, task, manifest: dict) -> Path:

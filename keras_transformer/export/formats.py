@@ -24,9 +24,11 @@ The formats, and each one's own options (`kt.serving.formats.FORMATS`):
 
 Each writes its `manifest.json` (`manifest`: extra facts for it), and `kt.serving.open`
 runs what it wrote. The destination (`path`, or a SavedModel's `path/VERSION`) is written
-complete or not at all: an existing one that holds anything is refused unless
+complete or not at all: an earlier export of the format there is refused unless
 `overwrite=True`, and then replaced only once the new export is complete (written beside it,
-then swapped in), so a failed export leaves the earlier one as it was.
+then swapped in), so a failed export leaves the earlier one as it was; anything else there (a
+folder of one's own, another format's export) is never replaced
+(`kt.serving.formats.in_the_way`).
 
 The former per-format functions (`export_saved_model`, `kt.export.ctranslate2.
 export_ctranslate2`, `export_litert`) are plain aliases of it, kept as they were.
@@ -41,7 +43,7 @@ from pathlib import Path
 
 from keras_transformer._files import atomic_directory
 from keras_transformer.decoding.settings import DecodingSettings
-from keras_transformer.serving.formats import DEFAULT, get, occupied
+from keras_transformer.serving.formats import DEFAULT, get, in_the_way
 from keras_transformer.serving.protocols import Writer
 
 
@@ -103,7 +105,8 @@ def export(
             setting or a model the format cannot hold), before anything is written.
         TypeError: an option the format does not take, naming those it does.
         FileExistsError: the destination (the directory, a SavedModel's version) holds an
-            export and `overwrite` is False, naming it, before anything is loaded.
+            earlier export and `overwrite` is False, or anything else, naming it, before
+            anything is loaded.
 
     Examples:
         Skipped by the doctests: an export takes a while (`docs/` runs them).
@@ -128,11 +131,18 @@ def export(
                 f"{', '.join(found.options)})"
             )
     destination = found.destination(path, format_options.get("version"))
-    if destination is not None and occupied(destination) and not overwrite:
-        raise FileExistsError(
-            f"{destination} exists (an earlier export): overwrite=True replaces it once the "
-            "new export is complete"
-        )
+    if blocked := in_the_way(found, path, format_options.get("version")):
+        where, replaceable = blocked
+        if not replaceable:
+            raise FileExistsError(
+                f"{where} exists and holds no earlier {found.title} export: an export never "
+                "replaces it, overwrite=True or not; choose another path"
+            )
+        if not overwrite:
+            raise FileExistsError(
+                f"{where} exists (an earlier export): overwrite=True replaces it once the "
+                "new export is complete"
+            )
     write = functools.partial(
         writer(format),
         task_or_model,

@@ -145,6 +145,8 @@ class CTranslate2Translator:
         self.prefix_names = prefix_names
         self.manifest = read_manifest(directory / MANIFEST, "vocabulary", "decoding")
         vocabulary, decoding = self.manifest["vocabulary"], self.manifest["decoding"]
+        if "max_length" not in decoding:  # the output cap every CTranslate2 export records
+            raise ValueError(f"{directory / MANIFEST}: no decoding.max_length in it")
         self.source_vocabulary, self.target_vocabulary = vocabularies(directory)
         self.languages = {
             "source": list(self.source_vocabulary.language_codes),

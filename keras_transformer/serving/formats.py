@@ -168,9 +168,8 @@ FORMATS: dict[str, Format] = {
 
 
 def occupied(path) -> bool:
-    """Whether `path` holds something an export would replace: a file, or a folder with
-    anything in it (an empty folder is written into). `kt.export.export` refuses such a
-    destination unless `overwrite=True`, and so does `trainers.export` unless --overwrite.
+    """Whether `path` holds anything: a file, or a folder with anything in it (an empty
+    folder is written into). `in_the_way` tells whether an export may replace it.
 
     Examples:
         >>> from keras_transformer.serving import formats
@@ -179,6 +178,34 @@ def occupied(path) -> bool:
     """
     path = Path(path)
     return path.is_symlink() or path.is_file() or (path.is_dir() and any(path.iterdir()))
+
+
+def in_the_way(found: Format, path, version: int | None = None) -> tuple[Path, bool] | None:
+    """What an export in `found`'s format at `path` (a SavedModel's `version`) would write
+    over, or None: `(where, replaceable)`. `replaceable`: `where` holds an earlier export of
+    this format, which `kt.export.export(..., overwrite=True)` and `trainers.export
+    --overwrite` replace once the new one is complete. Anything else (a folder or file of
+    one's own, another format's export, a model folder that holds more than versions and
+    `keras/`) is never replaced: an export there is refused, with or without overwrite.
+
+    Examples:
+        >>> from keras_transformer.serving import formats
+        >>> formats.in_the_way(formats.get("litert"), "on_device/missing") is None
+        True
+    """
+    path = Path(path)
+    if found.versioned and occupied(path):  # a model folder: versions and keras/ alone
+        if not path.is_dir() or any(
+            not (entry.name.isdigit() or entry.name == "keras") for entry in path.iterdir()
+        ):
+            return path, False
+    where = found.destination(path, version)
+    if where is None or not occupied(where):
+        return None
+    try:
+        return where, where.is_dir() and found.recognises(where)
+    except ValueError:  # its manifest is damaged: still this format's export
+        return where, True
 
 
 def get(name: str) -> Format:
@@ -252,4 +279,4 @@ def open(path, **options) -> Translator:  # kt.serving.open, as io.open is open
     return find(path).open(path, **options)
 
 
-__all__ = ["DEFAULT", "FORMATS", "Format", "find", "get", "occupied", "open"]
+__all__ = ["DEFAULT", "FORMATS", "Format", "find", "get", "in_the_way", "occupied", "open"]
