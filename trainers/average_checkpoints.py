@@ -21,7 +21,7 @@ from trainers.run_dir import AVERAGED, MODEL, PRETRAINED_MODEL, RunDirectory
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog=flags.prog("trainers.average_checkpoints"), description=__doc__.split("\n")[0]
+        prog=flags.prog("trainers.average_checkpoints"), description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--last", type=int, default=5, help="how many checkpoints (default 5)")

@@ -37,18 +37,20 @@ CTranslate2 model with its SentencePiece models and manifest.json; `trainers.tra
 pip install 'keras-transformer[ctranslate2]'. `--quantization` is the former name of
 `--quantize` (deprecated).
 
-`--format litert [--quantize int8|float16]` writes the directory --out with model.tflite, one
-LiteRT file that takes text and gives translations (SentencePiece, the search and
-detokenization inside: `kt.export.litert`), and manifest.json. LiteRT's
+`--format litert [--quantize int8|int4|float16]` writes the directory --out with
+model.tflite, one LiteRT file that takes text and gives translations (SentencePiece, the
+search and detokenization inside: `kt.export.litert`), and manifest.json. LiteRT's
 interpreter with tensorflow-text's ops runs it; `trainers.translate --model OUT/model.tflite`
-does. int8 is dynamic-range int8 weights. `--ops builtin` writes a file of LiteRT's builtin
+does. int8 is dynamic-range int8 weights, the tied embedding table stored twice (the
+projection in int8; `--int8-table once` for the smaller file); int4 the projections in int4
+and the table in int8 (ai-edge-quantizer). `--ops builtin` writes a file of LiteRT's builtin
 ops alone, UTF-8 bytes in and out (no string tensor, no tensorflow-text op), that the stock
 runtimes run: a phone's LiteRT, LiteRT.js in a browser (`kt.export.litert_builtin`).
 
-`--format web [--quantize int8|float16]` writes the directory --out (which must not exist)
-as a static site that translates in the browser: index.html, the builtin-ops LiteRT file and
-LiteRT.js, shipped inside this package (`kt.export.web`). Any static server serves it
-(`python -m http.server -d OUT`); `trainers.translate --model OUT` runs its file in Python.
+`--format web [--quantize int8|float16]` writes the directory --out as a static site that
+translates in the browser: index.html, the builtin-ops LiteRT file and LiteRT.js, shipped
+inside this package (`kt.export.web`). Any static server serves it (`python -m http.server
+-d OUT`); `trainers.translate --model OUT` runs its file in Python.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from trainers.run_dir import MODEL, RunDirectory
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog=flags.prog("trainers.visualize"), description=__doc__.split("\n")[0]
+        prog=flags.prog("trainers.visualize"), description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--model", default=MODEL, help="model file in the directory")
