@@ -306,3 +306,11 @@ def test_export_never_replaces_what_is_not_an_earlier_export_of_its_format(tmp_p
         "it, overwrite=True or not; choose another path"
     )
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_export_refuses_decoding_that_is_not_settings_by_name(tmp_path):
+    """`decoding="beam"` (a name, not the settings) is refused by name, before anything is
+    loaded (the model here is a path that does not exist)."""
+    with pytest.raises(TypeError, match=r"^decoding='beam' must be a kt.decoding.DecodingSettings"):
+        export.export(tmp_path / "no-model", tmp_path / "out", decoding="beam")
+    assert not (tmp_path / "out").exists()

@@ -463,9 +463,12 @@ def test_a_keyword_from_preset_does_not_take_is_refused_by_name(task, tmp_path):
     with pytest.raises(ValueError) as refused:
         TransformerSeq2SeqLM.from_preset(preset, foo=3)
     assert str(refused.value) == (
-        "TransformerSeq2SeqLM.from_preset takes no keyword argument 'foo'; it takes decoding, "
-        "model_file, dtype, preprocessor, sampling, compile, name, trainable"
+        "TransformerSeq2SeqLM.from_preset takes no keyword argument 'foo'; it takes "
+        "load_weights, decoding, model_file, dtype, preprocessor, sampling, compile, name, "
+        "trainable"
     )
+    with pytest.raises(ValueError, match=r"'load_weigths' \(did you mean 'load_weights'\?\)"):
+        TransformerSeq2SeqLM.from_preset(preset, load_weigths=False)
     with pytest.raises(ValueError, match="no keyword argument 'foo'"):  # before a download
         TransformerSeq2SeqLM.from_preset("hf://Helsinki-NLP/opus-mt-en-es", foo=3)
     with pytest.raises(ValueError, match="keras-hub's loader .* reads no other model file; lo"):

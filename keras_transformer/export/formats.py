@@ -124,6 +124,11 @@ def export(
         TypeError: version=2: format='litert' takes no option version (its options: ...)
     """
     found = get(format)
+    if decoding is not None and not isinstance(decoding, DecodingSettings):
+        raise TypeError(
+            f"decoding={decoding!r} must be a kt.decoding.DecodingSettings or None (the "
+            "task's), e.g. kt.decoding.DecodingSettings(beam_size=4)"
+        )
     for name, value in format_options.items():
         if name not in found.options:
             raise TypeError(

@@ -68,7 +68,9 @@ def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_fi
     """`cls.from_preset`: the task of a preset, checkpoint or model directory, with
     `decoding` (settings or a dict of some settings) over the one it stores. A keyword it
     does not take is refused by name before anything is read or downloaded."""
-    check_keywords(kwargs, KERAS_HUB_KEYWORDS, f"{cls.__name__}.from_preset", KEYWORDS)
+    # `load_weights` is a parameter of its own: named among those taken, for a misspelling.
+    taken = ("load_weights", *KEYWORDS)
+    check_keywords(kwargs, KERAS_HUB_KEYWORDS, f"{cls.__name__}.from_preset", taken)
     if hub.is_hub_id(preset):
         preset = _from_hub(preset, model_file)
     found = kind(preset, model_file)
