@@ -124,17 +124,7 @@ def export(
         TypeError: version=2: format='litert' takes no option version (its options: ...)
     """
     found = get(format)
-    if decoding is not None and not isinstance(decoding, DecodingSettings):
-        raise TypeError(
-            f"decoding={decoding!r} must be a kt.decoding.DecodingSettings or None (the "
-            "task's), e.g. kt.decoding.DecodingSettings(beam_size=4)"
-        )
-    for name, value in format_options.items():
-        if name not in found.options:
-            raise TypeError(
-                f"{name}={value!r}: format={format!r} takes no option {name} (its options: "
-                f"{', '.join(found.options)})"
-            )
+    _check_arguments(found, decoding, format_options)
     destination = found.destination(path, format_options.get("version"))
     if blocked := in_the_way(found, path, format_options.get("version")):
         where, replaceable = blocked
@@ -159,6 +149,22 @@ def export(
     if destination is None or not (destination.exists() or destination.is_symlink()):
         return write(path)
     return _replaced(destination, write, found.versioned)
+
+
+def _check_arguments(found, decoding, format_options: dict) -> None:
+    """TypeError naming a `decoding` that is not settings, or an option `found` (a format)
+    does not take, with those it does."""
+    if decoding is not None and not isinstance(decoding, DecodingSettings):
+        raise TypeError(
+            f"decoding={decoding!r} must be a kt.decoding.DecodingSettings or None (the "
+            "task's), e.g. kt.decoding.DecodingSettings(beam_size=4)"
+        )
+    for name, value in format_options.items():
+        if name not in found.options:
+            raise TypeError(
+                f"{name}={value!r}: format={found.name!r} takes no option {name} (its options: "
+                f"{', '.join(found.options)})"
+            )
 
 
 def _replaced(destination: Path, write, versioned: bool) -> Path:
