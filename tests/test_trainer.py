@@ -326,9 +326,9 @@ def test_each_model_file_keeps_its_own_evaluation(trained):
     metrics = RunDirectory(model_dir).metrics("model.averaged.keras")  # the export's manifest
     assert metrics["eval/model.averaged/test.json"]["model"] == "model.averaged.keras"
     assert {record.get("model") for record in metrics.values()} == {"model.averaged.keras", None}
-    run_main(*split[1:], "--limit", "2")  # the same model file again: its own, replaced
+    run_main(*split, "--limit", "2")  # the same model file again: its own, replaced
     assert json.loads((model_dir / "eval" / "model" / "test.json").read_text())["sentences"] == 2
-    result = run_main(*split[1:], "--limit", "2", "--output", averaged / "test.hyp", check=False)
+    result = run_main(*split, "--limit", "2", "--output", averaged / "test.hyp", check=False)
     assert result.returncode == 2, result.stderr
     assert "test.json holds the scores of model.averaged.keras in" in result.stderr
     assert {path.name: path.read_bytes() for path in averaged.iterdir()} == kept
