@@ -74,20 +74,10 @@ def greedy_search(
         >>> tuple(ids.shape), keras.ops.dtype(ids), tuple(scores.shape)  # out_len = 4 + 3
         ((1, 7), 'int32', (1,))
     """
-    source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
-    step, cache = _decoder(model, source_ids, 1, max_len, use_cache, phases)
-    start = _start_ids(_batch_size(source_ids), max_len, bos_id)
-    prefix = _target_prefix(target_prefix, _batch_size(source_ids))
-    return _single_path(
-        step,
-        cache,
-        limits,
-        start,
-        greedy_choice,
-        prefix=prefix,
-        phases=phases,
-        **_translation(bos_id, eos_id),
-    )
+    return _one_path(
+        model, source_ids, greedy_choice, max_extra_length, max_length, use_cache,
+        target_prefix, phases, bos_id, eos_id,
+    )  # fmt: skip
 
 
 @backends.compiled_search
@@ -141,8 +131,20 @@ def sample(
         True
     """
     choose = sampling_choice(temperature, top_k, top_p, seed, model.config.target_vocab)
+    return _one_path(
+        model, source_ids, choose, max_extra_length, max_length, True,
+        target_prefix, phases, bos_id, eos_id,
+    )  # fmt: skip
+
+
+def _one_path(
+    model, source_ids, choose, max_extra_length, max_length, use_cache, target_prefix, phases,
+    bos_id, eos_id,
+):  # fmt: skip
+    """Greedy search's and sampling's one hypothesis a sentence: the sources prepared, the
+    decoder step built, then `_single_path` with `choose` picking each next token."""
     source_ids, limits, max_len = _prepare(model, source_ids, max_extra_length, max_length)
-    step, cache = _decoder(model, source_ids, 1, max_len, True, phases)
+    step, cache = _decoder(model, source_ids, 1, max_len, use_cache, phases)
     start = _start_ids(_batch_size(source_ids), max_len, bos_id)
     prefix = _target_prefix(target_prefix, _batch_size(source_ids))
     return _single_path(
