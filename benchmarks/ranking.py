@@ -63,14 +63,18 @@ def main(argv=None) -> int:
                     length_penalty=alpha, ranking=ranking, **(rules or {})
                 )
                 where = Path(folder) / f"{alpha}-{ranking}-{rules is None}"
-                version = export.export_saved_model(
-                    model, vocabularies, where / "saved", decoding=settings
+                version = export.export(
+                    model, where / "saved", vocabularies=vocabularies, decoding=settings
                 )
                 served = tf.saved_model.load(str(version)).signatures["serving_default"]
                 result = served(text=tf.constant(sentences))["translation"].numpy()
                 saved = [t.decode() for t in result]
-                directory = export.ctranslate2.export_ctranslate2(
-                    model, vocabularies, where / "ctranslate2", decoding=settings
+                directory = export.export(
+                    model,
+                    where / "ctranslate2",
+                    format="ctranslate2",
+                    vocabularies=vocabularies,
+                    decoding=settings,
                 )
                 translated = CTranslate2Translator(directory).translate(sentences)
                 equal = sum(h[0].text == s for h, s in zip(translated, saved, strict=True))

@@ -66,7 +66,7 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict, artifacts: dic
     """(name, decoding) -> translate(list[str]) -> list[str] for every artifact; `sizes`
     gets each artifact's size on disk in MiB, by name, and `artifacts` what
     `benchmarks.peak_rss` loads for each key: (kind, path, beam)."""
-    settings = dict(length_penalty=args.length_penalty)
+    settings = DecodingSettings(length_penalty=args.length_penalty)
     found = {}
     searches = [(1, "exact", "greedy")] + [
         (4, stopping, "beam 4" + (", early stopping" if stopping == "early" else ""))
@@ -75,14 +75,12 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict, artifacts: dic
     for (beam, stopping, decoding), weights in itertools.product(searches, args.quantize):
         quantize = None if weights == "float32" else weights
         with fast.switched(args.fast):  # as trainers.export does by default
-            version = export.export_saved_model(
+            version = export.export(
                 model,
-                vocabularies,
                 folder / f"saved_model_beam{beam}_{stopping}_{weights}",
-                beam_size=beam,
-                stopping=stopping,
+                vocabularies=vocabularies,
+                decoding=settings.replace(beam_size=beam, stopping=stopping),
                 quantize=quantize,
-                **settings,
             )
         loaded = tf.saved_model.load(str(version))
         for signature in args.signatures:
@@ -103,12 +101,13 @@ def engines(model, vocabularies, folder: Path, args, sizes: dict, artifacts: dic
         sizes[name] = _megabytes(directory)
         artifacts[name, decoding] = ("litert", directory, beam)
     for quantization in args.ct2_types:
-        directory = export.ctranslate2.export_ctranslate2(
+        directory = export.export(
             model,
-            vocabularies,
             folder / f"ctranslate2_{quantization}",
-            quantization=None if quantization == "float32" else quantization,
-            **settings,
+            format="ctranslate2",
+            vocabularies=vocabularies,
+            decoding=settings,
+            quantize=None if quantization == "float32" else quantization,
         )
         translator = CTranslate2Translator(directory, threads=args.ct2_threads)
         for beam, decoding in ((1, "greedy"), (4, "beam 4")):
@@ -136,9 +135,10 @@ def export_litert(args, directory: Path, beam: int, stopping: str, weights: str)
 def write_litert(model_dir, model_file, directory, beam, stopping, length_penalty, weights):
     """`export_litert`'s child: the run directory's model, the LiteRT file of this search."""
     _, vocabularies, model = RunDirectory(Path(model_dir)).load_trained(model_file)
-    export.export_litert(
+    export.export(
         model,
         directory,
+        format="litert",
         vocabularies=vocabularies,
         decoding=DecodingSettings(beam_size=beam, stopping=stopping, length_penalty=length_penalty),
         quantize=None if weights == "float32" else weights,

@@ -192,8 +192,8 @@ def tiny_export(tmp_path_factory, worker_id):
 
         with pytest.MonkeyPatch.context() as patch, kt.fast.switched(True):
             patch.setattr(decoding.DecodingPlan, "search", recorded)
-            version = export.export_saved_model(
-                model, bible.vocabularies(), directory, manifest={"note": "test"}
+            version = export.export(
+                model, directory, vocabularies=bible.vocabularies(), manifest={"note": "test"}
             )
         return model, directory, version, calls
 

@@ -109,7 +109,7 @@ def _tiny_ctranslate2_model(root: Path) -> Path:
         "tiny", vocab_size=vocabularies.target.vocabulary_size(), max_length=16
     )
     model = kt.build_transformer(config)
-    return kt.export.ctranslate2.export_ctranslate2(model, vocabularies, root / "ct2")
+    return kt.export.export(model, root / "ct2", format="ctranslate2", vocabularies=vocabularies)
 
 
 def report() -> dict[str, str]:

@@ -48,8 +48,12 @@ def converted(trained, tmp_path_factory):
     model, vocabularies = trained
     root = tmp_path_factory.mktemp("ctranslate2")
     return {
-        quantization: export.ctranslate2.export_ctranslate2(
-            model, vocabularies, root / quantization, quantization=quantization
+        quantization: export.export(
+            model,
+            root / quantization,
+            format="ctranslate2",
+            vocabularies=vocabularies,
+            quantize=quantization,
         )
         for quantization in ("float32", "int8")
     }
@@ -62,7 +66,14 @@ def saved(trained, tmp_path_factory):
     model, vocabularies = trained
     root = tmp_path_factory.mktemp("saved_models")
     return tf.saved_model.load(
-        str(export.export_saved_model(model, vocabularies, root / "greedy", beam_size=1))
+        str(
+            export.export(
+                model,
+                root / "greedy",
+                vocabularies=vocabularies,
+                decoding=kt.decoding.DecodingSettings(beam_size=1),
+            )
+        )
     )
 
 
@@ -123,7 +134,9 @@ def test_token_log_probabilities_equal_ours(overrides, tmp_path):
     model = kt.build_transformer(config)
     for weight in model.weights:  # beyond the initializer's zeros and ones (biases, norms)
         weight.assign(weight + np.random.default_rng(0).normal(0, 0.05, weight.shape))
-    directory = export.ctranslate2.export_ctranslate2(model, vocabularies, tmp_path / "m")
+    directory = export.export(
+        model, tmp_path / "m", format="ctranslate2", vocabularies=vocabularies
+    )
     translator = ctranslate2.Translator(str(directory), device="cpu")
 
     pairs = bible.pairs("dev", 8)
@@ -254,10 +267,14 @@ def length_ranked(trained, tmp_path_factory):
     model, vocabularies = trained
     root = tmp_path_factory.mktemp("length")
     settings = kt.decoding.DecodingSettings(length_penalty=1.0, **LENGTH)
-    directory = export.ctranslate2.export_ctranslate2(
-        model, vocabularies, root / "ctranslate2", decoding=settings
+    directory = export.export(
+        model,
+        root / "ctranslate2",
+        format="ctranslate2",
+        vocabularies=vocabularies,
+        decoding=settings,
     )
-    version = export.export_saved_model(model, vocabularies, root / "saved", decoding=settings)
+    version = export.export(model, root / "saved", vocabularies=vocabularies, decoding=settings)
     return directory, tf.saved_model.load(str(version))
 
 
@@ -514,11 +531,15 @@ def test_n_best_of_a_short_sentence_batched_with_a_long_one_as_the_saved_model(t
     hypothesis of both sentences runs to its limit, and the four are well apart."""
     vocabularies = bible.vocabularies()
     model = never_ending_model(vocabularies)
-    settings = dict(beam_size=4, length_penalty=1.0, max_extra_length=0)
-    directory = export.ctranslate2.export_ctranslate2(
-        model, vocabularies, tmp_path / "ctranslate2", **settings
+    settings = kt.decoding.DecodingSettings(beam_size=4, length_penalty=1.0, max_extra_length=0)
+    directory = export.export(
+        model,
+        tmp_path / "ctranslate2",
+        format="ctranslate2",
+        vocabularies=vocabularies,
+        decoding=settings,
     )
-    version = export.export_saved_model(model, vocabularies, tmp_path / "saved", **settings)
+    version = export.export(model, tmp_path / "saved", vocabularies=vocabularies, decoding=settings)
     translator = CTranslate2Translator(directory)
     sentences = ["Amen.", "And God said, Let there be light: and there was light."]
     ours = translator.translate(sentences, n_best=4)
@@ -542,8 +563,8 @@ def test_refuses_what_ctranslate2_cannot_run_and_existing_directories(converted,
     config = kt.TransformerConfig.preset("tiny", vocab_size=50, activation="elu")
     with pytest.raises(ValueError, match="activation='elu': CTranslate2 supports gelu, relu"):
         export.ctranslate2.transformer_spec(kt.build_transformer(config), vocabularies)
-    with pytest.raises(FileExistsError, match="exists; choose a new directory"):
-        export.ctranslate2.export_ctranslate2(model, vocabularies, converted["float32"])
+    with pytest.raises(FileExistsError, match=r"exists \(an earlier export\): overwrite=True"):
+        export.export(model, converted["float32"], format="ctranslate2", vocabularies=vocabularies)
 
 
 def test_the_source_prefix_goes_in_front_as_written_by_hand(converted, trained, tmp_path, verses):
@@ -560,16 +581,24 @@ def test_the_source_prefix_goes_in_front_as_written_by_hand(converted, trained, 
     assert plain.translate(sources, n_best=2, source_prefix="And") == expected
     prefixed = CTranslate2Translator(converted["float32"], source_prefix="And")
     assert prefixed.translate(sources, n_best=2) == expected
-    directory = export.ctranslate2.export_ctranslate2(
-        model, vocabularies, tmp_path / "prefixed", source_prefix="And"
+    directory = export.export(
+        model,
+        tmp_path / "prefixed",
+        format="ctranslate2",
+        vocabularies=vocabularies,
+        decoding=kt.decoding.DecodingSettings(source_prefix="And"),
     )
     manifest = json.loads((directory / "manifest.json").read_text())
     assert manifest["decoding"]["source_prefix"] == "And"
     assert CTranslate2Translator(directory).translate(sources, n_best=2) == expected
     # A language code the vocabulary lacks (a model trained here has none): refused.
     with pytest.raises(ValueError, match=r"source_prefix='xxx_Zzzz': .* source vocabulary"):
-        export.ctranslate2.export_ctranslate2(
-            model, vocabularies, tmp_path / "refused", source_prefix="xxx_Zzzz"
+        export.export(
+            model,
+            tmp_path / "refused",
+            format="ctranslate2",
+            vocabularies=vocabularies,
+            decoding=kt.decoding.DecodingSettings(source_prefix="xxx_Zzzz"),
         )
     assert not (tmp_path / "refused").exists()
     with pytest.raises(ValueError, match=r"source_prefix='eng_Latn': .* source vocabulary"):

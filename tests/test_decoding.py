@@ -39,6 +39,7 @@ from keras_transformer.decoding import (
 from keras_transformer.decoding.settings import DEFAULT
 from keras_transformer.fast import switched as fast_path
 from tests import ties
+from tests.deprecation import warns
 from tests.reversal import BOS, EOS, held_out_data
 from tests.test_keras_tools import quantize
 
@@ -868,7 +869,8 @@ def test_one_loop_decodes_as_the_phases(random_model, search):
     )
     assert alike >= 2, alike  # 3 of 3 when written
     assert loops() == kt.decoding.search.PHASES
-    with pytest.warns(DeprecationWarning, match="loop_phases is deprecated"):
+    replacement = "phases= of the search (keras_transformer.decoding.DecodingPlan(settings, "
+    with warns(replacement + "phases=...))"):
         with kt.decoding.search.loop_phases(1):
             assert loops() == 1
     assert loops() == kt.decoding.search.PHASES

@@ -282,9 +282,9 @@ def test_every_count_of_the_corpus_quoted_is_the_corpus():
 
 
 def test_the_serving_guides_table_lists_every_signature_and_its_inputs():
-    """docs/guides/serving.md's table of signatures has a row for each signature that
-    `export_saved_model` can write (`translation_endpoints`, with `serving_prefix` asked
-    for), with its inputs by name, in order."""
+    """docs/guides/serving.md's table of signatures has a row for each signature that the
+    SavedModel export (`kt.export.export`) can write (`translation_endpoints`, with
+    `serving_prefix` asked for), with its inputs by name, in order."""
     import keras_transformer as kt
     from keras_transformer import export
     from tests import bible

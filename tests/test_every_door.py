@@ -198,7 +198,7 @@ class Spine:
         def make():
             task = self.task(case.model)
             directory = self.folder("saved_models", case)
-            kt.export.export_saved_model(task, directory, decoding=case.settings)
+            kt.export.export(task, directory, decoding=case.settings)
             translator = kt.serving.open(directory)
             assert isinstance(translator, kt.serving.SavedModelTranslator), translator
             return translator
@@ -215,8 +215,11 @@ class Spine:
         pytest.importorskip("ai_edge_litert", reason="LiteRT's interpreter (requirements.txt)")
         return self.once(
             ("litert", case),
-            lambda: kt.export.export_litert(
-                self.task(case.model), self.folder("litert", case), decoding=case.settings
+            lambda: kt.export.export(
+                self.task(case.model),
+                self.folder("litert", case),
+                format="litert",
+                decoding=case.settings,
             ),
         )
 
@@ -225,8 +228,11 @@ class Spine:
         pytest.importorskip("ctranslate2")  # installed by `make test` (requirements.txt)
         return self.once(
             ("ctranslate2", case),
-            lambda: kt.export.ctranslate2.export_ctranslate2(
-                self.task(case.model), self.folder("ctranslate2", case), decoding=case.settings
+            lambda: kt.export.export(
+                self.task(case.model),
+                self.folder("ctranslate2", case),
+                format="ctranslate2",
+                decoding=case.settings,
             ),
         )
 

@@ -117,10 +117,12 @@ def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
         shutil.copytree(first, path, ignore=shutil.ignore_patterns("assets.extra"))
 
     monkeypatch.setattr(export.savedmodel, "write_saved_model", rewrite)
-    second = export.export_saved_model(model, bible.vocabularies(), directory)
+    second = export.export(model, directory, vocabularies=bible.vocabularies())
     assert second.name == "2" and (second / "assets.extra" / export.MANIFEST).exists()
-    with pytest.raises(FileExistsError, match="versions are never overwritten"):
-        export.export_saved_model(model, bible.vocabularies(), directory, version=1)
+    with pytest.raises(FileExistsError, match=r"1 exists \(an earlier export\): overwrite=True"):
+        export.export(model, directory, vocabularies=bible.vocabularies(), version=1)
+    with pytest.raises(FileExistsError, match="versions are never overwritten"):  # the writer
+        export.savedmodel.write(model, directory, vocabularies=bible.vocabularies(), version=1)
 
     def half_written(path, *args):
         """Writes part of a SavedModel, then fails, as a full disk would."""
@@ -130,7 +132,7 @@ def test_versions_are_never_overwritten_and_a_failed_export_leaves_them(
 
     monkeypatch.setattr(export.savedmodel, "write_saved_model", half_written)
     with pytest.raises(OSError, match="No space left"):
-        export.export_saved_model(model, bible.vocabularies(), directory)
+        export.export(model, directory, vocabularies=bible.vocabularies())
     assert sorted(p.name for p in directory.iterdir()) == ["1", "2"]  # no temporary left
     assert tf.saved_model.load(str(directory / "2")).signatures["serving_default"] is not None
 

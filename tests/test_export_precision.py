@@ -93,8 +93,8 @@ def exports(reversal_model, vocabularies, tmp_path_factory):
         patch.setattr(export.precision, "cpu_has_bfloat16", lambda: True)
         for mode in MODES:
             directory = tmp_path_factory.mktemp(mode) / "reversal"
-            written[mode] = export.export_saved_model(
-                reversal_model, vocabularies, directory, quantize=mode
+            written[mode] = export.export(
+                reversal_model, directory, vocabularies=vocabularies, quantize=mode
             )
     return written, before
 
@@ -237,8 +237,8 @@ def test_a_quantized_or_lora_model_is_refused_before_anything_is_written(change,
     else:
         embedding.enable_lora(2)
     with pytest.raises(ValueError, match=f"{embedding.path} is already quantized or has LoRA"):
-        export.export_saved_model(
-            model, bible.vocabularies(), tmp_path / "out", quantize="bfloat16"
+        export.export(
+            model, tmp_path / "out", vocabularies=bible.vocabularies(), quantize="bfloat16"
         )
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match=r"quantize='int4' must be None or one of \('int8'"):
@@ -264,8 +264,8 @@ def test_bfloat16_falls_back_to_float32_on_a_cpu_without_it(monkeypatch, tmp_pat
     )  # fmt: skip
     model = kt.build_transformer(config)
     with pytest.warns(UserWarning, match="no native bfloat16 arithmetic"):
-        version = export.export_saved_model(
-            model, vocabularies, tmp_path / "out", quantize="bfloat16"
+        version = export.export(
+            model, tmp_path / "out", vocabularies=vocabularies, quantize="bfloat16"
         )
     assert written == [model]
     manifest = json.loads((version / "assets.extra" / export.MANIFEST).read_text())

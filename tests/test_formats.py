@@ -2,20 +2,22 @@
 writes each format as its former function did (the same manifest, the same translations),
 `kt.serving.open` picks each format's runtime by what a path holds and refuses one that holds
 none, naming each; the runtimes implement the `Translator` protocol and the three
-writers the `Writer` call, and the former names are plain aliases that hand their arguments
-to the writers."""
+writers the `Writer` call, and the former names, deprecated, warn and hand their arguments to
+the writers."""
 
 import inspect
 import json
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import export, serving
 from keras_transformer.export import formats as export_formats
 from keras_transformer.serving import formats
 from tests import bible
+from tests.deprecation import warns
 
 SENTENCES = ["In the beginning God created the heavens.", "Amen.", "", "And God said"]
 NOT_AN_EXPORT = (
@@ -124,6 +126,14 @@ def tiny():
 
 
 BEAM_2 = kt.decoding.DecodingSettings(beam_size=2)
+# Each former exporter's replacement, as its DeprecationWarning names it.
+REPLACEMENTS = {
+    name: f"keras_transformer.export.export(model, path, format='{name}', ...)"
+    for name in ("savedmodel", "litert")
+}
+REPLACEMENTS["ctranslate2"] = (
+    "keras_transformer.export.export(model, path, format='ctranslate2', quantize=..., ...)"
+)
 
 
 @pytest.mark.parametrize(
@@ -150,17 +160,19 @@ BEAM_2 = kt.decoding.DecodingSettings(beam_size=2)
 def test_the_former_names_hand_their_arguments_to_the_writer(
     tiny, tmp_path, monkeypatch, former, arguments, handed
 ):
-    """Each former function is its format's writer with the former arguments: settings
-    overrides folded into `decoding`, CTranslate2's `quantization` as `quantize`."""
+    """Each former function, deprecated, warns once, naming `kt.export.export`, and is its
+    format's writer with the former arguments: settings overrides folded into `decoding`,
+    CTranslate2's `quantization` as `quantize`."""
     model, vocabularies = tiny
     module_name, function = former.split(".")
     module = getattr(export, module_name)
     calls = []
     monkeypatch.setattr(module, "write", lambda *args, **kwargs: calls.append((args, kwargs)))
-    if module_name == "litert":  # its former signature: (model, path, *, vocabularies...)
-        getattr(module, function)(model, tmp_path, vocabularies=vocabularies, **arguments)
-    else:  # (model, vocabularies, directory, *, ...)
-        getattr(module, function)(model, vocabularies, tmp_path, **arguments)
+    with warns(REPLACEMENTS[module_name]):
+        if module_name == "litert":  # its former signature: (model, path, *, vocabularies...)
+            getattr(module, function)(model, tmp_path, vocabularies=vocabularies, **arguments)
+        else:  # (model, vocabularies, directory, *, ...)
+            getattr(module, function)(model, vocabularies, tmp_path, **arguments)
     [(args, kwargs)] = calls
     assert args[0] is model and Path(args[1]) == tmp_path
     assert kwargs.pop("vocabularies") is vocabularies
@@ -170,19 +182,44 @@ def test_the_former_names_hand_their_arguments_to_the_writer(
     assert kwargs == handed
 
 
+def test_litert_translate_text_warns_and_is_the_file_s_serving_default(tiny):
+    """The former `kt.export.litert.translate_text`, deprecated, warns once, naming
+    `litert_trace.signatures`, and gives its `serving_default`: the same translations (one
+    computation, traced twice)."""
+    from keras_transformer.export import litert_trace
+
+    model, vocabularies = tiny
+    settings = kt.decoding.DecodingSettings(beam_size=1, max_extra_length=4)
+    with warns(
+        "keras_transformer.export.litert_trace.signatures(model, vocabularies, settings)"
+        "['serving_default']"
+    ):
+        former = export.litert.translate_text(model, vocabularies, settings)
+    serving_default = litert_trace.signatures(model, vocabularies, settings)["serving_default"]
+    text = tf.constant(SENTENCES)
+    translations = former(text)["translations"].numpy().tolist()
+    assert translations == serving_default(text)["translations"].numpy().tolist()
+    assert len(translations) == len(SENTENCES) and translations[2] == b""
+
+
 def exported_pair(model, vocabularies, root: Path, name: str) -> tuple[Path, Path]:
-    """The model written by the format's former function and by `kt.export.export`."""
-    if name == "savedmodel":
-        before = export.export_saved_model(model, vocabularies, root / "before", manifest={"n": 1})
-    elif name == "ctranslate2":
+    """The model written by the format's former function (deprecated: it warns) and by
+    `kt.export.export`."""
+    if name == "ctranslate2":
         pytest.importorskip("ctranslate2")
-        before = export.ctranslate2.export_ctranslate2(
-            model, vocabularies, root / "before", manifest={"n": 1}
-        )
-    else:
-        before = export.export_litert(
-            model, root / "before", vocabularies=vocabularies, manifest={"n": 1}
-        )
+    with warns(REPLACEMENTS[name]):
+        if name == "savedmodel":
+            before = export.export_saved_model(
+                model, vocabularies, root / "before", manifest={"n": 1}
+            )
+        elif name == "ctranslate2":
+            before = export.ctranslate2.export_ctranslate2(
+                model, vocabularies, root / "before", manifest={"n": 1}
+            )
+        else:
+            before = export.export_litert(
+                model, root / "before", vocabularies=vocabularies, manifest={"n": 1}
+            )
     after = export.export(
         model, root / "after", format=name, vocabularies=vocabularies, manifest={"n": 1}
     )

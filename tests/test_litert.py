@@ -91,8 +91,12 @@ def exported(model, tmp_path_factory):
     """The model's LiteRT directories, one a search: name -> directory."""
     root = tmp_path_factory.mktemp("litert")
     return {
-        name: export.export_litert(
-            model, root / name, vocabularies=bible.vocabularies(), decoding=settings
+        name: export.export(
+            model,
+            root / name,
+            format="litert",
+            vocabularies=bible.vocabularies(),
+            decoding=settings,
         )
         for name, settings in SEARCHES.items()
     }
@@ -234,8 +238,12 @@ def test_float16_and_the_stock_search(model, exported, tmp_path):
     """`quantize="float16"` halves the weights; the file is traced on the stock path, the
     speed switch's second copy of the embedding table left out, whatever the switch says."""
     with kt.fast.switched(True):
-        half = export.export_litert(
-            model, tmp_path / "half", vocabularies=bible.vocabularies(), quantize="float16"
+        half = export.export(
+            model,
+            tmp_path / "half",
+            format="litert",
+            vocabularies=bible.vocabularies(),
+            quantize="float16",
         )
     facts = json.loads((half / "manifest.json").read_text())
     full = json.loads((exported["beam"] / "manifest.json").read_text())
@@ -270,8 +278,12 @@ def test_int8_stores_the_table_twice_by_default_and_the_step_once(model, exporte
     (the function, the loop's condition and body), the decoder step once, not once a phase.
     `int8_table="once"` stores one int8 table, which the lookups and the projection read (the
     quantizer would store an int8 copy for each use): a table's bytes less."""
-    default = export.export_litert(
-        model, tmp_path / "int8", vocabularies=bible.vocabularies(), quantize="int8"
+    default = export.export(
+        model,
+        tmp_path / "int8",
+        format="litert",
+        vocabularies=bible.vocabularies(),
+        quantize="int8",
     )
     blob = (default / "model.tflite").read_bytes()
     full = (exported["beam"] / "model.tflite").read_bytes()
@@ -282,9 +294,10 @@ def test_int8_stores_the_table_twice_by_default_and_the_step_once(model, exporte
     assert [kind for _, kind in tables] == [0] and subgraphs == 3  # one float32 table
     assert len(blob) <= 0.4 * len(full), (len(blob), len(full))
     assert json.loads((default / "manifest.json").read_text())["int8_table"] == "twice"
-    once = export.export_litert(
+    once = export.export(
         model,
         tmp_path / "once",
+        format="litert",
         vocabularies=bible.vocabularies(),
         quantize="int8",
         int8_table="once",
@@ -296,9 +309,10 @@ def test_int8_stores_the_table_twice_by_default_and_the_step_once(model, exporte
     assert 0.9 < less < 1.2, less
     assert json.loads((once / "manifest.json").read_text())["int8_table"] == "once"
     with pytest.raises(ValueError, match="int8_table='both' must be None or one of"):
-        export.export_litert(
+        export.export(
             model,
             tmp_path / "x",
+            format="litert",
             vocabularies=bible.vocabularies(),
             quantize="int8",
             int8_table="both",
@@ -387,7 +401,7 @@ def test_refusals_before_anything_is_written(model, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(ValueError, match="is under a file"):
-        export.export_litert(model, blocker / "out", vocabularies=vocabularies)
+        export.export(model, blocker / "out", format="litert", vocabularies=vocabularies)
     cases = [
         ({"quantize": "int2"}, r"quantize='int2' must be None or one of"),
         ({"decoding": decoding.DecodingSettings(n_best=2)}, "n_best=2"),
@@ -398,18 +412,21 @@ def test_refusals_before_anything_is_written(model, tmp_path):
     ]
     for arguments, message in cases:
         with pytest.raises(ValueError, match=message):
-            export.export_litert(model, tmp_path / "out", vocabularies=vocabularies, **arguments)
+            export.export(
+                model, tmp_path / "out", format="litert", vocabularies=vocabularies, **arguments
+            )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
-    (tmp_path / "taken").mkdir()
-    with pytest.raises(FileExistsError, match="exists"):
-        export.export_litert(model, tmp_path / "taken", vocabularies=vocabularies)
+    (tmp_path / "taken").mkdir()  # a folder of one's own: never replaced
+    (tmp_path / "taken" / "notes.txt").write_text("")
+    with pytest.raises(FileExistsError, match="taken exists and holds no earlier LiteRT file"):
+        export.export(model, tmp_path / "taken", format="litert", vocabularies=vocabularies)
 
 
 def test_a_task_with_a_sampler_is_refused(model, tmp_path):
     task = kt.models.TransformerSeq2SeqLM.from_transformer(model, bible.vocabularies())
     task.compile(sampler="top_k")
     with pytest.raises(ValueError, match="draws with a sampler"):
-        export.export_litert(task, tmp_path / "out")
+        export.export(task, tmp_path / "out", format="litert")
     assert not (tmp_path / "out").exists()
 
 
@@ -578,8 +595,12 @@ def test_what_a_file_cannot_hold_yet_is_refused(model, tmp_path):
     ]
     for vocabularies, settings, message in cases:
         with pytest.raises(ValueError, match=message):
-            export.export_litert(
-                model, tmp_path / "out", vocabularies=vocabularies, decoding=settings
+            export.export(
+                model,
+                tmp_path / "out",
+                format="litert",
+                vocabularies=vocabularies,
+                decoding=settings,
             )
     assert not (tmp_path / "out").exists()
 
@@ -594,8 +615,8 @@ def test_an_imported_opus_mt_model_translates_as_the_library(tmp_path):
     model, _ = marian.load_marian(FIXTURES / "marian" / "separate")
     vocabularies = marian.load_vocabularies(FIXTURES / "marian" / "separate")
     greedy = decoding.DecodingSettings(beam_size=1, max_extra_length=8)
-    directory = export.export_litert(
-        model, tmp_path / "opus", vocabularies=vocabularies, decoding=greedy
+    directory = export.export(
+        model, tmp_path / "opus", format="litert", vocabularies=vocabularies, decoding=greedy
     )
     translated = run_files(PLAIN, directory)["translations"][0]
     expected = kt.evaluation.Translator(model, vocabularies, decoding=greedy).translate(PLAIN)
@@ -661,9 +682,10 @@ def nllb(tmp_path_factory):
     model, _ = m2m100.load_m2m100(NLLB)
     vocabularies = m2m100.load_vocabularies(NLLB)
     settings = decoding.DecodingSettings(beam_size=1, max_extra_length=8, source_prefix="eng_Latn")
-    directory = export.export_litert(
+    directory = export.export(
         model,
         tmp_path_factory.mktemp("nllb") / "file",
+        format="litert",
         vocabularies=vocabularies,
         decoding=settings,
     )

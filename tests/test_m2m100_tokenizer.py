@@ -285,7 +285,9 @@ def test_the_ctranslate2_export_and_client_cut_and_translate_as_transformers(tmp
     from keras_transformer.serving import PieceRules
 
     model, vocabularies = imported()
-    path = kt.export.ctranslate2.export_ctranslate2(model, vocabularies, tmp_path / "ct2")
+    path = kt.export.export(
+        model, tmp_path / "ct2", format="ctranslate2", vocabularies=vocabularies
+    )
     rules = json.loads((path / "manifest.json").read_text())["vocabulary"]["pieces"]
     assert rules["trailing_whitespace_piece"] is False
     tokenizer = vocabularies.source

@@ -328,10 +328,10 @@ def test_a_target_prefix_shaped_like_an_unknown_language_code_is_refused(task, t
     with pytest.raises(ValueError, match="goes at the start of the source text"):
         task.generate("Amen.", target_prefix=">>spa<<")
     prefixed = task.decoding.replace(target_prefix="spa_Latn")
-    for export in (kt.export.export_saved_model, kt.export.ctranslate2.export_ctranslate2):
+    for name in ("savedmodel", "ctranslate2"):
         with pytest.raises(ValueError, match="'spa_Latn' looks like a language code"):
-            export(task, directory=tmp_path / export.__name__, decoding=prefixed)
-        assert not (tmp_path / export.__name__).exists()
+            kt.export.export(task, tmp_path / name, format=name, decoding=prefixed)
+        assert not (tmp_path / name).exists()
     with pytest.raises(ValueError, match="looks like a language code"):
         kt.evaluation.Translator(task, decoding=prefixed)
 
@@ -521,7 +521,7 @@ def test_from_preset_refuses_what_it_cannot_load_by_name(tmp_path):
 
 @pytest.mark.exact
 def test_the_exports_take_the_task_and_its_preset(task, task_texts, tmp_path):
-    version = kt.export.export_saved_model(task, tmp_path / "saved")
+    version = kt.export.export(task, tmp_path / "saved")
     served = tf.saved_model.load(str(version)).signatures["serving_default"]
     texts = [t.decode() for t in served(text=tf.constant(SENTENCES))["translation"].numpy()]
     source_ids = task.preprocessor.source_ids(SENTENCES)
@@ -532,10 +532,10 @@ def test_the_exports_take_the_task_and_its_preset(task, task_texts, tmp_path):
     assert {k: manifest["decoding"][k] for k in settings} == settings
 
     task.save_to_preset(tmp_path / "preset")
-    again = kt.export.export_saved_model(tmp_path / "preset", tmp_path / "saved", beam_size=1)
+    again = kt.export.export(tmp_path / "preset", tmp_path / "saved")  # the preset's settings
     manifest = json.loads((again / "assets.extra" / "manifest.json").read_text())
-    assert manifest["decoding"]["beam_size"] == 1
-    assert manifest["decoding"]["length_penalty"] == task.decoding.length_penalty
+    assert again.name == "2"
+    assert {k: manifest["decoding"][k] for k in settings} == settings
 
 
 def test_the_ranking_round_trips_and_an_old_preset_ranks_as_gnmt(task, tmp_path):
@@ -590,7 +590,7 @@ def test_decoding_settings_are_checked_by_name():
 
 def test_the_ctranslate2_export_takes_the_task(task, tmp_path):
     pytest.importorskip("ctranslate2")  # installed by `make test` (requirements.txt)
-    directory = kt.export.ctranslate2.export_ctranslate2(task, tmp_path / "ct2")
+    directory = kt.export.export(task, tmp_path / "ct2", format="ctranslate2")
     manifest = json.loads((directory / "manifest.json").read_text())
     assert manifest["decoding"]["beam_size"] == task.decoding.beam_size
     assert manifest["decoding"]["length_penalty"] == task.decoding.length_penalty

@@ -18,7 +18,6 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.export.ctranslate2 import export_ctranslate2
 from keras_transformer.pretrained import m2m100
 from tests import programs
 
@@ -205,14 +204,16 @@ def test_the_saved_model_takes_the_target_language_per_request(tmp_path):
     model, vocabularies = imported()
     items = reference()["greedy"]["items"]
     limit = reference()["greedy"]["settings"]["max_new_tokens"]
-    path = kt.export.export_saved_model(
+    path = kt.export.export(
         model,
-        vocabularies,
         tmp_path / "nllb",
-        beam_size=1,
-        max_extra_length=limit,
-        target_prefix="spa_Latn",
-        source_prefix="eng_Latn",
+        vocabularies=vocabularies,
+        decoding=kt.decoding.DecodingSettings(
+            beam_size=1,
+            max_extra_length=limit,
+            target_prefix="spa_Latn",
+            source_prefix="eng_Latn",
+        ),
     )
     manifest = json.loads((path / "assets.extra" / "manifest.json").read_text())
     assert manifest["decoding"]["target_prefix"] == "spa_Latn"
@@ -278,10 +279,12 @@ def test_an_unknown_language_code_is_refused_at_every_door(tmp_path):
     bad = kt.decoding.DecodingSettings(beam_size=1, target_prefix="xxx_Zzzz")
     with pytest.raises(ValueError, match="'xxx_Zzzz' is not one"):
         kt.evaluation.Translator(model, vocabularies, decoding=bad)
-    for export in (kt.export.export_saved_model, kt.export.ctranslate2.export_ctranslate2):
+    for name in ("savedmodel", "ctranslate2"):
         with pytest.raises(ValueError, match="'xxx_Zzzz' is not one"):
-            export(model, vocabularies, tmp_path / export.__name__, decoding=bad)
-        assert not (tmp_path / export.__name__).exists()
+            kt.export.export(
+                model, tmp_path / name, format=name, vocabularies=vocabularies, decoding=bad
+            )
+        assert not (tmp_path / name).exists()
 
 
 def test_the_source_language_is_a_setting_that_generate_and_translator_apply():
@@ -323,7 +326,13 @@ def test_the_ctranslate2_export_gives_transformers_greedy_ids(tmp_path):
     steps are 2.6e-4 apart or more, the engines' logits 2e-5)."""
     ctranslate2 = pytest.importorskip("ctranslate2")
     model, vocabularies = imported()
-    path = export_ctranslate2(model, vocabularies, tmp_path / "ct2", target_prefix="spa_Latn")
+    path = kt.export.export(
+        model,
+        tmp_path / "ct2",
+        format="ctranslate2",
+        vocabularies=vocabularies,
+        decoding=kt.decoding.DecodingSettings(target_prefix="spa_Latn"),
+    )
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["decoding"]["target_prefix"] == "spa_Latn"
     items = reference()["greedy"]["items"]
@@ -489,7 +498,7 @@ def test_an_unsupported_model_type_fails_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="model_type='t5' is not one this library converts"):
         TransformerSeq2SeqLM.from_preset(checkpoint)
     with pytest.raises(ValueError, match="model_type='t5'"):
-        kt.export.export_saved_model(checkpoint, tmp_path / "out")
+        kt.export.export(checkpoint, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -506,7 +506,12 @@ def test_twenty_steps_of_model_fit_lower_the_loss_and_the_model_exports_again(tm
     model.fit(batches, steps_per_epoch=20, epochs=1, verbose=0)
     assert model.evaluate(held, verbose=0) < before - 0.05
     # Greedy (beam search's export: tests/test_export.py).
-    version = kt.export.export_saved_model(model, vocabularies, tmp_path, beam_size=1)
+    version = kt.export.export(
+        model,
+        tmp_path,
+        vocabularies=vocabularies,
+        decoding=kt.decoding.DecodingSettings(beam_size=1),
+    )
     loaded = tf.saved_model.load(str(version))
     texts = [pairs.sources[0], ">>es<< " + pairs.sources[1], ""]
     # The SavedModel's greedy graph and the eager search on weights fine-tuned in the run:

@@ -248,13 +248,8 @@ def exports(tmp_path_factory):
     )
     root = tmp_path_factory.mktemp("exports")
     translators = {
-        "savedmodel": serving.SavedModelTranslator(
-            export.export_saved_model(task, None, root / "savedmodel")
-        ),
-        "ctranslate2": serving.CTranslate2Translator(
-            export.ctranslate2.export_ctranslate2(task, None, root / "ctranslate2")
-        ),
-        "litert": serving.LiteRTTranslator(export.litert.export_litert(task, root / "litert")),
+        name: serving.open(export.export(task, root / name, format=name))
+        for name in ("savedmodel", "ctranslate2", "litert")
     }
     return task, translators
 

@@ -144,7 +144,7 @@ def test_the_load_reports_mismatches_errors_and_hangs(verses):
 def ctranslate2_directory(model, tmp_path_factory):
     pytest.importorskip("ctranslate2")
     directory = tmp_path_factory.mktemp("ctranslate2") / "tiny"
-    return export.ctranslate2.export_ctranslate2(model, bible.vocabularies(), directory)
+    return export.export(model, directory, format="ctranslate2", vocabularies=bible.vocabularies())
 
 
 def test_a_ctranslate2_translator_answers_threads_as_it_answers_alone(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import warnings
 from typing import NamedTuple
 
 from keras import ops
 
+from keras_transformer import _deprecation as deprecation
 from keras_transformer import fast
 from keras_transformer.core import rules
 from keras_transformer.special_ids import PAD_ID
@@ -34,10 +34,10 @@ def loop_phases(phases: int):
     each loop holds its own copy of it (a LiteRT file carries every copy); its buffers have
     room for the whole output from the first step.
     """
-    warnings.warn(
-        "kt.decoding.search.loop_phases is deprecated: pass phases= to the search "
-        "(kt.decoding.plan.DecodingPlan(phases=...)); it goes in the next release",
-        DeprecationWarning,
+    # The caller's line: 3 frames up from here (this generator, contextlib's __enter__).
+    deprecation.warn(
+        "keras_transformer.decoding.search.loop_phases",
+        "phases= of the search (keras_transformer.decoding.DecodingPlan(settings, phases=...))",
         stacklevel=3,
     )
     if not isinstance(phases, int) or phases < 1:

@@ -27,8 +27,9 @@ web.py           `write`: a static site that translates in the browser with Lite
                  builtin-ops file, the page, LiteRT.js from web_assets/)
 
 The former names, `export_saved_model`, `ctranslate2.export_ctranslate2` and
-`export_litert`, are plain aliases of `export(format=...)` with their former arguments, kept
-as they were.
+`export_litert`, are deprecated: each does what `export(format=...)` does with its former
+arguments, with a DeprecationWarning, and goes in the next release (the documentation's
+list of deprecated names).
 """
 
 from keras_transformer._backends import require_tensorflow

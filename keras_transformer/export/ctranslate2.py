@@ -34,6 +34,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_transformer._deprecation import deprecated
 from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
 from keras_transformer.decoding.settings import (
@@ -219,6 +220,10 @@ def _facts(model, vocabularies, settings: DecodingSettings, names: list[str]) ->
     }
 
 
+@deprecated(
+    "keras_transformer.export.ctranslate2.export_ctranslate2",
+    "keras_transformer.export.export(model, path, format='ctranslate2', quantize=..., ...)",
+)
 def export_ctranslate2(
     model,
     vocabularies=None,
@@ -234,9 +239,9 @@ def export_ctranslate2(
     ranking: str | None = None,
     source_prefix: str | None = None,
 ) -> Path:
-    """`kt.export.export(model, directory, format="ctranslate2", quantize=quantization, ...)`
-    under its former name, with its former arguments: the same directory (`write`). A plain
-    alias, kept as it was.
+    """Deprecated: `kt.export.export(model, directory, format="ctranslate2",
+    quantize=quantization, ...)` under its former name, with its former arguments: the same
+    directory (`write`), and a DeprecationWarning. It goes in the next release.
 
     `export_ctranslate2(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset or
     model directory it loads from) with its vocabulary and decoding settings.

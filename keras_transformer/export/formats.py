@@ -31,7 +31,8 @@ folder of one's own, another format's export) is never replaced
 (`kt.serving.formats.in_the_way`).
 
 The former per-format functions (`export_saved_model`, `kt.export.ctranslate2.
-export_ctranslate2`, `export_litert`) are plain aliases of it, kept as they were.
+export_ctranslate2`, `export_litert`) are deprecated wrappers of the writers, with their
+former arguments and a DeprecationWarning, for one release.
 """
 
 from __future__ import annotations

@@ -70,6 +70,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from keras_transformer._deprecation import deprecated
 from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
 from keras_transformer.core import rules
@@ -246,6 +247,10 @@ def _facts(model, vocabularies, settings, described, blob, file_ops, int8_table,
     }
 
 
+@deprecated(
+    "keras_transformer.export.export_litert",
+    "keras_transformer.export.export(model, path, format='litert', ...)",
+)
 def export_litert(
     model,
     path,
@@ -257,8 +262,9 @@ def export_litert(
     manifest: dict | None = None,
     ops: str = "text",
 ) -> Path:
-    """`kt.export.export(model, path, format="litert", ...)` under its former name, with the
-    same arguments: the same file (`write`). A plain alias, kept as it was.
+    """Deprecated: `kt.export.export(model, path, format="litert", ...)` under its former
+    name, with the same arguments: the same file (`write`), and a DeprecationWarning. It goes
+    in the next release.
 
     Args:
         model: a `TransformerSeq2SeqLM`, a directory it loads from, or a `Transformer`.

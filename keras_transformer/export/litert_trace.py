@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import fast
+from keras_transformer._deprecation import deprecated
 from keras_transformer.decoding.plan import DecodingPlan
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe, litert_text
@@ -34,9 +35,15 @@ from keras_transformer.special_ids import EOS_ID, PAD_ID
 TABLE_READS = ("constant", "gather", "embedding_lookup")
 
 
+@deprecated(
+    "keras_transformer.export.litert.translate_text",
+    "keras_transformer.export.litert_trace.signatures(model, vocabularies, settings)"
+    "['serving_default']",
+)
 def translate_text(model, vocabularies, settings: DecodingSettings):
-    """The file's `serving_default`: a `tf.function` text `[batch]` -> `{"translations":
-    [batch]}`, the model's weights in it as constants, made of ops LiteRT converts."""
+    """Deprecated: `signatures(model, vocabularies, settings)["serving_default"]`, the file's
+    `serving_default` (a `tf.function` text `[batch]` -> `{"translations": [batch]}`), with a
+    DeprecationWarning. It goes in the next release."""
     return signatures(model, vocabularies, settings)["serving_default"]
 
 

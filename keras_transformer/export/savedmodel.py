@@ -65,6 +65,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from keras_transformer._deprecation import deprecated
 from keras_transformer._files import atomic_directory
 from keras_transformer._manifest import write_manifest
 from keras_transformer.core import rules
@@ -274,6 +275,10 @@ def _facts(model, vocabularies, settings: DecodingSettings) -> dict:
     }
 
 
+@deprecated(
+    "keras_transformer.export.export_saved_model",
+    "keras_transformer.export.export(model, path, format='savedmodel', ...)",
+)
 def export_saved_model(
     model,
     vocabularies=None,
@@ -293,8 +298,9 @@ def export_saved_model(
     source_prefix: str | None = None,
     quantize: str | None = None,
 ) -> Path:
-    """`kt.export.export(model, directory, format="savedmodel", ...)` under its former name,
-    with its former arguments: the same SavedModel (`write`). A plain alias, kept as it was.
+    """Deprecated: `kt.export.export(model, directory, format="savedmodel", ...)` under its
+    former name, with its former arguments: the same SavedModel (`write`), and a
+    DeprecationWarning. It goes in the next release.
 
     `export_saved_model(task, directory)` exports a `TransformerSeq2SeqLM` (or the preset
     or model directory it loads from) with its vocabulary and decoding settings;

@@ -89,7 +89,7 @@ def translation_endpoints(
     decoding: DecodingSettings | None = None,
 ) -> dict:
     """The four endpoints of a translation model (see the module doc), as
-    `export_saved_model` writes them. To serve endpoints of your own beside them, add yours
+    `kt.export.export` writes them. To serve endpoints of your own beside them, add yours
     to the dictionary and hand it to `write_saved_model` (or each endpoint to a
     `keras.export.ExportArchive`'s `add_endpoint`, whose `write_out` traces each twice).
 

@@ -220,7 +220,7 @@ def load_marian(path):
         >>> from keras_transformer.pretrained import marian
         >>> model, vocabularies = marian.load_marian("opus-mt-en-es")  # doctest: +SKIP
 
-        `model.fit(...)` fine-tunes it; `kt.export.export_saved_model` serves it.
+        `model.fit(...)` fine-tunes it; `kt.export.export` serves it.
     """
     return bart.convert(FAMILY, FAMILY.read_checkpoint(path))
 
