@@ -202,6 +202,20 @@ def test_litert_translate_text_warns_and_is_the_file_s_serving_default(tiny):
     assert len(translations) == len(SENTENCES) and translations[2] == b""
 
 
+@pytest.mark.parametrize("one_table, table", [(True, "gather"), (False, "constant")])
+def test_litert_signatures_one_table_warns_and_is_its_table_read(tiny, one_table, table):
+    """The former keyword `one_table` of `kt.export.litert.signatures`, deprecated, warns
+    once, naming its `table`, and traces what that `table` traces: the same translations."""
+    model, vocabularies = tiny
+    settings = kt.decoding.DecodingSettings(beam_size=1, max_extra_length=4)
+    with warns(f"table={table!r}"):
+        former = export.litert.signatures(model, vocabularies, settings, one_table=one_table)
+    now = export.litert.signatures(model, vocabularies, settings, table=table)
+    text = tf.constant(SENTENCES)
+    translations = former["serving_default"](text)["translations"].numpy().tolist()
+    assert translations == now["serving_default"](text)["translations"].numpy().tolist()
+
+
 def exported_pair(model, vocabularies, root: Path, name: str) -> tuple[Path, Path]:
     """The model written by the format's former function (deprecated: it warns) and by
     `kt.export.export`."""

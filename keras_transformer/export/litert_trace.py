@@ -25,8 +25,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from keras_transformer import fast
-from keras_transformer._deprecation import deprecated
+from keras_transformer import _deprecation, fast
 from keras_transformer.decoding.plan import DecodingPlan
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe, litert_text
@@ -35,7 +34,7 @@ from keras_transformer.special_ids import EOS_ID, PAD_ID
 TABLE_READS = ("constant", "gather", "embedding_lookup")
 
 
-@deprecated(
+@_deprecation.deprecated(
     "keras_transformer.export.litert.translate_text",
     "keras_transformer.export.litert_trace.signatures(model, vocabularies, settings)"
     "['serving_default']",
@@ -47,12 +46,21 @@ def translate_text(model, vocabularies, settings: DecodingSettings):
     return signatures(model, vocabularies, settings)["serving_default"]
 
 
-def signatures(model, vocabularies, settings: DecodingSettings, *, table: str = "gather") -> dict:
+def signatures(
+    model, vocabularies, settings: DecodingSettings, *, table: str = "gather", one_table=None
+) -> dict:
     """The file's signatures by name, each a traced `tf.function` giving `{"translations":
     [batch]}`: `serving_default` (text), and for a vocabulary with language codes (NLLB-200's)
     `serving_prefix` (text, target_prefix) and `serving_languages` (text, source_prefix,
     target_prefix), the prefixes language codes, string `[batch]`. `table`: how the tied
-    embedding table is read, one of `TABLE_READS` (the module doc)."""
+    embedding table is read, one of `TABLE_READS` (the module doc). `one_table`, deprecated
+    (a DeprecationWarning; it goes in the next release): True is `table="gather"`, False
+    `table="constant"`."""
+    if one_table is not None:
+        table = "gather" if one_table else "constant"
+        _deprecation.warn(
+            "keras_transformer.export.litert.signatures(one_table=...)", f"table={table!r}"
+        )
     if table not in TABLE_READS:
         raise ValueError(f"table={table!r} must be one of {TABLE_READS}")
     translate = translator(model, vocabularies, settings, table=table)
