@@ -74,9 +74,9 @@ def run(site: Path, sentences: list[str], repeats: int) -> dict:
 
     timed = interpreter_runs(site)
     browser_ms, python_ms = [], []
-    with browser.served(site) as url:
+    with browser.served(site) as server:
         start = time.perf_counter()
-        with browser.opened(url) as (page, foreign):
+        with browser.opened(server.url) as (page, foreign):
             page.wait_for_function(
                 "window.translatorReady === true || window.translatorError !== undefined",
                 timeout=300_000,
