@@ -34,7 +34,7 @@ from keras_transformer.serving.common import (
 from keras_transformer.serving.litert_bytes import (
     batch_size,
     decoded,
-    encoded_rows,
+    encoded,
     input_bytes,
     is_builtin,
 )
@@ -283,11 +283,8 @@ class LiteRTTranslator:
             raise ValueError(f"n_best={n_best}: {problem}")
         self._check(source_prefix, target_prefix)
         if self._bytes is not None:  # the file's B lines a run: bytes `[B, N]` in and out
-            translations = []
-            for start in range(0, len(lines), self._batch):
-                chunk = lines[start : start + self._batch]
-                rows = encoded_rows(chunk, self._bytes, self._batch)
-                translations += list(self._run(text=rows)["translations"][: len(chunk)])
+            runs = [{"text": encoded(line, self._bytes)} for line in lines]
+            translations = self._run_rows(runs)
             return [[Hypothesis([], decoded(t), float("nan"))] for t in translations]
         if self._languages is None:
             translations = self._run(text=np.array(lines, dtype=object))["translations"]
@@ -314,6 +311,22 @@ class LiteRTTranslator:
             [Hypothesis([], translation.decode("utf-8", "replace"), float("nan"))]
             for translation in translations
         ]
+
+    def _run_rows(self, runs: list[dict]) -> list:
+        """A builtin-ops file's answers to `runs`, each a line's inputs (`text` int32 `[1,
+        N]`...), the file's `batch` of them stacked a run, the last run filled with empty
+        rows (`text` of zeros: answered "", the answers dropped): each line's translation's
+        bytes `[M]`."""
+        import numpy as np
+
+        answers = []
+        for start in range(0, len(runs), self._batch):
+            chunk = runs[start : start + self._batch]
+            empty = {**chunk[-1], "text": np.zeros_like(chunk[-1]["text"])}
+            filled = chunk + [empty] * (self._batch - len(chunk))
+            stacked = {name: np.concatenate([run[name] for run in filled]) for name in chunk[0]}
+            answers += list(self._run(**stacked)["translations"][: len(chunk)])
+        return answers
 
     def _source_language(self, line: bytes, call: str | None, export: str | None):
         """A line's text and source language code ("" for none): the code it starts with
