@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEMO_DIR := runs/demo
 DEMO_SENTENCE := In the beginning, God created the heavens and the earth.
 
-.PHONY: demo test test-quick test-numerics docs lint format clean litertjs
+.PHONY: demo test test-quick test-numerics docs lint format clean litertjs litertjs-package
 
 # uv fills the virtualenv: it fetches and unpacks the wheels in parallel, where pip does one
 # at a time. It writes the bytecode (`--compile-bytecode`) as pip does, because where
@@ -116,4 +116,13 @@ litertjs:
 		&& cp $$work/node_modules/@litertjs/wasm-utils/dist/index.js $(WEB_ASSETS)/litertjs/litertjs-wasm-utils.js \
 		&& cp $$work/node_modules/@litertjs/core/wasm/litert_wasm_compat_internal.js \
 			$$work/node_modules/@litertjs/core/wasm/litert_wasm_compat_internal.wasm $(WEB_ASSETS)/litertjs/ \
+		&& rm -rf $$work
+
+# The lockfile's @litertjs/core whole (its four WASM builds, 38 MB) in build/litertjs-core, for
+# benchmarks/web.py's comparison of the shipped compat build with the relaxed-SIMD one.
+litertjs-package:
+	work=$$(mktemp -d) && cp $(WEB_ASSETS)/npm/package.json $(WEB_ASSETS)/npm/package-lock.json $$work/ \
+		&& (cd $$work && npm ci --ignore-scripts --no-audit --no-fund) \
+		&& rm -rf build/litertjs-core && mkdir -p build \
+		&& cp -r $$work/node_modules/@litertjs/core build/litertjs-core \
 		&& rm -rf $$work

@@ -1,6 +1,9 @@
 """A site served from loopback and opened in headless Chromium (Debian's, driven by
 Playwright for Python: no browser download), for the tests of `kt.export.web`. Every request
-the page makes to another host is refused and recorded: a test fails on any.
+the page makes to another host is refused and recorded: a test fails on any. With the page's
+service worker allowed, the worker's own requests pass the same check (Playwright's service
+worker network events, `SERVICE_WORKER_EVENTS`, Chromium's only), and the browser resolves
+no host but the loopback's.
 
 `make test` installs both first (the Makefile's browser step: chromium from apt where it is
 missing, playwright from requirements.txt). The binary: $CHROMIUM, else the first of
@@ -29,6 +32,8 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+# Playwright routes a service worker's own requests where its driver starts with this set.
+SERVICE_WORKER_EVENTS = "PW_EXPERIMENTAL_SERVICE_WORKER_NETWORK_EVENTS"
 
 
 def chromium() -> str:
@@ -55,26 +60,58 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class Server:
+    """`directory` served over HTTP on 127.0.0.1 (any free port), as `python -m http.server`
+    serves it, from a thread: `url`, the site's; `stop()` closes it (a page then finds no
+    server, as offline)."""
+
+    def __init__(self, directory):
+        handler = functools.partial(_Quiet, directory=str(directory))
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self.stopped = False
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self._server.shutdown()
+            self._server.server_close()
+
+
 @contextlib.contextmanager
 def served(directory):
-    """`directory` served over HTTP on 127.0.0.1 (any free port), as `python -m
-    http.server` serves it: yields the site's URL."""
-    handler = functools.partial(_Quiet, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    """`directory` served on loopback: yields its `Server` (`.url`), stopped at the end."""
+    server = Server(directory)
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        yield server
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 @contextlib.contextmanager
-def opened(url: str):
+def _driver_environment(service_workers: bool):
+    """Playwright's driver started with `SERVICE_WORKER_EVENTS` set where service workers
+    are allowed (the driver reads it at its start), the environment as it was after."""
+    before = os.environ.get(SERVICE_WORKER_EVENTS)
+    if service_workers:
+        os.environ[SERVICE_WORKER_EVENTS] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SERVICE_WORKER_EVENTS, None)
+        else:
+            os.environ[SERVICE_WORKER_EVENTS] = before
+
+
+@contextlib.contextmanager
+def opened(url: str, *, service_workers: bool = False):
     """A fresh headless Chromium (its own profile) with `url` open: yields `(page,
-    foreign)`, `foreign` the list of the URLs of other hosts the page asked for (each
-    refused)."""
+    foreign)`, `foreign` the list of the URLs of other hosts the page or its service
+    worker asked for (each refused). `service_workers`: let the page register its worker
+    (blocked by default, so that every request passes the check without Playwright's
+    experimental events)."""
     from playwright.sync_api import sync_playwright
 
     host = urlsplit(url).netloc
@@ -88,13 +125,18 @@ def opened(url: str):
         else:
             request_route.continue_()
 
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
+    args = FLAGS
+    if service_workers:  # and nothing leaves for another host, checked or not
+        args = [*FLAGS, "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
+    with tempfile.TemporaryDirectory() as profile, contextlib.ExitStack() as stack:
+        with _driver_environment(service_workers):
+            playwright = stack.enter_context(sync_playwright())
         context = playwright.chromium.launch_persistent_context(
             profile,
             executable_path=chromium(),
             headless=True,
-            args=FLAGS,
-            service_workers="block",  # so that every request passes `route`
+            args=args,
+            service_workers="allow" if service_workers else "block",
         )
         try:
             context.route("**/*", route)
@@ -105,7 +147,7 @@ def opened(url: str):
             context.close()
 
 
-__all__ = ["FLAGS", "chromium", "opened", "served"]
+__all__ = ["FLAGS", "SERVICE_WORKER_EVENTS", "Server", "chromium", "opened", "served"]
 
 
 if __name__ == "__main__":  # python -m tests.browser SITE: serves it, prints the URL
@@ -113,6 +155,6 @@ if __name__ == "__main__":  # python -m tests.browser SITE: serves it, prints th
     import time
 
     with served(Path(sys.argv[1])) as site:
-        print(site, flush=True)
+        print(site.url, flush=True)
         while True:
             time.sleep(3600)

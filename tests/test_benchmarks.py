@@ -228,3 +228,37 @@ def test_the_request_benchmark_times_every_part_of_a_request(capsys):
     table = capsys.readouterr().out
     assert "| search in sorted chunks |" in table and "greedy: median steps 24" in table
     json.dumps(result)
+
+
+def test_the_web_benchmark_pages_each_wasm_build_and_checks_the_package(tmp_path):
+    """benchmarks.web: the site copied a WASM build a folder, the relaxed-SIMD copy's app.js
+    loading that build (the compat one's as written); a package folder without the build, or
+    of another version than the lockfile's, refused naming the flag."""
+    from benchmarks import web
+    from keras_transformer.export.web import ASSETS, litertjs_version
+
+    site = tmp_path / "site"
+    (site / "litertjs").mkdir(parents=True)
+    (site / "app.js").write_text((ASSETS / "app.js").read_text())
+    package = tmp_path / "core"
+    with pytest.raises(SystemExit, match="--litertjs-package .*: no @litertjs/core package"):
+        web.relaxed_build(package)
+    (package / "wasm").mkdir(parents=True)
+    for suffix in (".js", ".wasm"):
+        (package / "wasm" / f"litert_wasm_internal{suffix}").write_text(suffix)
+    (package / "package.json").write_text(json.dumps({"version": "0.0.1"}))
+    with pytest.raises(SystemExit, match=r"@litertjs/core 0\.0\.1, where the sites ship"):
+        web.relaxed_build(package)
+    (package / "package.json").write_text(json.dumps(litertjs_version()))
+    script = web.relaxed_build(package)
+    folders = web.pages(site, tmp_path / "pages", script)
+    assert folders == {"compat": "compat", "relaxed_simd": "relaxed_simd"}
+    compat = (tmp_path / "pages" / "compat" / "app.js").read_text()
+    relaxed = (tmp_path / "pages" / "relaxed_simd" / "app.js").read_text()
+    assert "./litertjs/litert_wasm_compat_internal.js" in compat
+    assert "litert_wasm_compat_internal" not in relaxed
+    assert "./litertjs/litert_wasm_internal.js" in relaxed
+    assert sorted(p.name for p in (tmp_path / "pages" / "relaxed_simd" / "litertjs").iterdir()) == [
+        "litert_wasm_internal.js",
+        "litert_wasm_internal.wasm",
+    ]

@@ -15,7 +15,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import export, serving
 from keras_transformer.export import litert, litert_unigram
-from keras_transformer.serving.litert_bytes import decoded, encoded
+from keras_transformer.serving.litert_bytes import decoded, encoded, encoded_rows
 from keras_transformer.special_ids import EOS_ID
 from tests import bible, ties
 
@@ -107,6 +107,7 @@ def test_builtin_file_layout_ops_and_tensors(builtin):
     assert facts["custom_ops"] == []
     signature = facts["signatures"]["serving_default"]
     assert signature["input_bytes"] > 0 and signature["output_bytes"] > 0
+    assert signature["batch"] == 1
     blob = (directory / "model.tflite").read_bytes()
     ops = litert.op_names(blob)
     assert "WHILE" in ops and all(re.fullmatch(r"[A-Z0-9_]+", op) for op in ops), ops
@@ -163,6 +164,115 @@ def test_the_stock_interpreter_translates_as_the_library(tiny, builtin, name):
     assert theirs[2] == theirs[3] == ""
     opened = serving.open(directory)
     assert [h[0].text for h in opened.translate(texts)] == theirs
+
+
+BATCH = 4  # the batched files' rows a run
+
+
+@pytest.fixture(scope="module")
+def batched(tiny, tmp_path_factory):
+    """The tiny model's builtin-ops LiteRT directories of `BATCH` rows a run, one a search."""
+    model, vocabularies = tiny
+    root = tmp_path_factory.mktemp("batched")
+    return {
+        name: export.export(
+            model,
+            root / name,
+            format="litert",
+            ops="builtin",
+            batch=BATCH,
+            vocabularies=vocabularies,
+            decoding=settings,
+        )
+        for name, settings in SEARCHES.items()
+    }
+
+
+@pytest.mark.exact
+@pytest.mark.parametrize("name", list(SEARCHES))
+def test_a_batched_file_translates_each_row_as_the_one_row_file(tiny, builtin, batched, name):
+    """A file of `[BATCH, N]` (`batch=`), under LiteRT's stock `Interpreter`, runs after run
+    (the last one filled with rows of zeros): each row's translation is the `[1, N]` file's
+    of that text, blank texts and rows of zeros "". Another computation (the rows padded to
+    the batch's longest source, the products over a batch): the rule (tests/ties.py), a
+    translation may differ only where the search parts at a tie (greedy within TIE, beam's
+    replay within LAST_BITS); at least 98% alike (all of them when written). `kt.serving.open`
+    batches the same runs: its answers are the bare interpreter's."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    model, vocabularies = tiny
+    settings = SEARCHES[name]
+    directory = batched[name]
+    signature = json.loads((directory / "manifest.json").read_text())["signatures"][
+        "serving_default"
+    ]
+    width = signature["input_bytes"]
+    assert signature["batch"] == BATCH
+    assert signature["inputs"]["text"].startswith(f"int32 [{BATCH}, {width}]")
+    runner = Interpreter(model_path=str(directory / "model.tflite")).get_signature_runner()
+    assert list(runner.get_input_details()["text"]["shape"]) == [BATCH, width]
+    one = Interpreter(model_path=str(builtin[name] / "model.tflite")).get_signature_runner()
+    texts = [*SENTENCES, *verses(30)]  # 37: the last run holds one text and three empty rows
+    assert len(texts) % BATCH
+    theirs, empty = [], []
+    for start in range(0, len(texts), BATCH):
+        chunk = [text.encode() for text in texts[start : start + BATCH]]
+        answers = runner(text=encoded_rows(chunk, width, BATCH))["translations"]
+        theirs += [decoded(row) for row in answers[: len(chunk)]]
+        empty += [decoded(row) for row in answers[len(chunk) :]]
+    ours = [decoded(one(text=encoded(text.encode(), width))["translations"][0]) for text in texts]
+    assert empty == [""] * (-len(texts) % BATCH)
+    assert theirs[2] == theirs[3] == ""
+    same = alike(model, vocabularies, settings, texts, ours, theirs)
+    assert same >= math.ceil(0.98 * len(texts)), (same, len(texts))
+    opened = serving.open(directory)
+    assert [h[0].text for h in opened.translate(texts)] == theirs
+
+
+def test_batch_refusals_name_the_argument(tiny, tmp_path, capsys):
+    """A batch that is not a whole number of 1 or more, above 1 in a text-ops file or with
+    int4 weights: refused in one line naming `batch`, before anything is written; the
+    program's --batch likewise."""
+    model, vocabularies = tiny
+    for batch in (0, -2, 2.0, True):
+        with pytest.raises(ValueError, match=rf"^batch={batch!r}: the texts of one run"):
+            export.export(
+                model,
+                tmp_path / "a",
+                format="litert",
+                ops="builtin",
+                batch=batch,
+                vocabularies=vocabularies,
+            )
+    with pytest.raises(ValueError, match=r"^batch=4 applies to ops='builtin' only"):
+        export.export(model, tmp_path / "b", format="litert", batch=4, vocabularies=vocabularies)
+    with pytest.raises(ValueError, match=r"^batch=4 with quantize='int4': int4 is not in"):
+        export.export(
+            model,
+            tmp_path / "c",
+            format="litert",
+            ops="builtin",
+            batch=4,
+            quantize="int4",
+            vocabularies=vocabularies,
+        )
+    with pytest.raises(TypeError, match="format='web' takes no option batch"):
+        export.export(model, tmp_path / "d", format="web", batch=4, vocabularies=vocabularies)
+    assert not list(tmp_path.iterdir())
+    from trainers import export as program
+
+    flags = ["--model-dir", "runs/x", "--out", "out", "--format", "litert", "--batch", "4"]
+    assert program.flag_problem(program.parse_args(flags)) == (
+        "--batch applies to --format litert --ops builtin only"
+    )
+    assert program.flag_problem(program.parse_args([*flags, "--ops", "builtin"])) is None
+    assert (
+        program.flag_problem(program.parse_args([*flags, "--ops", "builtin", "--quantize", "int4"]))
+        == "--batch 4: --quantize int4 is not in builtin-ops files yet"
+    )
+    with pytest.raises(SystemExit):
+        program.parse_args([*flags[:-1], "0"])
+    assert "argument --batch: 0 must be >= 1" in capsys.readouterr().err
 
 
 def test_builtin_refusals_before_anything_is_written(tiny, tmp_path):

@@ -1,10 +1,14 @@
 """The web site (`kt.export.web`): its files (the page, the builtin-ops LiteRT file, LiteRT.js
 shipped inside the package); served from loopback and opened in headless Chromium, it
-translates as the SavedModel does and asks no other host for anything."""
+translates as the SavedModel does and asks no other host for anything; its service worker
+keeps it for offline use; a model that cannot be fetched is said on the page."""
 
 import json
 import math
 import re
+import shutil
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -12,6 +16,38 @@ from keras_transformer import export, serving
 from keras_transformer.serving import formats
 from tests import bible, browser
 from tests.test_litert_builtin import MAX_LENGTH, SEARCHES, alike, verses
+
+TRANSLATE = """async (texts) => {
+  const out = [];
+  for (const t of texts) out.push(await window.translate(t));
+  return out;
+}"""
+# The site's files that its service worker stored, by the URL's path (each store of the origin).
+STORED = """async () => {
+  const paths = [];
+  for (const name of await caches.keys()) {
+    for (const request of await (await caches.open(name)).keys()) {
+      paths.push(new URL(request.url).pathname);
+    }
+  }
+  return paths.sort();
+}"""
+
+
+def loaded(page) -> None:
+    """Waits until the page has loaded its model (or failed to); fails naming its error."""
+    page.wait_for_function(
+        "window.translatorReady === true || window.translatorError !== undefined",
+        timeout=180_000,
+    )
+    assert page.evaluate("window.translatorError") is None
+
+
+def worker_files(site) -> list[str]:
+    """The files that the site's service worker stores at install (its `FILES`)."""
+    text = (site / export.web.SERVICE_WORKER).read_text()
+    [files] = re.findall(r"^const FILES = (\[.*\]);$", text, re.MULTILINE)
+    return json.loads(files)
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +91,17 @@ def test_the_site_s_files(site):
     assert facts["litertjs"]["license"] == "Apache-2.0"
     assert facts["litertjs"]["version"] == export.web.litertjs_version()["version"]
     assert formats.find(written).name == "web"
+    # Its service worker stores every other file of the site, under a name of their contents.
+    others = sorted(
+        p.relative_to(written).as_posix()
+        for p in written.rglob("*")
+        if p.is_file() and p.name != "service-worker.js"
+    )
+    assert worker_files(written) == ["./", *others]
+    [cache] = re.findall(
+        r"^const CACHE = '(.*)';$", (written / "service-worker.js").read_text(), re.M
+    )
+    assert re.fullmatch("kt-web-[0-9a-f]{16}", cache), cache
     # The page names nothing of another host.
     for name in ("index.html", "app.js", "service-worker.js"):
         assert not re.search(r"https?://", (written / name).read_text()), name
@@ -72,12 +119,8 @@ def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
     written, saved = site
     texts = verses(30)
     expected = [h[0].text for h in serving.open(saved).translate([texts[0], *texts])]
-    with browser.served(written) as url, browser.opened(url) as (page, foreign):
-        page.wait_for_function(
-            "window.translatorReady === true || window.translatorError !== undefined",
-            timeout=180_000,
-        )
-        assert page.evaluate("window.translatorError") is None
+    with browser.served(written) as server, browser.opened(server.url) as (page, foreign):
+        loaded(page)
         # The progress bar followed the model's download, and is hidden once it is loaded.
         progress = "(bar => [bar.value, bar.hidden])(document.getElementById('progress'))"
         assert page.evaluate(progress) == [1, True]
@@ -89,14 +132,76 @@ def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
             timeout=60_000,
         )
         shown = page.locator("#translation").text_content()
-        translations = page.evaluate(
-            "async (texts) => { const out = []; "
-            "for (const t of texts) out.push(await window.translate(t)); return out; }",
-            texts,
-        )
+        translations = page.evaluate(TRANSLATE, texts)
         assert page.evaluate("window.translate('')") == ""
     assert foreign == []
     assert shown == expected[0]
     settings = SEARCHES["beam"]
     same = alike(model, vocabularies, settings, texts, expected[1:], translations)
     assert same >= math.ceil(0.98 * len(texts)), (same, len(texts))
+
+
+@pytest.mark.slow  # a browser, LiteRT.js's WASM compiled twice
+def test_the_page_translates_offline_once_its_service_worker_holds_the_site(site):
+    """Headless Chromium with the page's service worker allowed: once the worker controls the
+    page, its store holds every file of the site; the server stopped (no server at the
+    site's address), the page reloads from the store alone and translates as it did online
+    (one engine, one computation: equal). No request, the worker's included, leaves for
+    another host."""
+    written, _ = site
+    texts = [*verses(3), ""]
+    with (
+        browser.served(written) as server,
+        browser.opened(server.url, service_workers=True) as (page, foreign),
+    ):
+        loaded(page)
+        online = page.evaluate(TRANSLATE, texts)
+        page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=60_000)
+        # The worker controls the page once installed, which stored FILES.
+        stored = sorted("/" + name.removeprefix("./") for name in worker_files(written))
+        assert page.evaluate(STORED) == stored
+        server.stop()
+        with pytest.raises(urllib.error.URLError):  # offline: nothing answers there
+            urllib.request.urlopen(server.url, timeout=5)
+        responses = []
+        page.on("response", lambda response: responses.append(response))
+        page.reload()
+        loaded(page)
+        offline = page.evaluate(TRANSLATE, texts)
+        page.fill("#text", texts[0])
+        page.click("#go")
+        page.wait_for_function(
+            "document.getElementById('translation').textContent !== ''", timeout=60_000
+        )
+        shown = page.locator("#translation").text_content()
+    assert foreign == []
+    # Every file of the page came from the worker, none from a server.
+    paths = {response.url.removeprefix(server.url) for response in responses}
+    assert {"", "app.js", "model.tflite", "manifest.json"} <= paths
+    assert all(response.from_service_worker and response.ok for response in responses)
+    assert offline == online and offline[-1] == "" and shown == online[0]
+
+
+@pytest.mark.slow  # a browser, twice
+def test_a_model_that_cannot_be_fetched_is_said_on_the_page(site, tmp_path):
+    """The page's first load with its model missing (404) or its request failed: the page
+    says "The model could not be loaded" with the reason, the button stays disabled, and
+    `window.translate` rejects with the same reason."""
+    written, _ = site
+    missing = tmp_path / "missing"
+    shutil.copytree(written, missing, ignore=shutil.ignore_patterns("model.tflite"))
+    failed = "document.getElementById('status').textContent"
+    reject = "window.translate('Amen.').then(() => 'answered', (error) => error.message)"
+    with browser.served(missing) as server, browser.opened(server.url) as (page, foreign):
+        page.wait_for_function("window.translatorError !== undefined", timeout=60_000)
+        assert page.evaluate(failed) == "The model could not be loaded: ./model.tflite: 404"
+        assert page.locator("#go").is_disabled()
+        assert page.evaluate(reject) == "./model.tflite: 404"
+    assert foreign == []
+    with browser.served(written) as server, browser.opened(server.url) as (page, foreign):
+        page.route("**/model.tflite", lambda route: route.abort())  # then a fresh load
+        page.reload()
+        page.wait_for_function("window.translatorError !== undefined", timeout=60_000)
+        assert page.evaluate(failed) == "The model could not be loaded: Failed to fetch"
+        assert page.locator("#go").is_disabled()
+    assert foreign == []

@@ -45,7 +45,8 @@ does. int8 is dynamic-range int8 weights, the tied embedding table stored twice 
 projection in int8; `--int8-table once` for the smaller file); int4 the projections in int4
 and the table in int8 (ai-edge-quantizer). `--ops builtin` writes a file of LiteRT's builtin
 ops alone, UTF-8 bytes in and out (no string tensor, no tensorflow-text op), that the stock
-runtimes run: a phone's LiteRT, LiteRT.js in a browser (`kt.export.litert_builtin`).
+runtimes run: a phone's LiteRT, LiteRT.js in a browser (`kt.export.litert_builtin`); its
+input is one text's bytes a run, or `--batch B` texts' (int32 [B, N]).
 
 `--format web [--quantize int8|float16]` writes the directory --out as a static site that
 translates in the browser: index.html, the builtin-ops LiteRT file and LiteRT.js, shipped
@@ -126,6 +127,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "a phone's or LiteRT.js in a browser)",
     )
     parser.add_argument(
+        "--batch",
+        type=flags.positive_int,
+        help="--format litert --ops builtin: the texts one run of the file takes, its input "
+        "int32 [batch, N] (default 1), each row translated as alone",
+    )
+    parser.add_argument(
         "--quantize",
         choices=QUANTIZE_TYPES,
         help="the weights' type (default float32): int8 or bfloat16 for either format (a "
@@ -184,6 +191,11 @@ def flag_problem(args: argparse.Namespace) -> str | None:
     if args.ops and "ops" not in found.options:
         takers = [name for name, entry in FORMATS.items() if "ops" in entry.options]
         return f"--ops applies to --format {' and '.join(takers)} only"
+    if args.batch is not None and not ("batch" in found.options and args.ops == "builtin"):
+        takers = [name for name, entry in FORMATS.items() if "batch" in entry.options]
+        return f"--batch applies to --format {' and '.join(takers)} --ops builtin only"
+    if args.batch is not None and args.batch > 1 and args.quantize == "int4":
+        return f"--batch {args.batch}: --quantize int4 is not in builtin-ops files yet"
     if args.stopping and "stopping" in found.decides:
         takers = [name for name, entry in FORMATS.items() if "stopping" not in entry.decides]
         return (
@@ -251,6 +263,7 @@ def main(argv=None) -> int:
         "int8_table": args.int8_table,
         "prefix_signature": args.prefix_signature,
         "ops": args.ops,
+        "batch": args.batch,
     }
     options = {
         name: value for name, value in given.items() if name in found.options and value is not None

@@ -15,7 +15,8 @@ The formats, and each one's own options (`kt.serving.formats.FORMATS`):
 - "litert": `path/model.tflite`, one LiteRT file for a device
   (`kt.export.litert.write`); options `manifest`, `int8_table` (with int8: "twice",
   the default, or "once"), `ops`: "text" (tensorflow-text's ops, strings in and out) or
-  "builtin" (builtin ops only, UTF-8 bytes in and out, `kt.export.litert_builtin`).
+  "builtin" (builtin ops only, UTF-8 bytes in and out, `kt.export.litert_builtin`),
+  `batch` (a builtin-ops file's texts a run: its input `[batch, N]`; 1 by default).
   `quantize`: "int8", "int4" (ai-edge-quantizer; its table in int8; text ops only) or
   "float16".
 - "web": `path`, a static web site that translates in the browser with LiteRT.js

@@ -57,8 +57,8 @@ written in it is cut as text (`LiteRTTranslator` takes a leading code off and gi
 source language), and a blank text is one the normalizer leaves nothing of.
 
 `ops="builtin"` writes instead a file of LiteRT's builtin ops alone, UTF-8 bytes in and out
-(int32 rows, no string tensor), that the stock runtimes run (a phone's, LiteRT.js in a
-browser): `kt.export.litert_builtin`.
+(int32 rows, no string tensor; `batch` rows a run), that the stock runtimes run (a phone's,
+LiteRT.js in a browser): `kt.export.litert_builtin`.
 
 Not written: M2M100 models and multilingual OPUS-MT ones (>>spa<< tokens), a prefix that is
 not an NLLB-200 language code, a BPE model with byte fallback or user-defined pieces, n-best
@@ -108,6 +108,7 @@ def write(
     manifest: dict | None = None,
     int8_table: str | None = None,
     ops: str = "text",
+    batch: int = 1,
 ) -> Path:
     """Writes `path/model.tflite`, text in and translations out (see the module doc), and
     `path/manifest.json` (settings, sizes, ops): the LiteRT format's writer,
@@ -136,6 +137,9 @@ def write(
             doc); "builtin": LiteRT's builtin ops only, UTF-8 bytes in and out
             (`kt.export.litert_builtin`), for the stock runtimes (a phone's, LiteRT.js).
             Defaults to "text".
+        batch: int. With `ops="builtin"`, the texts one run of the file takes: its input
+            int32 `[batch, N]`, a row a text (a row of zeros an empty one), each translated
+            as alone; the manifest's signature records it. Defaults to 1.
 
     Returns:
         The directory written.
@@ -155,6 +159,7 @@ def write(
     table = _table_read(quantize, int8_table)
     if ops not in OPS:
         raise ValueError(f"ops={ops!r} must be one of {OPS}")
+    litert_builtin.check_batch(batch, ops, quantize)
     if ops == "builtin" and quantize == "int4":
         raise ValueError("quantize='int4' is not in builtin-ops files (ops='builtin') yet")
     model, vocabularies, path, settings = resolve_model(model, vocabularies, path, decoding)
@@ -164,8 +169,10 @@ def write(
     if path.exists():
         raise FileExistsError(f"{path} exists; choose a new directory")
     if ops == "builtin":
-        functions, *sizes = litert_builtin.signatures(model, vocabularies, settings, table=table)
-        described = litert_builtin.described_signatures(*sizes)
+        functions, *sizes = litert_builtin.signatures(
+            model, vocabularies, settings, table=table, batch=batch
+        )
+        described = litert_builtin.described_signatures(*sizes, batch=batch)
     else:
         functions = signatures(model, vocabularies, settings, table=table)
         described = _described(functions)

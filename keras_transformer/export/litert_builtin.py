@@ -3,10 +3,13 @@
 (Android's, iOS's, LiteRT.js in a browser), which run LiteRT's builtin ops and have neither
 string tensors nor tensorflow-text's kernels.
 
-The file's signature `serving_default` takes `text`, int32 `[1, N]`: a text's UTF-8 bytes,
-0-padded (a byte 0 ends the text; a longer text is cut to N bytes by its caller, at a
-character's start), and gives `translations`, int32 `[1, M]`: the translation's UTF-8 bytes,
-0-padded. N and M are in the manifest (`"signatures"`), as is `"ops": "builtin"`. Inside it:
+The file's signature `serving_default` takes `text`, int32 `[B, N]`: B texts' UTF-8 bytes,
+a row each, 0-padded (a byte 0 ends the text; a longer text is cut to N bytes by its caller,
+at a character's start; a row of zeros is an empty text), and gives `translations`, int32
+`[B, M]`: each translation's UTF-8 bytes, 0-padded. B is 1 unless the export asks for more
+(`batch`): each row is cut and translated as a file of one row would (an empty one gives an
+empty answer). B, N and M are in the manifest (`"signatures"`), as is `"ops": "builtin"`.
+Inside it:
 
 1. SentencePiece's unigram cut over the bytes (`kt.export.litert_unigram.UnigramCut`:
    Viterbi over the pieces that start at each byte, a `WHILE` loop), the pieces cut to
@@ -94,15 +97,22 @@ def check_vocabularies(vocabularies) -> None:
 
 
 def signatures(
-    model, vocabularies, settings, *, input_bytes: int | None = None, table: str = "gather"
+    model,
+    vocabularies,
+    settings,
+    *,
+    input_bytes: int | None = None,
+    table: str = "gather",
+    batch: int = 1,
 ) -> dict:
-    """The builtin-ops file's `serving_default`, traced: `text` int32 `[1, input_bytes]`
-    (UTF-8, 0-padded) -> `{"translations": int32 [1, output_bytes]}` (the module doc), and
-    the two sizes: `(functions, input_bytes, output_bytes)`. `input_bytes` None: the
-    model's `max_length` times the longest piece's bytes (a text cut there is never cut
-    before the `max_length - 1` pieces the text file keeps). `table`: how the tied embedding
-    table is read, one of `kt.export.litert_trace.TABLE_READS` but "embedding_lookup" (as
-    `kt.export.litert.write` picks it for the weights' type)."""
+    """The builtin-ops file's `serving_default`, traced: `text` int32 `[batch,
+    input_bytes]` (UTF-8, 0-padded) -> `{"translations": int32 [batch, output_bytes]}` (the
+    module doc), and the two sizes: `(functions, input_bytes, output_bytes)`. `input_bytes`
+    None: the model's `max_length` times the longest piece's bytes (a text cut there is
+    never cut before the `max_length - 1` pieces the text file keeps). `table`: how the
+    tied embedding table is read, one of `kt.export.litert_trace.TABLE_READS` but
+    "embedding_lookup" (as `kt.export.litert.write` picks it for the weights' type).
+    `batch`: the texts of one run (`check_batch`), each row searched as alone."""
     import keras
 
     from keras_transformer import fast
@@ -138,9 +148,9 @@ def signatures(
         with keras.StatelessScope(state_mapping=constants):
             ids, _ = plan.search(model, source_ids)
         out = detokenize(surfaces, ids[:, :max_length], source_ids, max_length)
-        return {"translations": tf.reshape(out, [1, output_bytes])}
+        return {"translations": tf.reshape(out, [batch, output_bytes])}
 
-    spec = [tf.TensorSpec([1, input_bytes], tf.int32, "text")]
+    spec = [tf.TensorSpec([batch, input_bytes], tf.int32, "text")]
     # The stock path: as `kt.export.litert.signatures` traces it.
     with fast.switched(False):
         traced = tf.function(serving_default, input_signature=spec, autograph=False)
@@ -148,16 +158,36 @@ def signatures(
     return {"serving_default": traced}, input_bytes, output_bytes
 
 
-def described_signatures(input_bytes: int, output_bytes: int) -> dict:
-    """The file's signature as the manifest describes it."""
+def described_signatures(input_bytes: int, output_bytes: int, batch: int = 1) -> dict:
+    """The file's signature as the manifest describes it: `batch` rows of `input_bytes`
+    in, of `output_bytes` out."""
     return {
         "serving_default": {
-            "inputs": {"text": f"int32 [1, {input_bytes}] UTF-8 bytes, 0-padded"},
-            "outputs": {"translations": f"int32 [1, {output_bytes}] UTF-8 bytes, 0-padded"},
+            "inputs": {"text": f"int32 [{batch}, {input_bytes}] UTF-8 bytes, 0-padded"},
+            "outputs": {"translations": f"int32 [{batch}, {output_bytes}] UTF-8 bytes, 0-padded"},
+            "batch": batch,
             "input_bytes": input_bytes,
             "output_bytes": output_bytes,
         }
     }
+
+
+def check_batch(batch, ops: str, quantize: str | None) -> None:
+    """Raises ValueError naming a `batch` a file cannot take: not a whole number of 1 or
+    more, or above 1 in a file that is not builtin-ops (a text file takes any number of
+    strings a run) or with int4 weights (not in builtin-ops files)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch={batch!r}: the texts of one run of the file, 1 or more")
+    if batch > 1 and ops != "builtin":
+        raise ValueError(
+            f"batch={batch} applies to ops='builtin' only (a text file takes any number of "
+            "strings a run)"
+        )
+    if batch > 1 and quantize == "int4":
+        raise ValueError(
+            f"batch={batch} with quantize='int4': int4 is not in builtin-ops files "
+            "(ops='builtin') yet"
+        )
 
 
 def check_builtin(ops: list[str]) -> None:
@@ -168,6 +198,7 @@ def check_builtin(ops: list[str]) -> None:
 
 
 __all__ = [
+    "check_batch",
     "check_builtin",
     "check_vocabularies",
     "described_signatures",

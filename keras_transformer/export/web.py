@@ -6,16 +6,18 @@ progress indicator while the model loads; `window.translate(text)` returns a Pro
 translation), `model.tflite` (the builtin-ops LiteRT file of `kt.export.litert_builtin`:
 UTF-8 bytes in and out, no custom op), `manifest.json` (the file's, "format": "web"),
 `service-worker.js` (the site's files kept for offline use, where the browser allows a
-service worker: https or localhost), and `litertjs/`: LiteRT.js (`@litertjs/core`, its
-version in `manifest.json`'s "litertjs", Apache-2.0), its WASM build that needs no relaxed
-SIMD nor threads, so any browser with WebAssembly runs it. The LiteRT.js files ship inside
-this package (`web_assets/`, pinned by `web_assets/npm/package-lock.json`; `make litertjs`
-refreshes them): nothing is loaded from another host, and writing a site needs no npm. Any
-static server serves it (`python -m http.server -d SITE`).
+service worker: https or localhost; `service_worker` names them), and `litertjs/`:
+LiteRT.js (`@litertjs/core`, its version in `manifest.json`'s "litertjs", Apache-2.0), its
+WASM build that needs no relaxed SIMD nor threads, so any browser with WebAssembly runs it.
+The LiteRT.js files ship inside this package (`web_assets/`, pinned by
+`web_assets/npm/package-lock.json`; `make litertjs` refreshes them): nothing is loaded from
+another host, and writing a site needs no npm. Any static server serves it (`python -m
+http.server -d SITE`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -25,7 +27,8 @@ from keras_transformer.decoding.settings import DecodingSettings
 from keras_transformer.serving.web import FORMAT, PAGE
 
 ASSETS = Path(__file__).parent / "web_assets"
-PAGE_FILES = (PAGE, "app.js", "service-worker.js")
+SERVICE_WORKER = "service-worker.js"
+PAGE_FILES = (PAGE, "app.js", SERVICE_WORKER)
 LITERTJS = "litertjs"  # the folder of LiteRT.js's files, in the package and in a site
 
 
@@ -102,7 +105,41 @@ def write(
         facts = json.loads((written / litert.MANIFEST).read_text())
         facts |= {"format": FORMAT, "litertjs": litertjs_version()}
         (written / litert.MANIFEST).write_text(json.dumps(facts, indent=2) + "\n")
+        service_worker(written)
     return path
 
 
-__all__ = ["ASSETS", "LITERTJS", "PAGE_FILES", "litertjs_version", "write"]
+def service_worker(site: Path) -> None:
+    """Writes the site's files into its `service-worker.js` (the package's, copied there),
+    for it to store them at install: `FILES`, the site's folder ("./") and every file but the
+    worker itself, and `CACHE`, its store's name, "kt-web-" and a digest of their contents
+    (a site written again with other files installs anew)."""
+    files = sorted(
+        p.relative_to(site).as_posix()
+        for p in site.rglob("*")
+        if p.is_file() and p.name != SERVICE_WORKER
+    )
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode() + b"\0" + (site / name).read_bytes())
+    lines = {
+        "const CACHE = 'kt-web';": f"const CACHE = 'kt-web-{digest.hexdigest()[:16]}';",
+        "const FILES = ['./'];": f"const FILES = {json.dumps(['./', *files])};",
+    }
+    text = (site / SERVICE_WORKER).read_text()
+    for line, written in lines.items():
+        if text.count(line) != 1:  # the package's worker changed without this function
+            raise RuntimeError(f"{SERVICE_WORKER} of the package lacks the line {line!r}")
+        text = text.replace(line, written)
+    (site / SERVICE_WORKER).write_text(text)
+
+
+__all__ = [
+    "ASSETS",
+    "LITERTJS",
+    "PAGE_FILES",
+    "SERVICE_WORKER",
+    "litertjs_version",
+    "service_worker",
+    "write",
+]

@@ -147,7 +147,7 @@ FORMATS: dict[str, Format] = {
             writer="keras_transformer.export.litert:write",
             manifest_file=LITERT_MANIFEST,
             quantize=("int8", "int4", "float16"),
-            options=("manifest", "int8_table", "ops"),
+            options=("manifest", "int8_table", "ops", "batch"),
             scores=False,
         ),
         Format(

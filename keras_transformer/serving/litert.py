@@ -31,7 +31,13 @@ from keras_transformer.serving.common import (
     lines_of,
     read_manifest,
 )
-from keras_transformer.serving.litert_bytes import decoded, encoded, input_bytes, is_builtin
+from keras_transformer.serving.litert_bytes import (
+    batch_size,
+    decoded,
+    encoded,
+    input_bytes,
+    is_builtin,
+)
 
 FORMAT = "litert"  # manifest.json's "format"
 MANIFEST = "manifest.json"  # beside the file
@@ -151,7 +157,9 @@ class LiteRTTranslator:
     """Translates text with a LiteRT file of `kt.export.litert`, the search its export wrote
     into it: its `serving_default` signature (`text` in, `translations` out), or for an
     NLLB-200 file `serving_languages` (`text`, `source_prefix`, `target_prefix`), both
-    languages given a request.
+    languages given a request. A builtin-ops file (`kt.export.litert_builtin`) takes the
+    lines' UTF-8 bytes, its manifest's `batch` of them a run (the last run filled with empty
+    rows, their answers dropped).
 
     For an NLLB-200 file, each line's source language is the language code it starts with
     (a word of its own, one of the file's codes: it is taken off the text, as the library's
@@ -229,6 +237,7 @@ class LiteRTTranslator:
             raise ValueError(f"{path}: {error}") from None
         self._run = interpreter.get_signature_runner("serving_default")
         self._bytes = input_bytes(self.manifest) if builtin else None
+        self._batch = batch_size(self.manifest) if builtin else None
         self._languages = None
         if self.languages and self.languages["target"]:
             self._languages = interpreter.get_signature_runner("serving_languages")
@@ -273,10 +282,9 @@ class LiteRTTranslator:
         if (problem := self.n_best_problem(n_best)) is not None:
             raise ValueError(f"n_best={n_best}: {problem}")
         self._check(source_prefix, target_prefix)
-        if self._bytes is not None:  # one line a run: bytes `[1, N]` in and out
-            translations = [
-                self._run(text=encoded(line, self._bytes))["translations"][0] for line in lines
-            ]
+        if self._bytes is not None:  # the file's B lines a run: bytes `[B, N]` in and out
+            runs = [{"text": encoded(line, self._bytes)} for line in lines]
+            translations = self._run_rows(runs)
             return [[Hypothesis([], decoded(t), float("nan"))] for t in translations]
         if self._languages is None:
             translations = self._run(text=np.array(lines, dtype=object))["translations"]
@@ -303,6 +311,22 @@ class LiteRTTranslator:
             [Hypothesis([], translation.decode("utf-8", "replace"), float("nan"))]
             for translation in translations
         ]
+
+    def _run_rows(self, runs: list[dict]) -> list:
+        """A builtin-ops file's answers to `runs`, each a line's inputs (`text` int32 `[1,
+        N]`...), the file's `batch` of them stacked a run, the last run filled with empty
+        rows (`text` of zeros: answered "", the answers dropped): each line's translation's
+        bytes `[M]`."""
+        import numpy as np
+
+        answers = []
+        for start in range(0, len(runs), self._batch):
+            chunk = runs[start : start + self._batch]
+            empty = {**chunk[-1], "text": np.zeros_like(chunk[-1]["text"])}
+            filled = chunk + [empty] * (self._batch - len(chunk))
+            stacked = {name: np.concatenate([run[name] for run in filled]) for name in chunk[0]}
+            answers += list(self._run(**stacked)["translations"][: len(chunk)])
+        return answers
 
     def _source_language(self, line: bytes, call: str | None, export: str | None):
         """A line's text and source language code ("" for none): the code it starts with
