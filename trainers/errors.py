@@ -12,7 +12,8 @@
                          where it was, its files handled as on any error (what it had saved
                          stays; an output it was writing is not left half written in its place)
 
-Every error is printed to stderr as one line, `error: MESSAGE`; Ctrl-C as `interrupted`
+Every error is printed to stderr as one line, `error: MESSAGE`; a bad argument as argparse's
+`PROG: error: MESSAGE`, also one line (`flags.ArgumentParser`); Ctrl-C as `interrupted`
 (`program`, around every program's `main`, instead of Python's traceback).
 
 The module is plain Python until `CorpusError`, `USER_ERRORS` or `LOST_WORKER_ERRORS` is
