@@ -135,6 +135,7 @@ def test_a_bad_argument_is_one_line_naming_it_and_exit_status_2():
         (module, "no-such-command" if module.endswith("saved_model_cli") else "--no-such-flag")
         for module in modules
     ]
+    cases.append(("trainers.saved_model_cli",))  # no command
     translate = ("trainers.translate", "--model", ROOT, "--batch-size", "0")
     reports = run_programs(*cases, translate)
     for (module, *_), (status, stderr, heavy) in zip([*cases, translate], reports, strict=True):

@@ -50,7 +50,9 @@ def main(argv=None) -> int:
     prog = flags.prog("trainers.saved_model_cli")
     if "-h" in argv or "--help" in argv:
         usage_parser(prog).parse_args(["--help"])  # prints the usage, exits with status 0
-    if not argv or not argv[0].startswith("-"):  # the original's --version aside
+    if not argv:
+        usage_parser(prog).error(f"give a command: one of {', '.join(COMMANDS)}")
+    if not argv[0].startswith("-"):  # the original's --version aside
         usage_parser(prog).parse_args(argv)  # the command is one of COMMANDS
     # TensorFlow's Python logger gives itself a handler when it starts and the root logger has
     # none; the original's absl.app.run then gives the root Abseil's, and every record (`run`'s
