@@ -127,13 +127,16 @@ print("\\n" + json.dumps([status or 0, [m for m in HEAVY if m in sys.modules]]))
 """
 
 
-def program_imports(module: str, *args, **kwargs) -> tuple[subprocess.CompletedProcess, list]:
-    """`python -m MODULE ARGS` in a new process, and which of HEAVY (TensorFlow, Keras, the
-    library's package `__init__`) it had imported when it ended: `(process, imported)`, the
-    process's `returncode` the program's exit status and its stdout the program's own.
-    `run`'s keyword arguments; `check` defaults to False (the tests of refusals)."""
+def program_imports(
+    module: str, *args, modules: tuple[str, ...] = HEAVY, **kwargs
+) -> tuple[subprocess.CompletedProcess, list]:
+    """`python -m MODULE ARGS` in a new process, and which of `modules` (HEAVY: TensorFlow,
+    Keras, the library's package `__init__`) it had imported when it ended: `(process,
+    imported)`, the process's `returncode` the program's exit status and its stdout the
+    program's own. `run`'s keyword arguments; `check` defaults to False (the tests of
+    refusals)."""
     check = kwargs.pop("check", False)
-    code = f"HEAVY = {HEAVY!r}\n{_IMPORTS_AFTER}"
+    code = f"HEAVY = {tuple(modules)!r}\n{_IMPORTS_AFTER}"
     result = snippet(code, module, *args, check=False, **kwargs)
     if result.returncode != 0:  # an exception out of the program (a traceback)
         raise AssertionError(

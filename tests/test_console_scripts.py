@@ -125,6 +125,31 @@ def run_programs(*runs, cwd=ROOT) -> list[tuple]:
     return [(result.returncode, result.stderr, heavy) for result, heavy in done]
 
 
+def test_a_bad_argument_is_one_line_naming_it_and_exit_status_2():
+    """argparse's refusals, as every program's parser (`trainers.flags.ArgumentParser`)
+    writes them: `PROG: error: MESSAGE` and a pointer to `--help` in one line, not the usage
+    block before it; exit status 2, before TensorFlow starts."""
+    # import_marian last: it imports import_pretrained, which runpy would then run again.
+    modules = sorted(PROGRAMS, key=lambda module: module == "trainers.import_marian")
+    cases = [  # a required flag missing, mostly; saved_model_cli's command unknown
+        (module, "no-such-command" if module.endswith("saved_model_cli") else "--no-such-flag")
+        for module in modules
+    ]
+    cases.append(("trainers.saved_model_cli",))  # no command
+    translate = ("trainers.translate", "--model", ROOT, "--batch-size", "0")
+    reports = run_programs(*cases, translate)
+    for (module, *_), (status, stderr, heavy) in zip([*cases, translate], reports, strict=True):
+        prog = f"python -m {module}"
+        assert (status, heavy) == (2, []), (module, stderr)
+        assert len(stderr.splitlines()) == 1, (module, stderr)
+        assert stderr.startswith(f"{prog}: error: "), (module, stderr)
+        assert stderr.endswith(f" ({prog} --help lists the flags)\n"), (module, stderr)
+    assert reports[-1][1] == (
+        "python -m trainers.translate: error: argument --batch-size: 0 must be >= 1 "
+        "(python -m trainers.translate --help lists the flags)\n"
+    )
+
+
 def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
     """Each program given a path that is not there: one line naming it, exit status 2, and
     neither TensorFlow nor Keras nor the library imported (about half a minute saved)."""

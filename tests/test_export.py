@@ -1,6 +1,7 @@
 """The TF Serving export: layout and manifest, atomic versions, the same translations as the
 library, and a fresh process with only tensorflow and tensorflow_text serving bad input."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -692,6 +693,20 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_partial_output(exported,
     assert (process.returncode, process.stderr.read().decode()) == (130, "interrupted\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
     assert output.read_text() == "the translations of yesterday\n"
+
+
+def test_translate_runs_on_tensorflow_without_jax(exported):
+    """`import tensorflow` imported JAX where it is installed (TensorFlow's LiteRT converter
+    takes `jax.jit`), and JAX's garbage-collector callback is a place where Python ignores a
+    Ctrl-C: 4 of 12 interrupted runs of a program exited 0. A program on TensorFlow keeps
+    JAX out (`trainers.errors.program`), and translates as before."""
+    assert importlib.util.find_spec("jax") is not None  # installed: TensorFlow would take it
+    directory, _ = exported
+    result, imported = programs.program_imports(
+        "trainers.translate", "--model", directory,
+        modules=("tensorflow", "jax"), input="Amen.\n", check=True, timeout=300,
+    )  # fmt: skip
+    assert imported == ["tensorflow"] and len(result.stdout.splitlines()) == 1, result.stderr
 
 
 def test_translate_cli_n_best(exported):

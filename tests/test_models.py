@@ -488,6 +488,35 @@ def test_a_keyword_from_preset_does_not_take_is_refused_by_name(task, tmp_path):
     assert loaded.name == "hub" and loaded.decoding.beam_size == 3
 
 
+def test_a_keyword_the_backbones_from_preset_does_not_take_is_refused_by_name(task, tmp_path):
+    """As the task's (above): keras-hub's loader merged an unknown keyword into the backbone's
+    config, and Keras's functional model dropped it without a word."""
+    task.backbone.save_to_preset(tmp_path / "preset")
+    preset = str(tmp_path / "preset")
+    with pytest.raises(ValueError) as refused:
+        TransformerBackbone.from_preset(preset, unknown_keyword=3)
+    assert str(refused.value) == (
+        "TransformerBackbone.from_preset takes no keyword argument 'unknown_keyword'; it takes "
+        "load_weights, dtype, name, trainable"
+    )
+    with pytest.raises(ValueError, match=r"'load_weigths' \(did you mean 'load_weights'\?\)"):
+        TransformerBackbone.from_preset(preset, load_weigths=False)
+    with pytest.raises(ValueError, match="no keyword argument 'foo'"):  # before a download
+        TransformerBackbone.from_preset("hf://Helsinki-NLP/opus-mt-en-es", foo=3)
+    with pytest.raises(ValueError) as refused:  # the call's name, not the constructor's
+        keras_hub.models.Backbone.from_preset(preset, nam="hub")
+    assert str(refused.value) == (
+        "from_preset takes no keyword argument 'nam' (did you mean 'name'?); it takes "
+        "load_weights, dtype, name, trainable"
+    )
+    with pytest.raises(ValueError, match=r"no keyword argument 'layer_of' \(did you mean 'la"):
+        TransformerBackbone(task.backbone.config, layer_of=None)
+    # What keras-hub's loader takes still reaches the backbone.
+    loaded = TransformerBackbone.from_preset(preset, name="mine", trainable=False)
+    assert (loaded.name, loaded.trainable) == ("mine", False)
+    assert keras_hub.models.Backbone.from_preset(preset, name="hub").name == "hub"
+
+
 def test_from_preset_refuses_what_it_cannot_load_by_name(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such preset or model directory"):
         TransformerSeq2SeqLM.from_preset(tmp_path / "missing")

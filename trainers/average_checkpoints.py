@@ -20,7 +20,7 @@ from trainers.run_dir import AVERAGED, MODEL, PRETRAINED_MODEL, RunDirectory
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog=flags.prog("trainers.average_checkpoints"), description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--model-dir", required=True, type=Path)

@@ -12,7 +12,8 @@
                          where it was, its files handled as on any error (what it had saved
                          stays; an output it was writing is not left half written in its place)
 
-Every error is printed to stderr as one line, `error: MESSAGE`; Ctrl-C as `interrupted`
+Every error is printed to stderr as one line, `error: MESSAGE`; a bad argument as argparse's
+`PROG: error: MESSAGE`, also one line (`flags.ArgumentParser`); Ctrl-C as `interrupted`
 (`program`, around every program's `main`, instead of Python's traceback).
 
 The module is plain Python until `CorpusError`, `USER_ERRORS` or `LOST_WORKER_ERRORS` is
@@ -22,7 +23,9 @@ and reports them with `fail`, before TensorFlow starts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 
 __all__ = [
@@ -79,14 +82,39 @@ def program(main):
 
     The interrupt passes through the program's code first, as any exception does: its
     `finally` blocks and the library's atomic writes remove what they had half written, and
-    what was saved before stays."""
+    what was saved before stays. A program on TensorFlow runs without JAX, where a Ctrl-C
+    could be lost (`_tensorflow_without_jax`)."""
 
     @functools.wraps(main)
     def interruptible(*args, **kwargs) -> int:
-        try:
-            return main(*args, **kwargs)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return EXIT_INTERRUPTED
+        with _tensorflow_without_jax():
+            try:
+                return main(*args, **kwargs)
+            except KeyboardInterrupt:
+                print("interrupted", file=sys.stderr)
+                return EXIT_INTERRUPTED
 
     return interruptible
+
+
+@contextlib.contextmanager
+def _tensorflow_without_jax():
+    """JAX kept out of a program that runs on TensorFlow (Keras's backend unless
+    KERAS_BACKEND says otherwise), where nothing uses it.
+
+    `import tensorflow` imports JAX where it is installed (tensorflow/lite/python/util.py
+    takes `jax.jit` for its JAX converter, which the programs never call), and JAX puts a
+    Python function in `gc.callbacks` (JAX issue 14882): a Ctrl-C striking it raises there,
+    where Python prints "Exception ignored in" and goes on, and the program ran to its end
+    (JAX issue 18246). `sys.modules["jax"] = None` makes `import jax` fail as if
+    JAX were not installed, which TensorFlow expects; the entry is removed again when
+    `main` returns (a test that runs `main` in its own process)."""
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    kept_out = backend == "tensorflow" and "jax" not in sys.modules
+    if kept_out:
+        sys.modules["jax"] = None
+    try:
+        yield
+    finally:
+        if kept_out and "jax" in sys.modules and sys.modules["jax"] is None:
+            del sys.modules["jax"]

@@ -37,7 +37,7 @@ from trainers.run_dir import MODEL, RunDirectory, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog=flags.prog("trainers.evaluate"),
         description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -75,7 +75,7 @@ QUANTIZE_TYPES = tuple(dict.fromkeys(t for entry in FORMATS.values() for t in en
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog=flags.prog("trainers.export"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,6 +1,6 @@
-"""Argument types for the programs' flags: a bad value is refused by argparse (exit status
-2, with the flag named) before any work. Plain Python: `trainers.translate` runs without
-TensorFlow."""
+"""The programs' parser and the types of their flags: a bad value is refused by argparse in
+one line (exit status 2, with the flag named) before any work. Plain Python:
+`trainers.translate` runs without TensorFlow."""
 
 from __future__ import annotations
 
@@ -8,6 +8,16 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, with a bad argument reported in one line, `PROG: error: MESSAGE
+    (PROG --help lists the flags)`, and exit status 2 (`errors.EXIT_USER_ERROR`), instead
+    of the usage block before the message: the line names the argument, and the usage is
+    one `--help` away. Every program's parser is one."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
 
 
 def at_least(minimum, kind=int):

@@ -72,7 +72,6 @@ reason.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import shutil
@@ -89,7 +88,7 @@ HUB_PREFIX = "hf://"
 
 
 def parse_args(argv=None, prog: str | None = None):
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog=prog or flags.prog("trainers.import_pretrained"), description=__doc__.split("\n")[0]
     )
     parser.add_argument(

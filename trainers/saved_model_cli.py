@@ -28,7 +28,7 @@ COMMANDS = ("show", "run", "scan", "convert", "aot_compile_cpu", "freeze_model")
 
 def usage_parser(prog: str) -> argparse.ArgumentParser:
     """The parser whose help `--help` prints (the arguments themselves go to the original)."""
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("command", choices=COMMANDS, help="the original's command")
@@ -43,11 +43,17 @@ def main(argv=None) -> int:
     """Runs the `saved_model_cli` command that the tensorflow package declares (its console
     script entry point) in this process, where tensorflow-text's ops are registered;
     `argv` (default: the command line's) are its arguments. `--help` prints this program's
-    usage and exits with status 0."""
+    usage and exits with status 0; a missing or unknown command is refused in one line
+    (status 2) before TensorFlow starts. The command's own flags are the original's to
+    check."""
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     prog = flags.prog("trainers.saved_model_cli")
     if "-h" in argv or "--help" in argv:
         usage_parser(prog).parse_args(["--help"])  # prints the usage, exits with status 0
+    if not argv:
+        usage_parser(prog).error(f"give a command: one of {', '.join(COMMANDS)}")
+    if not argv[0].startswith("-"):  # the original's --version aside
+        usage_parser(prog).parse_args(argv)  # the command is one of COMMANDS
     # TensorFlow's Python logger gives itself a handler when it starts and the root logger has
     # none; the original's absl.app.run then gives the root Abseil's, and every record (`run`'s
     # deprecation notice of the loader it calls) was written twice. Abseil's handler first,

@@ -43,7 +43,7 @@ if typing.TYPE_CHECKING:  # TensorFlow is imported once the arguments and paths 
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog=flags.prog("trainers.train"),
         description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[-1],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -98,7 +98,7 @@ def __getattr__(name: str):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog=flags.prog("trainers.translate"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

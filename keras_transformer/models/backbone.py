@@ -7,6 +7,15 @@ import keras_hub
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_network
+from keras_transformer.models import presets
+
+# The constructor's keywords, and `keras.Model`'s that it passes on (Keras's functional
+# models drop any other without a word: the constructor refuses them by name).
+ARGUMENTS = ("config", "dtype", "layers_of")
+MODEL_ARGUMENTS = ("name", "trainable")
+# What keras-hub's loader (`from_preset`) takes for a backbone: its own `load_weights`, and
+# the keywords it passes on to the constructor.
+LOADER_KEYWORDS = ("load_weights", "dtype", *MODEL_ARGUMENTS)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -31,7 +40,8 @@ class TransformerBackbone(keras_hub.models.Backbone):
             variables) the backbone uses instead of new ones: no copy of the weights, and
             training either model trains both. Not part of the config: a backbone saved
             and loaded again has its own layers.
-        **kwargs: other `keras_hub.models.Backbone` arguments (`name`...).
+        **kwargs: `name` and `trainable`, `keras.Model`'s. Any other keyword is refused by
+            name (ValueError).
 
     Examples:
         >>> import numpy as np
@@ -45,6 +55,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
     """
 
     def __init__(self, config: TransformerConfig | dict, dtype=None, *, layers_of=None, **kwargs):
+        presets.check_keywords(kwargs, MODEL_ARGUMENTS, type(self).__name__, ARGUMENTS)
         if isinstance(config, dict):
             config = TransformerConfig.from_dict(config)
         kwargs.setdefault("name", "transformer_backbone")
@@ -72,6 +83,23 @@ class TransformerBackbone(keras_hub.models.Backbone):
         self.token_embedding = network.target_embedding  # keras-hub's name for it
         self.encoder = network.encoder
         self.decoder = network.decoder
+
+    @classmethod
+    def from_preset(cls, preset, load_weights: bool = True, **kwargs):
+        """keras-hub's `Backbone.from_preset`: the backbone of a preset directory (or
+        keras-hub handle), with `dtype`, `name` or `trainable` over the preset's. Any other
+        keyword is refused by name (ValueError), before anything is read or downloaded."""
+        presets.check_keywords(kwargs, LOADER_KEYWORDS, f"{cls.__name__}.from_preset")
+        return super().from_preset(preset, load_weights, **kwargs)
+
+    @classmethod
+    def from_config(cls, config):
+        """keras-hub's `Backbone.from_config`, with a keyword that no saved config holds
+        refused by `from_preset`'s name: keras-hub's loader (`keras_hub.models.Backbone.
+        from_preset(directory, **kwargs)`) merges its keywords into the backbone's config."""
+        given = {name: value for name, value in config.items() if name != "config"}
+        presets.check_keywords(given, LOADER_KEYWORDS, "from_preset")
+        return super().from_config(config)
 
     def get_config(self):
         # keras-hub's: name, trainable and the dtype policy (a map of the quantized layers'

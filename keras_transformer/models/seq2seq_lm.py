@@ -18,17 +18,17 @@ from keras_transformer.decoding.plan import DecodingPlan
 from keras_transformer.decoding.settings import DecodingSettings
 from keras_transformer.model import TokenLossTraining
 from keras_transformer.models import checks, generation, presets
-from keras_transformer.models.backbone import TransformerBackbone
+from keras_transformer.models.backbone import MODEL_ARGUMENTS, TransformerBackbone
 from keras_transformer.models.preprocessor import TransformerSeq2SeqLMPreprocessor
 from keras_transformer.schedule import WarmupSchedule
 
 # keras-hub's sampler names, as a keras-hub user passes them to `compile(sampler=...)`.
 SAMPLING = generation.SAMPLING
 UNSUPPORTED_SAMPLERS = generation.UNSUPPORTED_SAMPLERS
-# The constructor's keywords, and `keras.Model`'s that it passes on (Keras's functional
-# models drop any other without a word: the constructor refuses them by name).
+# The constructor's keywords, and `keras.Model`'s that it passes on (MODEL_ARGUMENTS, the
+# backbone's: Keras's functional models drop any other without a word, so the constructor
+# refuses them by name).
 ARGUMENTS = ("backbone", "preprocessor", "decoding", "sampling", "compile")
-MODEL_ARGUMENTS = ("name", "trainable")
 # What keras-hub's loader, `keras_hub.models.Seq2SeqLM.from_preset(directory, ...)`, takes for
 # this task: its own, and the keywords it passes on to the task (`dtype` to the backbone).
 LOADER_KEYWORDS = ("load_weights", "decoding", "dtype", "preprocessor", "sampling", "compile")
