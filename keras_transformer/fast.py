@@ -21,6 +21,11 @@ What it switches:
   (Keras's draws when the switch is off).
 - `output_projection`: the decoders' tied pre-softmax projection with its matrix transposed
   once a decode instead of at every step, for steps of a few rows.
+
+A device file (`kt.export.litert`) is traced with the switch off and `for_device_files()`:
+the tricks that pay there and cost the file nothing, `top_k` (LiteRT's TOPK_V2 sorts its way
+through a whole row), and not `output_projection` (its laid-out copy would be a second copy
+of the embedding table in the file).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from keras import ops
 from keras_transformer import _backends as backends
 from keras_transformer.config import PAD_ID
 
-_switch = {"enabled": False}
+_switch = {"enabled": False, "device_files": False}
 
 
 def enable() -> None:
@@ -69,6 +74,26 @@ def switched(enabled: bool):
         yield
     finally:
         enable() if was_enabled else disable()
+
+
+@contextlib.contextmanager
+def for_device_files():
+    """For the graphs traced inside the block, whatever the switch: the tricks a device file
+    takes (the module doc), `top_k` by blocks; then as it was. The LiteRT export traces its
+    signatures inside (`kt.export.litert_trace.traced`).
+
+    Examples:
+        >>> from keras_transformer import fast
+        >>> with fast.switched(False), fast.for_device_files():
+        ...     fast.is_enabled()  # the switch itself stays off: no laid-out projection
+        False
+    """
+    was = _switch["device_files"]
+    _switch["device_files"] = True
+    try:
+        yield
+    finally:
+        _switch["device_files"] = was
 
 
 # With the switch on, an element's keep/drop decision compares 16 random bits with
@@ -111,8 +136,8 @@ def dropout(inputs, rate: float, seed):
 
 def top_k(x, k: int):
     """`ops.top_k(x, k)` over the last axis of a 2-D `x`: by block maxima when the switch
-    is on (`top_k_by_blocks`), else the backend's own."""
-    if is_enabled():
+    is on or inside `for_device_files` (`top_k_by_blocks`), else the backend's own."""
+    if is_enabled() or _switch["device_files"]:
         return top_k_by_blocks(x, k)
     return ops.top_k(x, k)
 
@@ -287,6 +312,7 @@ __all__ = [
     "disable",
     "dropout",
     "enable",
+    "for_device_files",
     "is_enabled",
     "output_projection",
     "smoothed_cross_entropy",

@@ -118,6 +118,37 @@ def test_latency_fit_splits_a_request_into_fixed_cost_and_cost_per_piece():
         serve.latency_fit([1.0, 1.2], [7, 7])
 
 
+def test_the_litert_profile_gives_a_sample_to_the_first_kernel_on_its_stack():
+    """benchmarks.litert_profile's attribution of perf's stacks (leaf first): a builtin
+    kernel by its namespace, XNNPACK's ops by their microkernel, the WHILE kernel's copies,
+    the interpreter's re-preparing, in the loop or outside it."""
+    from benchmarks.litert_profile import kind
+
+    while_eval = "tflite::ops::builtin::while_kernel::Eval_dynamic(TfLiteContext*, TfLiteNode*)"
+    invoke = "tflite::Subgraph::Invoke()"
+    xnnpack = "tflite::xnnpack::(anonymous namespace)::SubgraphInvoke(TfLiteContext*, TfLiteNode*)"
+    stacks = {
+        ("tflite::ops::builtin::topk_v2::(anonymous namespace)::TopK<float, int>", invoke,
+         while_eval): (True, "TOPK_V2"),
+        ("xnn_f32_gemm_minmax_ukernel_7x32__avx512f_broadcast", "xnn_compute_gemm", xnnpack,
+         invoke, while_eval): (True, "FULLY_CONNECTED (XNNPACK)"),
+        ("xnn_x32_packw_gemm_goi_ukernel_x32__avx512f_u4_prfm",
+         "xnn_compute_batched_packw_gemm_goi", xnnpack, while_eval):
+            (True, "BATCH_MATMUL: packing K, V (XNNPACK)"),
+        ("__memmove_avx512_unaligned_erms", "tflite::ops::builtin::(anonymous namespace)::"
+         "CopyTensorsData<std::vector<int>>", while_eval): (True, "WHILE: copying the loop state"),
+        ("tflite::Subgraph::ResizeTensor(TfLiteContext*, TfLiteTensor*, TfLiteIntArray*)",
+         "tflite::ops::builtin::reduce::PrepareMeanOrSum(TfLiteContext*, TfLiteNode*)",
+         "tflite::Subgraph::PrepareOpsAndTensors()", invoke, while_eval):
+            (True, "re-preparing (interpreter)"),
+        ("xnn_f32_gemm_minmax_ukernel_1x32__avx512f_broadcast", xnnpack, invoke):
+            (False, "FULLY_CONNECTED (XNNPACK)"),
+        ("_PyEval_EvalFrameDefault", "cfunction_call"): (False, "other (interpreter, Python)"),
+    }  # fmt: skip
+    for frames, expected in stacks.items():
+        assert kind(list(frames)) == expected, frames
+
+
 def test_the_opus_shaped_checkpoint_imports_at_its_sizes(tmp_path):
     """benchmarks.opus_shaped writes a Marian checkpoint that the importer reads (here at a
     small size: OPUS-MT's own is written the same way)."""

@@ -33,9 +33,11 @@ from keras_transformer.decoding import (
     STOPPING,
     beam_search,
     greedy_search,
+    loop,
     parallel_search,
     sample,
 )
+from keras_transformer.decoding.loop import NEG_INF
 from keras_transformer.decoding.settings import DEFAULT
 from keras_transformer.fast import switched as fast_path
 from tests import ties
@@ -634,6 +636,34 @@ def test_output_length_limits_force_eos(random_model):
         ids, _ = search(random_model, RANDOM_SOURCE, max_extra_length=3, max_length=4)
         assert ids.shape[1] == 4 and (_lengths(ids) <= np.minimum(limits, 4)).all()
         _assert_well_formed(ids, tf.zeros(len(ids)), len(ids))
+
+
+def test_the_searches_masking_gives_the_selects_values_bit_for_bit():
+    """`loop._masked` (products and sums, for LiteRT's kernels) gives `where(allowed, scores,
+    NEG_INF)`'s bits: sums of log-probabilities, zeros of either sign, NEG_INF and below (a
+    dead hypothesis's), each allowed and not."""
+    rng = np.random.default_rng(0)
+    special = [0.0, -0.0, -1e-30, NEG_INF, NEG_INF - 64.0, -3.5e4]
+    scores = np.concatenate([-rng.exponential(10.0, 500), special * 2]).astype("float32")
+    allowed = rng.random(scores.shape) < 0.5
+    allowed[-2 * len(special) :] = [True] * len(special) + [False] * len(special)
+    got = np.asarray(loop._masked(scores, allowed))
+    want = np.where(allowed, scores, np.float32(NEG_INF))
+    np.testing.assert_array_equal(got.view("int32"), want.view("int32"))
+
+
+def test_allowed_tokens_are_rows_of_the_limit_s_table():
+    """`loop._allowed_tokens` with `at_limit` of any shape: never a `never` token, and where
+    the limit holds only a stop token, as the mask it replaced computed them."""
+    vocab, never, stops = 9, (0, 2), (3,)
+    at_limit = np.array([[True, False, False], [False, False, True]])  # (batch, beam)
+    got = np.asarray(loop._allowed_tokens(vocab, never, stops, at_limit))
+    token = np.arange(vocab)
+    allowed = ~np.isin(token, never)
+    want = allowed & (~at_limit[..., None] | np.isin(token, stops))
+    assert got.shape == (2, 3, vocab)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(loop._allowed_tokens(vocab, never, stops), allowed)
 
 
 def test_model_max_length_caps_the_output():

@@ -90,6 +90,29 @@ def test_fast_top_k_equals_top_k_with_the_switch_on_or_off(request, shape, k, en
         np.testing.assert_array_equal(indices, expected_indices)
 
 
+def test_device_files_take_top_k_by_blocks_and_leave_the_switch_off():
+    """Inside `for_device_files` (the LiteRT trace's) with the switch off: `top_k` goes by
+    blocks (the reduce_max of its block maxima is in the graph) and gives top_k's values and
+    indices (comparisons only: exact on any CPU); the switch, which the laid-out output
+    projection asks, stays off; after the block, the backend's top_k again."""
+    x = tf.constant(np.random.default_rng(6).standard_normal((3, 16000)), tf.float32)
+
+    def traced():
+        function = tf.function(lambda x: kt.fast.top_k(x, 8))
+        graph = function.get_concrete_function(x).graph
+        return {op.type for op in graph.get_operations()}, function(x)
+
+    with fast_path(False):
+        with kt.fast.for_device_files():
+            assert not kt.fast.is_enabled()
+            inside, (values, indices) = traced()
+        outside, _ = traced()
+    assert "Max" in inside and "Max" not in outside
+    expected_values, expected_indices = tf.math.top_k(x, 8)
+    np.testing.assert_array_equal(values, expected_values)
+    np.testing.assert_array_equal(indices, expected_indices)
+
+
 def _embedding(**kwargs):
     layer = kt.layers.TransformerEmbedding(vocab_size=40, d_model=8, **kwargs)
     layer(np.array([[5, 7, 0]]))

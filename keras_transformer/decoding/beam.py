@@ -37,6 +37,7 @@ from keras_transformer.decoding.loop import (
     _decoder,
     _forced_token,
     _is_stop,
+    _masked,
     _prepare,
     _start_ids,
     _target_prefix,
@@ -170,13 +171,14 @@ def _beam(
         log_probs, cache = step(ops.reshape(alive_ids, (batch * k, -1)), t, cache)
         log_probs = ops.reshape(log_probs, (batch, k, vocab))
         at_limit = t + 1 >= limits  # (batch,)
-        forced = at_limit[:, None, None] if force_stop else None
-        allowed = _allowed_tokens(vocab, never, stops, forced)  # (batch, 1, vocab) or (vocab,)
+        # (batch, beam, vocab), the scores' shape, or (vocab,)
+        forced = ops.tile(at_limit[:, None], (1, k)) if force_stop else None
+        allowed = _allowed_tokens(vocab, never, stops, forced)
         if prefix is not None:
             token = _forced_token(prefix, t)[:, None, None]  # (batch, 1, 1), 0: none
             allowed = _with_forced(allowed, token, vocab)
             log_probs = ops.where(token > 0, 0.0, log_probs)  # not the model's choice
-        scores = ops.where(allowed, alive_logp[:, :, None] + log_probs, NEG_INF)
+        scores = _masked(alive_logp[:, :, None] + log_probs, allowed)  # (batch, beam, vocab)
         top_logp, top_index = fast.top_k(ops.reshape(scores, (batch, k * vocab)), 2 * k)
         parents, tokens = top_index // vocab, top_index % vocab  # (batch, 2 * beam)
         candidates = backends.batch_gather(alive_ids, parents)  # (batch, 2 * beam, T + 1)

@@ -17,6 +17,7 @@ from keras_transformer.decoding.loop import (
     _decoder,
     _forced_token,
     _is_stop,
+    _masked,
     _prepare,
     _start_ids,
     _target_prefix,
@@ -186,12 +187,12 @@ def _single_path(
         log_probs, cache = step(ids, t, cache)  # (batch, vocab)
         at_limit = t + 1 >= limits  # (batch,)
         allowed = _allowed_tokens(
-            log_probs.shape[-1], never, stops, at_limit[:, None] if force_stop else None
-        )
+            log_probs.shape[-1], never, stops, at_limit if force_stop else None
+        )  # (batch, vocab) or (vocab,)
         forced = None if prefix is None else _forced_token(prefix, t)  # (batch,), 0: none
         if forced is not None:
             allowed = _with_forced(allowed, forced[:, None], log_probs.shape[-1])
-        token = choose(ops.where(allowed, log_probs, NEG_INF), t)  # (batch,)
+        token = choose(_masked(log_probs, allowed), t)  # (batch,)
         token = ops.where(finished, PAD_ID, token)
         chosen = backends.batch_gather(log_probs, token[:, None])[:, 0]  # (batch,)
         if forced is not None:

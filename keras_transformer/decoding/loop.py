@@ -219,15 +219,33 @@ def _start_ids(batch, max_len, bos_id):
     )
 
 
+def _masked(scores, allowed):
+    """`ops.where(allowed, scores, NEG_INF)` (`allowed` boolean, broadcast to `scores`) as
+    `scores * keep + (1 - keep) * NEG_INF`, `keep` its 1s and 0s: the same values for the
+    finite scores of a search (`x * 1 + -0.0` is x, signed zeros too; `x * 0 + NEG_INF` is
+    NEG_INF), in elementwise products and sums that XNNPACK runs in a LiteRT file, where a
+    select with a scalar operand runs a slow broadcasting kernel (`benchmarks.litert_profile`)."""
+    keep = ops.cast(allowed, scores.dtype)
+    return scores * keep + (1.0 - keep) * NEG_INF
+
+
 def _allowed_tokens(vocab, never, stops, at_limit=None):
-    """Boolean `[..., vocab]`: never a token of `never` (padding and the start token when
+    """Boolean `[vocab]`: never a token of `never` (padding and the start token when
     translating: an OPUS-MT model's start is its padding, which transformers never generates
-    either); only a token of `stops` where `at_limit` (broadcast), if given."""
+    either). With `at_limit` (boolean, any shape), `at_limit.shape + [vocab]`: where it
+    holds, only a token of `stops`.
+
+    The rows are taken from a constant two-row table (before the limit, at it) by one
+    gather: a mask computed at every step would take several vocabulary-wide ops, each its
+    own kernel in a LiteRT file, and a select broadcast over the vocabulary."""
     token = ops.arange(vocab, dtype="int32")
     allowed = ~_is_stop(token, never)
     if at_limit is None:
         return allowed
-    return allowed & (~at_limit | _is_stop(token, stops))
+    table = ops.stack([allowed, allowed & _is_stop(token, stops)])  # (2, vocab)
+    # The row's index by a select: LiteRT's converter folds a cast boolean's `take`
+    # (its check of negative indices) into an op without a boolean kernel.
+    return ops.take(table, ops.where(at_limit, 1, 0), axis=0)
 
 
 __all__ = ["NEG_INF", "PHASES", "decode_loop", "loop_phases"]

@@ -4,7 +4,8 @@ Each signature is a `tf.function` that `kt.export.litert_convert.convert` turns 
 the source text cut into ids (`kt.export.litert_text`), the model's weights read as constants,
 the settings' search (`file_plan`: the `kt.decoding.DecodingPlan` of every other door), and the ids
 given back as text. The search is traced with `kt.fast` switched off (its output projection
-would store the embedding twice) and as one loop (`kt.decoding.DecodingPlan(phases=1)`: the
+would store the embedding twice) but for the tricks a device file takes
+(`kt.fast.for_device_files`), and as one loop (`kt.decoding.DecodingPlan(phases=1)`: the
 decoder step once in the file).
 
 How the tied embedding table is read decides how a quantizer stores it (`TABLE_READS`):
@@ -101,9 +102,11 @@ def signatures(
 def traced(functions: dict) -> dict:
     """`{name: (function, input_signature)}` -> `{name: tf.function}`, each traced on the
     stock path (the speed switch's output projection keeps a second copy of the embedding
-    table, which a device file would carry); the search inside is `file_plan`'s, one loop."""
+    table, which a device file would carry) with the tricks a device file takes
+    (`kt.fast.for_device_files`: beam search's top-k by blocks); the search inside is
+    `file_plan`'s, one loop."""
     found = {}
-    with fast.switched(False):
+    with fast.switched(False), fast.for_device_files():
         for name, (function, spec) in functions.items():
             found[name] = tf.function(function, input_signature=spec, autograph=False)
             found[name].get_concrete_function()
