@@ -164,7 +164,8 @@ def write(
         raise FileExistsError(f"{path} exists; choose a new directory")
     if ops == "builtin":
         functions, *sizes = litert_builtin.signatures(model, vocabularies, settings, table=table)
-        described = litert_builtin.described_signatures(*sizes)
+        codes = bool(language_codes(vocabularies.target))
+        described = litert_builtin.described_signatures(*sizes, languages=codes)
     else:
         functions = signatures(model, vocabularies, settings, table=table)
         described = _described(functions)

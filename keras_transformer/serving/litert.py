@@ -231,7 +231,9 @@ class LiteRTTranslator:
         self._bytes = input_bytes(self.manifest) if builtin else None
         self._languages = None
         if self.languages and self.languages["target"]:
-            self._languages = interpreter.get_signature_runner("serving_languages")
+            # A builtin-ops file takes the languages in `serving_default` itself.
+            name = "serving_default" if builtin else "serving_languages"
+            self._languages = interpreter.get_signature_runner(name)
 
     def _check(self, source_prefix: str | None, target_prefix: str | None) -> None:
         check_prefixes(self.languages, source_prefix, target_prefix)
@@ -273,14 +275,7 @@ class LiteRTTranslator:
         if (problem := self.n_best_problem(n_best)) is not None:
             raise ValueError(f"n_best={n_best}: {problem}")
         self._check(source_prefix, target_prefix)
-        if self._bytes is not None:  # one line a run: bytes `[1, N]` in and out
-            translations = [
-                self._run(text=encoded(line, self._bytes))["translations"][0] for line in lines
-            ]
-            return [[Hypothesis([], decoded(t), float("nan"))] for t in translations]
-        if self._languages is None:
-            translations = self._run(text=np.array(lines, dtype=object))["translations"]
-        else:
+        if self._languages is not None:
             decoding = self.manifest.get("decoding", {})
             sources = [
                 self._source_language(line, source_prefix, decoding.get("source_prefix"))
@@ -294,6 +289,23 @@ class LiteRTTranslator:
                 ),
                 "",
             )
+        if self._bytes is not None:  # one line a run: bytes `[1, N]` in and out
+            if self._languages is None:
+                runs = [{"text": encoded(line, self._bytes)} for line in lines]
+            else:  # the languages as indices in the manifest's lists, -1 for none
+                runs = [
+                    {
+                        "text": encoded(text, self._bytes),
+                        "source_language": _index(self.languages["source"], code),
+                        "target_language": _index(self.languages["target"], target),
+                    }
+                    for text, code in sources
+                ]
+            translations = [self._run(**run)["translations"][0] for run in runs]
+            return [[Hypothesis([], decoded(t), float("nan"))] for t in translations]
+        if self._languages is None:
+            translations = self._run(text=np.array(lines, dtype=object))["translations"]
+        else:
             translations = self._languages(
                 text=np.array([text for text, _ in sources], dtype=object),
                 source_prefix=np.array([code.encode() for _, code in sources], dtype=object),
@@ -315,6 +327,13 @@ class LiteRTTranslator:
                 return line.split(words[0].encode(), 1)[1], words[0]
             return line, ""
         return line, next((p for p in (call, self.source_prefix, export) if p), "")
+
+
+def _index(codes: list[str], code: str):
+    """A language code's index in a builtin-ops file's list, int32 `[1]` (-1 for "")."""
+    import numpy as np
+
+    return np.array([codes.index(code) if code else -1], np.int32)
 
 
 __all__ = [
