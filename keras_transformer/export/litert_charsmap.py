@@ -75,20 +75,32 @@ def rules(precompiled: bytes) -> dict[bytes, bytes]:
     """Every rule of a precompiled charsmap, key bytes -> value bytes (the trie walked
     whole): for tests, and to read what a model's normalizer does."""
     units, blob = trie(precompiled)
+    label = _label(units)
+    # A unit of a byte's label is the child of the nodes whose base is its index XOR it
+    # (several: Darts-clone shares the units of equal subtrees).
+    candidate = np.flatnonzero((label > 0) & (label < 256))
+    parent = candidate ^ label[candidate]
     found = {}
-    stack = [(int(_offset(units[0])), b"")]
-    while stack:
-        base, key = stack.pop()
-        for byte in range(1, 256):
-            child = base ^ byte
-            if child >= len(units) or _label(units[child]) != byte:
-                continue
-            unit = units[child]
-            below = child ^ int(_offset(unit))
-            if _has_leaf(unit):
-                start = int(_value(units[below]))
-                found[key + bytes([byte])] = blob[start : blob.index(b"\0", start)]
-            stack.append((below, key + bytes([byte])))
+    bases, keys = np.array([_offset(units[0])]), [b""]
+    while len(bases):  # a level of the trie a turn
+        order = np.argsort(bases, kind="stable")
+        low = np.searchsorted(bases[order], parent, "left")
+        high = np.searchsorted(bases[order], parent, "right")
+        counts = high - low
+        child = np.repeat(candidate, counts)
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        node = order[np.repeat(low, counts) + np.arange(counts.sum()) - first]
+        below = child ^ _offset(units[child])
+        keys = [
+            keys[n] + bytes([b]) for n, b in zip(node.tolist(), label[child].tolist(), strict=True)
+        ]
+        for key, leaf, at in zip(
+            keys, _has_leaf(units[child]).tolist(), below.tolist(), strict=True
+        ):
+            if leaf:
+                start = int(_value(units[at]))
+                found[key] = blob[start : blob.index(b"\0", start)]
+        bases = below
     return found
 
 
