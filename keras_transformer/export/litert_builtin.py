@@ -6,23 +6,30 @@ string tensors nor tensorflow-text's kernels.
 The file's signature `serving_default` takes `text`, int32 `[1, N]`: a text's UTF-8 bytes,
 0-padded (a byte 0 ends the text; a longer text is cut to N bytes by its caller, at a
 character's start), and gives `translations`, int32 `[1, M]`: the translation's UTF-8 bytes,
-0-padded. N and M are in the manifest (`"signatures"`), as is `"ops": "builtin"`. Inside it:
+0-padded. N and M are in the manifest (`"signatures"`), as is `"ops": "builtin"`. A file of a
+vocabulary with language codes (an imported NLLB-200 model) also takes `source_language` and
+`target_language`, int32 `[1]`: the index of a code in the manifest's `languages.source` and
+`languages.target` (-1: none; an index out of the list: the translation is ""). Inside it:
 
-1. SentencePiece's unigram cut over the bytes (`kt.export.litert_unigram.UnigramCut`:
-   Viterbi over the pieces that start at each byte, a `WHILE` loop), the pieces cut to
-   `max_length - 1`, then EOS, as the text file cuts them.
-2. The search of every other door (`kt.decoding.DecodingPlan`), traced as `kt.export.litert`'s.
+1. SentencePiece's cut over the bytes: unigram (`kt.export.litert_unigram.UnigramCut`:
+   Viterbi over the pieces that start at each byte, a `WHILE` loop), or BPE with the
+   model's normalizer (`kt.export.litert_bpe_bytes`: the precompiled charsmap, NFKC, then
+   the merges), the source language's code first; the pieces cut to `max_length - 1`, then
+   EOS, as the text file cuts them.
+2. The search of every other door (`kt.decoding.DecodingPlan`), traced as `kt.export.litert`'s,
+   the target language's code forced first.
 3. Detokenization: each id's bytes from a table (`kt.export.litert_text.piece_surfaces`: the text
-   file's, a word boundary a space but before the first piece that shows), laid end to end
-   by a cumulative sum and a scatter.
+   file's, a word boundary a space but before the first piece that shows; language codes
+   and special tokens none), laid end to end by a cumulative sum and a scatter.
 
-What it does not hold (refused by name): a normalizer other than the identity one (a
-precompiled character map: NFKC), user-defined pieces, a BPE source model (NLLB-200's: its
-character split needs tensorflow-text), language codes, a piece vocabulary (OPUS-MT).
-Where it differs from the text file: a "▁" written in the text stays its three bytes (the
-text file reads it as a space); tabs and other whitespace than U+0020 are characters, as
-SentencePiece's identity normalizer leaves them, but a text of whitespace alone is blank only
-when it is spaces.
+What it does not hold (refused by name): a unigram model whose normalizer is not the
+identity one (a precompiled character map: NFKC), user-defined pieces, a piece vocabulary
+(OPUS-MT), M2M100's language codes; for a BPE model, what `kt.export.litert_bpe_bytes.
+check_model` refuses. Where it differs from the text file: a "▁" written in the text stays
+its three bytes (the text file reads it as a space); with the identity normalizer, tabs and
+other whitespace than U+0020 are characters, as SentencePiece leaves them, but a text of
+whitespace alone is blank only when it is spaces; a text is cut at N bytes before it is
+normalized.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ library needs TensorFlow's C++ framework library (`libtensorflow_framework.so.2`
 `tensorflow` package), which is loaded as a library too: the `tensorflow` and
 `tensorflow-text` packages must be installed, and neither is imported.
 
-An NLLB-200 file takes the languages of each request (its `serving_languages` signature); the
-translator checks them against the manifest's `languages` (`check_prefixes`) before the file
+An NLLB-200 file takes the languages of each request (its `serving_languages` signature; a
+builtin-ops file's `serving_default`, as indices in the manifest's lists); the translator
+checks them against the manifest's `languages` (`check_prefixes`) before the file
 runs, which answers "" for a code it lacks rather than failing.
 """
 
