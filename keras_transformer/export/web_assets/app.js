@@ -51,11 +51,11 @@ async function load() {
   const manifest = await (await fetch('./manifest.json')).json();
   const signature = manifest.signatures.serving_default;
   const data = (manifest.experiment || {}).data || {};
-  if (data.source_language && data.target_language) {
+  const languages = showLanguages(manifest);  // where shown, the selects name the languages
+  if (!languages && data.source_language && data.target_language) {
     $('title').textContent = `Translate ${data.source_language} → ${data.target_language}`;
     document.title = $('title').textContent;
   }
-  const languages = showLanguages(manifest);
   const bytes = await fetchModel('./model.tflite', manifest.sizes && manifest.sizes['model.tflite']);
   $('progress').value = 1;
   $('status').textContent = 'Starting LiteRT…';
