@@ -12,9 +12,11 @@ import urllib.request
 
 import pytest
 
+from keras_transformer import decoding as kt_decoding
 from keras_transformer import export, serving
 from keras_transformer.serving import formats
 from tests import bible, browser
+from tests.test_litert import NLLB, NLLB_LINES
 from tests.test_litert_builtin import MAX_LENGTH, SEARCHES, alike, verses
 
 TRANSLATE = """async (texts) => {
@@ -121,6 +123,8 @@ def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
     expected = [h[0].text for h in serving.open(saved).translate([texts[0], *texts])]
     with browser.served(written) as server, browser.opened(server.url) as (page, foreign):
         loaded(page)
+        # A model without language codes: no language pickers.
+        assert page.evaluate("document.getElementById('languages').hidden") is True
         # The progress bar followed the model's download, and is hidden once it is loaded.
         progress = "(bar => [bar.value, bar.hidden])(document.getElementById('progress'))"
         assert page.evaluate(progress) == [1, True]
@@ -205,3 +209,86 @@ def test_a_model_that_cannot_be_fetched_is_said_on_the_page(site, tmp_path):
         assert page.evaluate(failed) == "The model could not be loaded: Failed to fetch"
         assert page.locator("#go").is_disabled()
     assert foreign == []
+
+
+NLLB_SETTINGS = kt_decoding.DecodingSettings(
+    beam_size=1, max_extra_length=8, source_prefix="eng_Latn", target_prefix="spa_Latn"
+)
+
+
+@pytest.fixture(scope="module")
+def nllb_site(tmp_path_factory):
+    """The NLLB fixture's site (greedy; English and Spanish the export's languages, as
+    `trainers.import_pretrained --source-language eng_Latn --target-language spa_Latn`
+    sets them)."""
+    from keras_transformer.pretrained import m2m100
+
+    model, _ = m2m100.load_m2m100(NLLB)
+    vocabularies = m2m100.load_vocabularies(NLLB)
+    root = tmp_path_factory.mktemp("web_nllb")
+    return export.export(
+        model, root / "site", format="web", vocabularies=vocabularies, decoding=NLLB_SETTINGS
+    )
+
+
+@pytest.mark.slow  # a browser, LiteRT.js's WASM compiled, the fixture's lines translated
+@pytest.mark.exact
+def test_the_nllb_page_picks_languages_and_translates_as_ai_edge_litert(nllb_site):
+    """The NLLB fixture's site in headless Chromium: the page shows the manifest's codes in
+    two selects, the export's languages chosen; French picked, a typed line's translation
+    is French; `window.translate(text, {source, target})` gives what LiteRT's stock
+    interpreter gives on the same file with those languages, on the fixture's lines (one
+    program on the same file: equal, up to the last bits of two builds of LiteRT's kernels,
+    so at least all but one line alike, each other one parting at a tie, tests/ties.py). No
+    request leaves for another host."""
+    from keras_transformer.pretrained import m2m100
+    from tests.test_litert_bpe_bytes import translate_builtin
+
+    lines = [line for line in NLLB_LINES if not line.startswith("fra_Latn")]
+    requests = [("eng_Latn", "spa_Latn"), ("eng_Latn", "fra_Latn"), ("fra_Latn", "deu_Latn")]
+    expected = {request: translate_builtin(nllb_site, lines, *request) for request in requests}
+    with browser.served(nllb_site) as server, browser.opened(server.url) as (page, foreign):
+        page.wait_for_function(
+            "window.translatorReady === true || window.translatorError !== undefined",
+            timeout=180_000,
+        )
+        assert page.evaluate("window.translatorError") is None
+        assert page.evaluate("document.getElementById('languages').hidden") is False
+        codes = "id => [...document.getElementById(id).options].map(o => o.value)"
+        facts = json.loads((nllb_site / "manifest.json").read_text())
+        assert page.evaluate(codes, "source") == facts["languages"]["source"]
+        assert page.evaluate(codes, "target") == facts["languages"]["target"]
+        assert page.input_value("#source") == "eng_Latn"
+        assert page.input_value("#target") == "spa_Latn"
+        page.select_option("#target", "fra_Latn")
+        page.fill("#text", lines[0])
+        page.click("#go")
+        page.wait_for_function(
+            "document.getElementById('status').textContent === 'Ready.' && "
+            "document.getElementById('translation').textContent !== ''",
+            timeout=60_000,
+        )
+        shown = page.locator("#translation").text_content()
+        got = {
+            request: page.evaluate(
+                "async ([texts, source, target]) => { const out = []; for (const t of texts) "
+                "out.push(await window.translate(t, {source, target})); return out; }",
+                [lines, *request],
+            )
+            for request in requests
+        }
+        refused = page.evaluate(
+            "window.translate('Hello', {target: 'xxx_Zzzz'}).then(() => '', e => e.message)"
+        )
+    assert foreign == []
+    assert shown == expected["eng_Latn", "fra_Latn"][0]
+    assert "xxx_Zzzz" in refused
+    model, _ = m2m100.load_m2m100(NLLB)
+    vocabularies = m2m100.load_vocabularies(NLLB)
+    same = total = 0
+    for (source, target), ours in got.items():
+        settings = NLLB_SETTINGS.replace(source_prefix=source, target_prefix=target)
+        same += alike(model, vocabularies, settings, lines, expected[source, target], ours)
+        total += len(lines)
+    assert same >= total - 1, (same, total)
+    assert got["eng_Latn", "spa_Latn"] != got["eng_Latn", "fra_Latn"]

@@ -172,7 +172,8 @@ def write(
         functions, *sizes = litert_builtin.signatures(
             model, vocabularies, settings, table=table, batch=batch
         )
-        described = litert_builtin.described_signatures(*sizes, batch=batch)
+        codes = bool(language_codes(vocabularies.target))
+        described = litert_builtin.described_signatures(*sizes, batch=batch, languages=codes)
     else:
         functions = signatures(model, vocabularies, settings, table=table)
         described = _described(functions)

@@ -154,14 +154,7 @@ class BpeCut:
         self.max_chars = max_chars
         self._tokenizer = tensorflow_text.FastSentencepieceTokenizer(characters)
         self._ids = tf.constant(ids, tf.int32)  # character model id -> BPE id
-        table = merge_table(proto)
-        self._left = tf.constant(table["left"])
-        self._right = tf.constant(table["right"])
-        self._merged = tf.constant(table["merged"])
-        self._rank = tf.constant(table["rank"])
-        self._probes = table["probes"]
-        self._multipliers = table["multipliers"]
-        self._slots = table["slots"]
+        self.merge = Merges(proto)
         model = sentencepiece.SentencePieceProcessor(model_proto=proto)
         self.boundary_id = model.piece_to_id("\u2581")
 
@@ -177,7 +170,31 @@ class BpeCut:
         symbols = tf.where(column < lengths[:, None], ids, _NO)  # (batch, chars)
         return self.merge(symbols), lengths == 0, ends_with_space(text)
 
-    def merge(self, symbols):
+
+class Merges:
+    """The merges of a BPE SentencePiece model in builtin ops (part 2 of the module doc).
+
+    Args:
+        proto: bytes. The serialized BPE SentencePiece model.
+
+    Call arguments:
+        symbols: int32 `[batch, len]`. BPE ids, -1 after each row's end.
+
+    Returns:
+        int32 `[batch, len]`: the symbols merged until no pair makes a piece, -1 after.
+    """
+
+    def __init__(self, proto: bytes):
+        table = merge_table(proto)
+        self._left = tf.constant(table["left"])
+        self._right = tf.constant(table["right"])
+        self._merged = tf.constant(table["merged"])
+        self._rank = tf.constant(table["rank"])
+        self._probes = table["probes"]
+        self._multipliers = table["multipliers"]
+        self._slots = table["slots"]
+
+    def __call__(self, symbols):
         """BPE ids `[batch, len]` (-1 after the end) merged until no pair makes a piece."""
         width = tf.shape(symbols)[1]
         column = tf.range(width)[None, :]
@@ -236,4 +253,4 @@ def ends_with_space(text):
     return found
 
 
-__all__ = ["BpeCut", "character_model", "ends_with_space", "merge_table"]
+__all__ = ["BpeCut", "Merges", "character_model", "ends_with_space", "merge_table"]

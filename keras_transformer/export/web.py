@@ -2,7 +2,9 @@
 format="web")`, `trainers.export --format web --out SITE`.
 
 The site holds `index.html` and `app.js` (the page: a text box, a button, the translation, a
-progress indicator while the model loads; `window.translate(text)` returns a Promise of the
+progress indicator while the model loads; for an imported NLLB-200 model, two selects of
+the manifest's language codes, the export's chosen first; `window.translate(text)`, or
+`window.translate(text, {source, target})` with language codes, returns a Promise of the
 translation), `model.tflite` (the builtin-ops LiteRT file of `kt.export.litert_builtin`:
 UTF-8 bytes in and out, no custom op), `manifest.json` (the file's, "format": "web"),
 `service-worker.js` (the site's files kept for offline use, where the browser allows a

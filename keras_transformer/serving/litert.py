@@ -8,8 +8,9 @@ library needs TensorFlow's C++ framework library (`libtensorflow_framework.so.2`
 `tensorflow` package), which is loaded as a library too: the `tensorflow` and
 `tensorflow-text` packages must be installed, and neither is imported.
 
-An NLLB-200 file takes the languages of each request (its `serving_languages` signature); the
-translator checks them against the manifest's `languages` (`check_prefixes`) before the file
+An NLLB-200 file takes the languages of each request (its `serving_languages` signature; a
+builtin-ops file's `serving_default`, as indices in the manifest's lists); the translator
+checks them against the manifest's `languages` (`check_prefixes`) before the file
 runs, which answers "" for a code it lacks rather than failing.
 """
 
@@ -240,7 +241,9 @@ class LiteRTTranslator:
         self._batch = batch_size(self.manifest) if builtin else None
         self._languages = None
         if self.languages and self.languages["target"]:
-            self._languages = interpreter.get_signature_runner("serving_languages")
+            # A builtin-ops file takes the languages in `serving_default` itself.
+            name = "serving_default" if builtin else "serving_languages"
+            self._languages = interpreter.get_signature_runner(name)
 
     def _check(self, source_prefix: str | None, target_prefix: str | None) -> None:
         check_prefixes(self.languages, source_prefix, target_prefix)
@@ -282,13 +285,7 @@ class LiteRTTranslator:
         if (problem := self.n_best_problem(n_best)) is not None:
             raise ValueError(f"n_best={n_best}: {problem}")
         self._check(source_prefix, target_prefix)
-        if self._bytes is not None:  # the file's B lines a run: bytes `[B, N]` in and out
-            runs = [{"text": encoded(line, self._bytes)} for line in lines]
-            translations = self._run_rows(runs)
-            return [[Hypothesis([], decoded(t), float("nan"))] for t in translations]
-        if self._languages is None:
-            translations = self._run(text=np.array(lines, dtype=object))["translations"]
-        else:
+        if self._languages is not None:
             decoding = self.manifest.get("decoding", {})
             sources = [
                 self._source_language(line, source_prefix, decoding.get("source_prefix"))
@@ -302,6 +299,23 @@ class LiteRTTranslator:
                 ),
                 "",
             )
+        if self._bytes is not None:  # the file's B lines a run: bytes `[B, N]` in and out
+            if self._languages is None:
+                runs = [{"text": encoded(line, self._bytes)} for line in lines]
+            else:  # the languages as indices in the manifest's lists, -1 for none
+                runs = [
+                    {
+                        "text": encoded(text, self._bytes),
+                        "source_language": _index(self.languages["source"], code),
+                        "target_language": _index(self.languages["target"], target),
+                    }
+                    for text, code in sources
+                ]
+            translations = self._run_rows(runs)
+            return [[Hypothesis([], decoded(t), float("nan"))] for t in translations]
+        if self._languages is None:
+            translations = self._run(text=np.array(lines, dtype=object))["translations"]
+        else:
             translations = self._languages(
                 text=np.array([text for text, _ in sources], dtype=object),
                 source_prefix=np.array([code.encode() for _, code in sources], dtype=object),
@@ -339,6 +353,13 @@ class LiteRTTranslator:
                 return line.split(words[0].encode(), 1)[1], words[0]
             return line, ""
         return line, next((p for p in (call, self.source_prefix, export) if p), "")
+
+
+def _index(codes: list[str], code: str):
+    """A language code's index in a builtin-ops file's list, int32 `[1]` (-1 for "")."""
+    import numpy as np
+
+    return np.array([codes.index(code) if code else -1], np.int32)
 
 
 __all__ = [
