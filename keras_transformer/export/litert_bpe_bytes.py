@@ -126,12 +126,13 @@ class BpeBytesCut:
         points = tf.where(points == litert_charsmap.SPACE, WORD_BOUNDARY, points)
         ids = self.lookup(points)
         ids = tf.where(points >= 0, tf.where(ids >= 0, ids, self.unk_id), _NO)
-        width = ids.shape[1]
+        width = tf.shape(ids)[1]
         ids = litert_charsmap.compact(ids, ids >= 0, width)  # the characters, in order
         previous = tf.pad(ids[:, :-1], [[0, 0], [1, 0]], constant_values=_NO)
         keep = (ids >= 0) & ~((ids == self.unk_id) & (previous == self.unk_id))
         ids = litert_charsmap.compact(ids, keep, width)[:, : self.max_chars]
         lengths = tf.reduce_sum(tf.cast(ids >= 0, tf.int32), axis=1)
+        ids = ids[:, : tf.maximum(tf.reduce_max(lengths), 1)]  # the merges follow the text
         return self.merge(ids), lengths == 0, ends_with_space(data)
 
     def lookup(self, points):

@@ -25,9 +25,12 @@ anything (`add_dummy_prefix`). SentencePiece drops a value's leading spaces afte
 and trims spaces at the end: on this map (no value holds two spaces in a row), the same as
 collapsing the runs of the whole output.
 
-What it does not do (`check_spec` refuses it by name): user-defined symbols (the
-normalizer's own prefix matcher), `treat_whitespace_as_suffix`, a normalizer without
-`escape_whitespaces`, a value with a run of spaces.
+What it does not do (`check_spec` and `kt.export.litert_bpe_bytes.check_model` refuse it by
+name): user-defined symbols (the normalizer's own prefix matcher), `treat_whitespace_as_suffix`,
+a normalizer without `escape_whitespaces`, a value with a run of spaces. With
+`remove_extra_whitespaces` off (NLLB's is on), a text the map turns into nothing gets no
+space before it, where SentencePiece gives it one. The work follows the longest row's text,
+not the input's width (`used_columns`).
 """
 
 from __future__ import annotations
@@ -164,12 +167,13 @@ class Charsmap:
 
     def __call__(self, data, width: int):
         data = tf.cast(data, tf.int32)
-        data *= tf.cast(tf.cumsum(tf.cast(data <= 0, tf.int32), axis=1) == 0, tf.int32)
+        rounds = doubling_rounds(data.shape[1])  # of the input's width, known when traced
+        data = used_columns(data)  # the work follows the text, not the input's width
         length, value = self.matches(data)
         size, valid = characters(data)
         rule = value >= 0
         step = tf.where(rule, length, size)  # (batch, N): bytes consumed from each byte
-        on = on_scan(step, data > 0)
+        on = on_scan(step, data > 0, rounds)
         value_length = tf.gather(self._lengths, tf.maximum(value, 0))
         emitted = tf.where(rule, value_length, tf.where(valid, size, 3))  # U+FFFD: 3 bytes
         emitted *= tf.cast(on, tf.int32)
@@ -189,8 +193,8 @@ class Charsmap:
         keep = k < emitted[..., None]  # (batch, N, longest)
         batch = tf.shape(data)[0]
         flat_keep = tf.reshape(keep, [batch, -1])
-        flat_keep &= tf.cumsum(tf.cast(flat_keep, tf.int32), axis=1) <= width  # cut at width
-        return tf.maximum(compact(tf.reshape(out, [batch, -1]), flat_keep, width), 0)
+        placed = compact(tf.reshape(out, [batch, -1]), flat_keep, width)  # cut at `width`
+        return used_columns(tf.maximum(placed, 0))
 
     def matches(self, data):
         """The longest key at each byte: `(length, value)`, int32 `[batch, N]`: its bytes
@@ -260,19 +264,33 @@ def code_points(data):
     return tf.where(start, cp, -1)
 
 
-def on_scan(step, live):
+def used_columns(data):
+    """Bytes `[batch, N]` (0 ends a row) -> `[batch, n]`: each row up to its first 0, the
+    columns of the longest row kept (at least one), the rest 0."""
+    live = tf.cumsum(tf.cast(data <= 0, tf.int32), axis=1) == 0
+    used = tf.maximum(tf.reduce_max(tf.reduce_sum(tf.cast(live, tf.int32), axis=1)), 1)
+    return tf.where(live, data, 0)[:, :used]
+
+
+def doubling_rounds(width: int) -> int:
+    """The rounds of pointer doubling that reach every step of a scan over `width` bytes."""
+    return max(1, math.ceil(math.log2(width + 1)))
+
+
+def on_scan(step, live, rounds: int):
     """The bytes a left-to-right scan starts a step at: bool `[batch, N]`. `step` int32
     `[batch, N]`: the bytes a step from each byte consumes (>= 1); `live`: the text's
-    bytes. Byte 0 starts one, and each step's byte leads to the next: the steps reached from
-    byte 0, by pointer doubling over `next = i + step` (the end of the text a sink)."""
-    batch, width = tf.shape(step)[0], step.shape[1]
+    bytes; `rounds`: `doubling_rounds` of N or more. Byte 0 starts one, and each step's
+    byte leads to the next: the steps reached from byte 0, by pointer doubling over `next =
+    i + step` (the end of the text a sink)."""
+    batch, width = tf.shape(step)[0], tf.shape(step)[1]
     column = tf.range(width)[None, :]
     jump = tf.where(live, tf.minimum(column + step, width), width)
     jump = tf.concat([jump, tf.fill([batch, 1], width)], 1)  # (batch, N + 1): N the sink
-    on = tf.cast(tf.concat([column, [[width]]], 1) == 0, tf.int32)
+    on = tf.cast(tf.range(width + 1)[None, :] == 0, tf.int32)
     on = tf.broadcast_to(on, [batch, width + 1])
     rows = tf.broadcast_to(tf.range(batch)[:, None], [batch, width + 1])
-    for _ in range(max(1, math.ceil(math.log2(width + 1)))):
+    for _ in range(rounds):
         # on[j] |= on[i] where jump[i] == j; then jump = jump∘jump.
         reached = tf.scatter_nd(tf.stack([rows, jump], -1), on, [batch, width + 1])
         on = tf.cast((on + reached) > 0, tf.int32)
@@ -284,7 +302,7 @@ def whitespace(data, spec):
     """Normalized bytes `[batch, N]` -> bytes `[batch, N + 1]`, 0-padded, under the
     normalizer's whitespace rules (`remove_extra_whitespaces`: spaces at the ends and in
     runs dropped; `add_dummy_prefix`: a space before a text that keeps anything)."""
-    batch, width = tf.shape(data)[0], data.shape[1]
+    batch, width = tf.shape(data)[0], tf.shape(data)[1]
     valid = data > 0
     space = data == SPACE
     keep = valid
@@ -321,8 +339,10 @@ __all__ = [
     "check_spec",
     "code_points",
     "compact",
+    "doubling_rounds",
     "on_scan",
     "rules",
     "trie",
+    "used_columns",
     "whitespace",
 ]
