@@ -228,3 +228,19 @@ def test_the_request_benchmark_times_every_part_of_a_request(capsys):
     table = capsys.readouterr().out
     assert "| search in sorted chunks |" in table and "greedy: median steps 24" in table
     json.dumps(result)
+
+
+def test_the_program_memory_benchmark_reports_a_peak_and_kills_above_its_limit(capsys):
+    """benchmarks.program_memory reports a command's exit status and peak RSS (a process
+    that holds 200 MiB shows at least that), and kills a command above --limit-gib."""
+    from benchmarks import program_memory
+
+    hold = "import time; b = bytearray(200 * 2**20); time.sleep(1)"
+    report = program_memory.main(["--every", "0.05", "--", sys.executable, "-c", hold])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == report
+    assert report["returncode"] == 0 and not report["killed_over_limit"]
+    assert report["peak_tree_rss_mb"] >= report["peak_rss_mb"] >= 200
+    hold = "import time; b = bytearray(200 * 2**20); time.sleep(60)"
+    report = program_memory.main(["--limit-gib", "0.1", "--", sys.executable, "-c", hold])
+    assert report["killed_over_limit"] and report["returncode"] == -9
+    assert report["seconds"] < 60
