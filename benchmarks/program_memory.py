@@ -22,6 +22,7 @@ program would be killed by the kernel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -43,12 +44,20 @@ def children() -> dict[int, list[int]]:
     return found
 
 
-def tree_rss(root: int) -> int:
-    """The resident bytes of `root` and its descendants now (their VmRSS)."""
-    tree, todo, total = children(), [root], 0
+def descendants(root: int) -> list[int]:
+    """`root` and every process under it, in any session or process group."""
+    tree, todo, found = children(), [root], []
     while todo:
         pid = todo.pop()
+        found.append(pid)
         todo += tree.get(pid, [])
+    return found
+
+
+def tree_rss(root: int) -> int:
+    """The resident bytes of `root` and its descendants now (their VmRSS)."""
+    total = 0
+    for pid in descendants(root):
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -71,7 +80,9 @@ def measure(command: list[str], limit: float | None = None, every: float = 0.25)
         peak_tree = max(peak_tree, tree_rss(process.pid))
         if limit is not None and peak_tree > limit and not killed:
             killed = True
-            os.killpg(process.pid, signal.SIGKILL)
+            for pid in reversed(descendants(process.pid)):  # those in sessions of their own too
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         time.sleep(every)
     process.returncode = os.waitstatus_to_exitcode(status)
     peak = usage.ru_maxrss * 1024  # KiB on Linux
