@@ -136,8 +136,8 @@ def translator(model, vocabularies, settings: DecodingSettings, *, table: str = 
             source_ids = blanked(source_ids, target_code == -2)
         # Each variable read once, here, outside the search's `while` loop, which captures
         # the values: the converter freezes these reads into constants. No copy of the
-        # weights is held in Python or in the traced graphs (three signatures, each a copy,
-        # held 4x the weights at NLLB-200-600M's size: BENCHMARKS.md).
+        # weights is held in Python or in the traced graphs, where constants would put one
+        # in each signature's graph.
         constants = [
             (variable, read_table(value, text) if id(variable) in tables else value)
             for variable, value in ((v, tf.convert_to_tensor(v)) for v in variables)
