@@ -2,7 +2,8 @@
 
 `convert` turns the traced signatures (`kt.export.litert_trace`) into the file's bytes, through
 the converter's SavedModel (the variables the signatures read in its checkpoint, frozen into the
-file's constants as the converter reads them; a model past protobuf's 2 GB converts):
+file's constants as the converter reads them: no graph proto holds the weights, so protobuf's
+2 GB limit is not theirs):
 LiteRT's builtin ops and tensorflow-text's (`TEXT_OPS`) as custom ops, the weights in
 float32, float16 or int8 (the converter's own dynamic-range quantization), or int4
 (ai-edge-quantizer over the float32 file: `INT4_RECIPE`, the projections in int4 and the
