@@ -6,6 +6,14 @@ in float32).
     python -m benchmarks.nllb_shaped --out /tmp/nllb-shaped
     python -m benchmarks.import_memory /tmp/nllb-shaped
 
+Its int8 LiteRT file's conversion, the program's peak RSS (`benchmarks.program_memory`):
+
+    python -m trainers.import_pretrained /tmp/nllb-shaped --model-dir /tmp/nllb-import \
+        --target-language spa_Latn
+    python -m benchmarks.program_memory --limit-gib 14 -- python -m trainers.export \
+        --model-dir /tmp/nllb-import --out /tmp/nllb-int8 --format litert --quantize int8 \
+        --beam-size 1
+
 The directory is laid out as a transformers download (config.json, generation_config.json,
 model.safetensors, sentencepiece.bpe.model, tokenizer.json, tokenizer_config.json). The
 tokenizer files are the test fixture's small ones (tests/fixtures/m2m100/nllb-tiny); the rows

@@ -3,6 +3,8 @@ each event's own time (no timing is asserted here: figures belong in BENCHMARKS.
 
 import json
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -293,3 +295,44 @@ def test_the_web_benchmark_pages_each_wasm_build_and_checks_the_package(tmp_path
         "litert_wasm_internal.js",
         "litert_wasm_internal.wasm",
     ]
+
+
+def test_the_program_memory_benchmark_reports_a_peak_and_kills_above_its_limit(tmp_path, capsys):
+    """benchmarks.program_memory reports a command's exit status and peak RSS (a process
+    that holds 200 MiB shows at least that), and kills a command and its children above
+    --limit-gib."""
+    from benchmarks import program_memory
+
+    hold = "import time; b = bytearray(200 * 2**20); time.sleep(1)"
+    report = program_memory.main(["--every", "0.05", "--", sys.executable, "-c", hold])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == report
+    assert report["returncode"] == 0 and not report["killed_over_limit"]
+    assert report["peak_tree_rss_mb"] >= report["peak_rss_mb"] >= 200
+    # The holder in a session of its own, under a parent that waits for it: both killed.
+    pid_file = tmp_path / "pid"
+    hold = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+        "b = bytearray(200 * 2**20); time.sleep(60)"
+    )
+    parent = (
+        "import subprocess, sys; "
+        f"subprocess.run([sys.executable, '-c', {hold!r}], start_new_session=True)"
+    )
+    report = program_memory.main(["--limit-gib", "0.1", "--", sys.executable, "-c", parent])
+    assert report["killed_over_limit"] and report["returncode"] == -9
+    assert report["seconds"] < 60
+    holder = int(pid_file.read_text())
+    for _ in range(100):  # killed; gone once its parent (killed too) no longer holds it
+        if state(holder) in ("gone", "Z"):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the holder {holder} outlived the limit")
+
+
+def state(pid: int) -> str:
+    """A process's state letter (Linux: /proc/PID/stat; "Z" for a zombie), "gone" if none."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"

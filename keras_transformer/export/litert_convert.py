@@ -1,6 +1,9 @@
 """The LiteRT converter's call, the weights' quantization and the check of the ops written.
 
-`convert` turns the traced signatures (`kt.export.litert_trace`) into the file's bytes:
+`convert` turns the traced signatures (`kt.export.litert_trace`) into the file's bytes, through
+the converter's SavedModel (the variables the signatures read in its checkpoint, frozen into the
+file's constants as the converter reads them: no graph proto holds the weights, so protobuf's
+2 GB limit is not theirs):
 LiteRT's builtin ops and tensorflow-text's (`TEXT_OPS`) as custom ops, the weights in
 float32, float16 or int8 (the converter's own dynamic-range quantization), or int4
 (ai-edge-quantizer over the float32 file: `INT4_RECIPE`, the projections in int4 and the
@@ -68,13 +71,18 @@ def convert(functions, quantize: str | None = None) -> bytes:
         raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
     if not isinstance(functions, dict):
         functions = {"serving_default": functions}
-    root = tf.Module()  # the functions' owner (the converter's signature path needs one)
-    concrete = []
+    # The functions' owner (the converter's signature path needs one), and of the variables
+    # they read: the converter writes them to a SavedModel, the weights in its checkpoint
+    # (no graph holds them, so none meets protobuf's 2 GB), and freezes them as it reads it.
+    root = tf.Module()
+    concrete, variables = [], {}
     for name, function in functions.items():
         setattr(root, name, function)
         traced = function.get_concrete_function()
         traced.graph.name = name  # the converter names a signature by its graph
         concrete.append(traced)
+        variables.update({id(variable): variable for variable in traced.variables})
+    root.weights = list(variables.values())
     converter = tf.lite.TFLiteConverter.from_concrete_functions(concrete, root)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True  # tensorflow-text's; `check_ops` refuses any other

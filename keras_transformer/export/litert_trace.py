@@ -1,12 +1,13 @@
 """The LiteRT file's signatures, traced: text in, the model and the settings' search, text out.
 
 Each signature is a `tf.function` that `kt.export.litert_convert.convert` turns into the file:
-the source text cut into ids (`kt.export.litert_text`), the model's weights read as constants,
-the settings' search (`file_plan`: the `kt.decoding.DecodingPlan` of every other door), and the ids
-given back as text. The search is traced with `kt.fast` switched off (its output projection
-would store the embedding twice) but for the tricks a device file takes
-(`kt.fast.for_device_files`), and as one loop (`kt.decoding.DecodingPlan(phases=1)`: the
-decoder step once in the file).
+the source text cut into ids (`kt.export.litert_text`), the model's variables read once at the
+top (the converter freezes them into the file's constants, reading them from a SavedModel's
+checkpoint: no traced graph holds a copy of the weights), the settings' search (`file_plan`:
+the `kt.decoding.DecodingPlan` of every other door), and the ids given back as text. The
+search is traced with `kt.fast` switched off (its output projection would store the embedding
+twice) but for the tricks a device file takes (`kt.fast.for_device_files`), and as one loop
+(`kt.decoding.DecodingPlan(phases=1)`: the decoder step once in the file).
 
 How the tied embedding table is read decides how a quantizer stores it (`TABLE_READS`):
 - "constant": the lookups and the output projection read one constant; the converter's int8
@@ -115,7 +116,8 @@ def traced(functions: dict) -> dict:
 
 def translator(model, vocabularies, settings: DecodingSettings, *, table: str = "gather"):
     """`translate(text, source_code, target_code) -> {"translations": [batch]}`: the text
-    cut into ids, the search over the model's weights as constants, the ids as text. Codes:
+    cut into ids, the search over the model's variables (each read once, outside the
+    search's loop), the ids as text. Codes:
     int32 `[batch]` ids, -1 for none, -2 for a code the vocabulary lacks (the row answers
     ""); `target_code` None: no target prefix."""
     max_length = model.config.max_length
@@ -135,7 +137,7 @@ def translator(model, vocabularies, settings: DecodingSettings, *, table: str = 
             silent=target.special_tokens.values() if litert_text.is_nllb(target) else (),
         )
     )
-    weights = [(variable, variable.numpy()) for variable in model.variables]
+    variables = list(model.variables)
     tables = {id(t) for t in embedding_tables(model)} if table != "constant" else set()
     read_table = looked_up if table == "embedding_lookup" else gathered
     plan = file_plan(settings)
@@ -149,11 +151,13 @@ def translator(model, vocabularies, settings: DecodingSettings, *, table: str = 
             source_ids = litert_text.source_ids(cut, text, max_length, ours)
         if target_code is not None:  # a row with an unknown code translates nothing
             source_ids = blanked(source_ids, target_code == -2)
-        # Each variable read as a constant of its value: the converter freezes no variable
-        # that a `while` loop reads, and the file must carry the weights.
+        # Each variable read once, here, outside the search's `while` loop, which captures
+        # the values: the converter freezes these reads into constants. No copy of the
+        # weights is held in Python or in the traced graphs, where constants would put one
+        # in each signature's graph.
         constants = [
-            (variable, read_table(value, text) if id(variable) in tables else tf.constant(value))
-            for variable, value in weights
+            (variable, read_table(value, text) if id(variable) in tables else value)
+            for variable, value in ((v, tf.convert_to_tensor(v)) for v in variables)
         ]
         prefix = None if target_code is None else tf.maximum(target_code, 0)[:, None]
         with keras.StatelessScope(state_mapping=constants):
@@ -226,7 +230,7 @@ def gathered(value, text):
     scale) and the tied output projection (a scale a row) would each store their own int8
     copy."""
     vocab, width = value.shape
-    rows = tf.gather(tf.constant(value), all_rows(vocab, text))
+    rows = tf.gather(value, all_rows(vocab, text))
     return tf.reshape(rows, [vocab, width])
 
 
@@ -237,7 +241,7 @@ def looked_up(value, text):
     `tfl.embedding_lookup(ids, table)`) as that op, whose table ai-edge-quantizer quantizes
     (a GATHER's it leaves in float32)."""
     vocab, width = value.shape
-    rows = _embedding_lookup(tf.constant(value), all_rows(vocab, text))
+    rows = _embedding_lookup(value, all_rows(vocab, text))
     return tf.reshape(rows, [vocab, width])
 
 
