@@ -1,0 +1,82 @@
+"""One request at a time through several exports, in alternating rounds: each export's p50 and
+p95 milliseconds a request, and its outputs' lengths (the same lengths: the same steps run).
+
+    python -m benchmarks.exports --sentences 8 --rounds 3 --threads 2 \\
+        litert-int8=on_device/opus-int8 ctranslate2-int8=ct2/opus-int8
+
+Each argument is NAME=PATH, or NAME=PATH=BEAM for an export whose beam size is a call's own
+(CTranslate2; a LiteRT file's search is in the file). Every export opens with
+`kt.serving.open(PATH, threads=THREADS)` and translates one warm-up sentence; then each round
+sends the first --sentences test verses one request each, to every export in turn, the order
+reversed every other round, so that a drifting machine slows all alike. Run it with nothing
+else running; figures of two machines are not compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+TEST = Path(__file__).resolve().parent.parent / "data" / "bible-en-es" / "test.tsv.xz"
+
+
+def measure(exports: dict, sources: list[str], rounds: int) -> dict:
+    """`{name: (milliseconds of every request, output lengths in characters)}`."""
+    times = {name: [] for name in exports}
+    lengths = {name: [] for name in exports}
+    for turn in range(rounds):
+        for name in list(exports) if turn % 2 == 0 else list(exports)[::-1]:
+            translator, options = exports[name]
+            for sentence in sources:
+                start = time.perf_counter()
+                [found] = translator.translate([sentence], **options)
+                times[name].append(1000 * (time.perf_counter() - start))
+                if turn == 0:
+                    best = found[0] if isinstance(found, list) else found
+                    lengths[name].append(len(getattr(best, "text", str(best))))
+    return {name: (times[name], lengths[name]) for name in exports}
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("exports", nargs="+", help="NAME=PATH or NAME=PATH=BEAM")
+    parser.add_argument("--sentences", type=int, default=8, help="test verses a round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="each runtime's threads")
+    args = parser.parse_args(argv)
+    for flag in ("sentences", "rounds", "threads"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag}={getattr(args, flag)} must be >= 1")
+    from keras_transformer import corpus, serving
+
+    exports = {}
+    for spec in args.exports:
+        name, _, rest = spec.partition("=")
+        path, _, beam = rest.partition("=")
+        if not name or not path or (beam and not beam.isdigit()):
+            parser.error(f"{spec!r}: give NAME=PATH or NAME=PATH=BEAM")
+        options = {"beam_size": int(beam)} if beam else {}
+        exports[name] = (serving.open(path, threads=args.threads), options)
+    sources = list(corpus.read_tsv(TEST, "en", "es").sources)[: args.sentences]
+    for translator, options in exports.values():
+        translator.translate(sources[:1], **options)  # warm-up
+    rows = []
+    for name, (times, lengths) in measure(exports, sources, args.rounds).items():
+        ordered = sorted(times)
+        rows.append(
+            dict(
+                export=name,
+                p50_ms=round(statistics.median(ordered), 1),
+                p95_ms=round(ordered[int(0.95 * (len(ordered) - 1))], 1),
+                output_chars=lengths,
+            )
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
