@@ -45,11 +45,15 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("exports", nargs="+", help="NAME=PATH or NAME=PATH=BEAM")
     parser.add_argument("--sentences", type=int, default=8, help="test verses a round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2, help="each runtime's threads")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="each runtime's threads (0: its default)"
+    )
     args = parser.parse_args(argv)
-    for flag in ("sentences", "rounds", "threads"):
+    for flag in ("sentences", "rounds"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag}={getattr(args, flag)} must be >= 1")
+    if args.threads < 0:
+        parser.error(f"--threads={args.threads} must be >= 0 (0: each runtime's default)")
     from keras_transformer import corpus, serving
 
     exports = {}
