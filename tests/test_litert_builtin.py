@@ -82,11 +82,10 @@ def test_the_piece_table_holds_every_normal_piece_once():
     )
 
 
-@pytest.fixture(scope="module")
-def builtin(tiny, tmp_path_factory):
-    """The tiny model's builtin-ops LiteRT directories, one a search."""
+def _builtin_files(tiny, root, **options) -> dict:
+    """The tiny model's builtin-ops LiteRT directories under `root`, one a search of
+    `SEARCHES`, written with `options` (`batch=`...)."""
     model, vocabularies = tiny
-    root = tmp_path_factory.mktemp("builtin")
     return {
         name: export.export(
             model,
@@ -95,9 +94,16 @@ def builtin(tiny, tmp_path_factory):
             ops="builtin",
             vocabularies=vocabularies,
             decoding=settings,
+            **options,
         )
         for name, settings in SEARCHES.items()
     }
+
+
+@pytest.fixture(scope="module")
+def builtin(tiny, tmp_path_factory):
+    """The tiny model's builtin-ops LiteRT directories, one a search."""
+    return _builtin_files(tiny, tmp_path_factory.mktemp("builtin"))
 
 
 def test_builtin_file_layout_ops_and_tensors(builtin):
@@ -172,20 +178,7 @@ BATCH = 4  # the batched files' rows a run
 @pytest.fixture(scope="module")
 def batched(tiny, tmp_path_factory):
     """The tiny model's builtin-ops LiteRT directories of `BATCH` rows a run, one a search."""
-    model, vocabularies = tiny
-    root = tmp_path_factory.mktemp("batched")
-    return {
-        name: export.export(
-            model,
-            root / name,
-            format="litert",
-            ops="builtin",
-            batch=BATCH,
-            vocabularies=vocabularies,
-            decoding=settings,
-        )
-        for name, settings in SEARCHES.items()
-    }
+    return _builtin_files(tiny, tmp_path_factory.mktemp("batched"), batch=BATCH)
 
 
 @pytest.mark.exact

@@ -45,6 +45,19 @@ def loaded(page) -> None:
     assert page.evaluate("window.translatorError") is None
 
 
+def typed_and_shown(page, text: str) -> str:
+    """Types `text` in the page's box, presses its button, and returns the translation the
+    page shows once it says Ready."""
+    page.fill("#text", text)
+    page.click("#go")
+    page.wait_for_function(
+        "document.getElementById('status').textContent === 'Ready.' && "
+        "document.getElementById('translation').textContent !== ''",
+        timeout=60_000,
+    )
+    return page.locator("#translation").text_content()
+
+
 def worker_files(site) -> list[str]:
     """The files that the site's service worker stores at install (its `FILES`)."""
     text = (site / export.web.SERVICE_WORKER).read_text()
@@ -128,14 +141,7 @@ def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
         # The progress bar followed the model's download, and is hidden once it is loaded.
         progress = "(bar => [bar.value, bar.hidden])(document.getElementById('progress'))"
         assert page.evaluate(progress) == [1, True]
-        page.fill("#text", texts[0])
-        page.click("#go")
-        page.wait_for_function(
-            "document.getElementById('status').textContent === 'Ready.' && "
-            "document.getElementById('translation').textContent !== ''",
-            timeout=60_000,
-        )
-        shown = page.locator("#translation").text_content()
+        shown = typed_and_shown(page, texts[0])
         translations = page.evaluate(TRANSLATE, texts)
         assert page.evaluate("window.translate('')") == ""
     assert foreign == []
@@ -261,14 +267,7 @@ def test_the_nllb_page_picks_languages_and_translates_as_ai_edge_litert(nllb_sit
         assert page.input_value("#source") == "eng_Latn"
         assert page.input_value("#target") == "spa_Latn"
         page.select_option("#target", "fra_Latn")
-        page.fill("#text", lines[0])
-        page.click("#go")
-        page.wait_for_function(
-            "document.getElementById('status').textContent === 'Ready.' && "
-            "document.getElementById('translation').textContent !== ''",
-            timeout=60_000,
-        )
-        shown = page.locator("#translation").text_content()
+        shown = typed_and_shown(page, lines[0])
         got = {
             request: page.evaluate(
                 "async ([texts, source, target]) => { const out = []; for (const t of texts) "
