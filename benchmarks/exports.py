@@ -1,5 +1,6 @@
 """One request at a time through several exports, in alternating rounds: each export's p50 and
-p95 milliseconds a request, and its outputs' lengths (the same lengths: the same steps run).
+p95 milliseconds a request (NumPy's percentiles), and its outputs' lengths (the same lengths:
+the same steps run).
 
     python -m benchmarks.exports --sentences 8 --rounds 3 --threads 2 \\
         litert-int8=on_device/opus-int8 ctranslate2-int8=ct2/opus-int8
@@ -15,10 +16,12 @@ else running; figures of two machines are not compared.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
-import statistics
 import time
 from pathlib import Path
+
+import numpy as np
 
 TEST = Path(__file__).resolve().parent.parent / "data" / "bible-en-es" / "test.tsv.xz"
 
@@ -41,7 +44,10 @@ def measure(exports: dict, sources: list[str], rounds: int) -> dict:
 
 
 def main(argv=None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.exports",
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+    )
     parser.add_argument("exports", nargs="+", help="NAME=PATH or NAME=PATH=BEAM")
     parser.add_argument("--sentences", type=int, default=8, help="test verses a round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -62,19 +68,28 @@ def main(argv=None) -> list[dict]:
         path, _, beam = rest.partition("=")
         if not name or not path or (beam and not beam.isdigit()):
             parser.error(f"{spec!r}: give NAME=PATH or NAME=PATH=BEAM")
-        options = {"beam_size": int(beam)} if beam else {}
-        exports[name] = (serving.open(path, threads=args.threads), options)
+        if name in exports:
+            parser.error(f"{spec!r}: the name {name!r} is given twice")
+        try:
+            translator = serving.open(path, threads=args.threads)
+        except (FileNotFoundError, ValueError) as error:
+            parser.error(f"{spec!r}: {error}")
+        if beam and "beam_size" not in inspect.signature(translator.translate).parameters:
+            parser.error(
+                f"{spec!r}: a {type(translator).__name__}'s search is its file's own: no =BEAM"
+            )
+        exports[name] = (translator, {"beam_size": int(beam)} if beam else {})
     sources = list(corpus.read_tsv(TEST, "en", "es").sources)[: args.sentences]
     for translator, options in exports.values():
         translator.translate(sources[:1], **options)  # warm-up
     rows = []
     for name, (times, lengths) in measure(exports, sources, args.rounds).items():
-        ordered = sorted(times)
+        p50, p95 = np.percentile(times, [50, 95])
         rows.append(
             dict(
                 export=name,
-                p50_ms=round(statistics.median(ordered), 1),
-                p95_ms=round(ordered[int(0.95 * (len(ordered) - 1))], 1),
+                p50_ms=round(float(p50), 1),
+                p95_ms=round(float(p95), 1),
                 output_chars=lengths,
             )
         )

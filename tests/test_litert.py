@@ -763,6 +763,10 @@ def test_an_unknown_language_is_refused_by_the_translator_and_blank_in_the_file(
         translator.translate(["Hello"], source_prefix="xxx_Zzzz")
     with pytest.raises(ValueError, match="target_prefix='Hola'.*takes one language code"):
         translator.translate(["Hello"], target_prefix="Hola")
+    # A code cut short is not shaped like one: still the code it could have meant, and the
+    # file's codes without a "..." when they are all listed.
+    with pytest.raises(ValueError, match=r"'fra_Lat'.*did you mean 'fra_Latn'.*codes: [^.]*$"):
+        translator.translate(["Hello"], target_prefix="fra_Lat")
     interpreter = InterpreterWithCustomOps(
         custom_op_registerers=text_op_registrars(), model_path=str(directory / "model.tflite")
     )

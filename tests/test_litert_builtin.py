@@ -261,7 +261,11 @@ def test_batch_refusals_name_the_argument(tiny, tmp_path, capsys):
     assert program.flag_problem(program.parse_args([*flags, "--ops", "builtin"])) is None
     assert (
         program.flag_problem(program.parse_args([*flags, "--ops", "builtin", "--quantize", "int4"]))
-        == "--batch 4: --quantize int4 is not in builtin-ops files yet"
+        == "--ops builtin: --quantize int4 is not in builtin-ops files yet"
+    )
+    builtin_int4 = ["--ops", "builtin", "--quantize", "int4"]  # without --batch too
+    assert program.flag_problem(program.parse_args([*flags[:-2], *builtin_int4])) == (
+        "--ops builtin: --quantize int4 is not in builtin-ops files yet"
     )
     with pytest.raises(SystemExit):
         program.parse_args([*flags[:-1], "0"])

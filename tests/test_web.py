@@ -144,6 +144,9 @@ def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
         shown = typed_and_shown(page, texts[0])
         translations = page.evaluate(TRANSLATE, texts)
         assert page.evaluate("window.translate('')") == ""
+        # Language codes for a model without languages: refused, as kt.serving refuses them.
+        refused = "window.translate('God', {target: 'fra_Latn'}).then(() => 'none', e => e.message)"
+        assert "takes no language codes" in page.evaluate(refused)
     assert foreign == []
     assert shown == expected[0]
     settings = SEARCHES["beam"]

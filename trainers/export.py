@@ -194,8 +194,8 @@ def flag_problem(args: argparse.Namespace) -> str | None:
     if args.batch is not None and not ("batch" in found.options and args.ops == "builtin"):
         takers = [name for name, entry in FORMATS.items() if "batch" in entry.options]
         return f"--batch applies to --format {' and '.join(takers)} --ops builtin only"
-    if args.batch is not None and args.batch > 1 and args.quantize == "int4":
-        return f"--batch {args.batch}: --quantize int4 is not in builtin-ops files yet"
+    if args.ops == "builtin" and args.quantize == "int4":
+        return "--ops builtin: --quantize int4 is not in builtin-ops files yet"
     if args.stopping and "stopping" in found.decides:
         takers = [name for name, entry in FORMATS.items() if "stopping" not in entry.decides]
         return (

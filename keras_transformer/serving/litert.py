@@ -17,6 +17,7 @@ runs, which answers "" for a code it lacks rather than failing.
 from __future__ import annotations
 
 import ctypes
+import difflib
 import importlib.util
 import re
 import sys
@@ -148,9 +149,12 @@ def check_prefixes(
         # The library's check names the code it could have meant.
         check_target_prefix(prefix, SimpleNamespace(language_codes=codes), where=name)
         if prefix not in codes:
+            close = difflib.get_close_matches(prefix, codes, n=1)
+            meant = f" (did you mean {close[0]!r}?)" if close else ""
+            listed = ", ".join(codes[:6]) + (", ..." if len(codes) > 6 else "")
             raise ValueError(
-                f"{name}={prefix!r}: a LiteRT file takes one language code as its prefix "
-                f"({', '.join(codes[:6])}, ...)"
+                f"{name}={prefix!r}: a LiteRT file takes one language code as its prefix"
+                f"{meant}; its codes: {listed}"
             )
 
 

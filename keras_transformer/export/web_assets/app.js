@@ -101,6 +101,9 @@ window.translate = (text, options = {}) => {
     const {model, width, languages} = await ready;
     const inputs = {text: new Tensor(encoded(String(text), width), [1, width])};
     try {
+      if (!languages && (options.source !== undefined || options.target !== undefined)) {
+        throw new Error('this model takes no language codes (it has no language selects)');
+      }
       if (languages) {
         for (const side of ['source', 'target']) {
           const code = options[side] === undefined ? $(side).value : options[side];
