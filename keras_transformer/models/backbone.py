@@ -7,7 +7,7 @@ import keras_hub
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.model import build_network
-from keras_transformer.models import presets
+from keras_transformer.models.keywords import check_keywords
 
 # The constructor's keywords, and `keras.Model`'s that it passes on (Keras's functional
 # models drop any other without a word: the constructor refuses them by name).
@@ -55,7 +55,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
     """
 
     def __init__(self, config: TransformerConfig | dict, dtype=None, *, layers_of=None, **kwargs):
-        presets.check_keywords(kwargs, MODEL_ARGUMENTS, type(self).__name__, ARGUMENTS)
+        check_keywords(kwargs, MODEL_ARGUMENTS, type(self).__name__, ARGUMENTS)
         if isinstance(config, dict):
             config = TransformerConfig.from_dict(config)
         kwargs.setdefault("name", "transformer_backbone")
@@ -89,7 +89,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         """keras-hub's `Backbone.from_preset`: the backbone of a preset directory (or
         keras-hub handle), with `dtype`, `name` or `trainable` over the preset's. Any other
         keyword is refused by name (ValueError), before anything is read or downloaded."""
-        presets.check_keywords(kwargs, LOADER_KEYWORDS, f"{cls.__name__}.from_preset")
+        check_keywords(kwargs, LOADER_KEYWORDS, f"{cls.__name__}.from_preset")
         return super().from_preset(preset, load_weights, **kwargs)
 
     @classmethod
@@ -98,7 +98,7 @@ class TransformerBackbone(keras_hub.models.Backbone):
         refused by `from_preset`'s name: keras-hub's loader (`keras_hub.models.Backbone.
         from_preset(directory, **kwargs)`) merges its keywords into the backbone's config."""
         given = {name: value for name, value in config.items() if name != "config"}
-        presets.check_keywords(given, LOADER_KEYWORDS, "from_preset")
+        check_keywords(given, LOADER_KEYWORDS, "from_preset")
         return super().from_config(config)
 
     def get_config(self):

@@ -4,7 +4,6 @@ Hub), or a `trainers.train` model directory, told apart by their files."""
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import keras_hub
 from keras_transformer import _hub as hub
 from keras_transformer import _workarounds as workarounds
 from keras_transformer.decoding.settings import DecodingSettings
+from keras_transformer.models.keywords import check_keywords
 
 PRESET = "preset"
 CHECKPOINT = "checkpoint"  # a Hugging Face checkpoint of a family kt.pretrained converts
@@ -98,33 +98,6 @@ def load_task(cls, preset, load_weights: bool = True, *, decoding=None, model_fi
             raise ValueError(f"decoding={decoding!r} must be a DecodingSettings or a dict")
         task.decoding = decoding
     return task
-
-
-def check_keywords(given, known, where: str, others=()) -> None:
-    """ValueError naming each keyword of `given` that is none of `known` (nor of `others`,
-    which are taken elsewhere), with the one a misspelling may mean, and those taken.
-
-    Keras's functional models drop a keyword they do not know without a word, so a
-    mistyped one (`model_fil=`) would load something other than what was asked for.
-
-    Examples:
-        >>> from keras_transformer.models.presets import check_keywords
-        >>> check_keywords({"model_fil": "x"}, ["dtype"], "from_preset", ["model_file"])
-        Traceback (most recent call last):
-        ValueError: from_preset takes no keyword argument 'model_fil' (did you mean ...
-    """
-    names = [*others, *known]
-    unknown = [name for name in given if name not in names]
-    if not unknown:
-        return
-    hints = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-        hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
-    plural = "s" if len(unknown) > 1 else ""
-    raise ValueError(
-        f"{where} takes no keyword argument{plural} {', '.join(hints)}; it takes {', '.join(names)}"
-    )
 
 
 def task_from_transformer(cls, model, vocabularies, decoding=None, share_weights=False, **kwargs):
