@@ -450,7 +450,9 @@ def test_convert_in_this_process_gives_the_written_file(model, exported):
     writes, its conversion in a process of its own: the same ops and weights."""
     from keras_transformer.export import litert_convert, litert_trace
 
-    functions = litert_trace.signatures(model, bible.vocabularies(), SEARCHES["greedy"])
+    functions = litert_trace.signatures(
+        model, bible.vocabularies(), SEARCHES["greedy"], table="constant"
+    )
     here = litert_convert.convert(functions)
     written = (exported["greedy"] / "model.tflite").read_bytes()
     assert litert.op_names(here) == litert.op_names(written)
