@@ -7,7 +7,7 @@ NLLB-200-600M's size, the int8 LiteRT file (the commands of BENCHMARKS.md's tabl
     python -m benchmarks.nllb_shaped --out /tmp/nllb-shaped
     python -m trainers.import_pretrained /tmp/nllb-shaped --model-dir /tmp/nllb-import \\
         --target-language spa_Latn
-    python -m benchmarks.program_memory --limit-gib 14 -- python -m trainers.export \\
+    python -m benchmarks.program_memory --limit-gib 13 -- python -m trainers.export \\
         --model-dir /tmp/nllb-import --out /tmp/nllb-int8 --format litert --quantize int8 \\
         --beam-size 1
 

@@ -430,6 +430,94 @@ def test_a_task_with_a_sampler_is_refused(model, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def weights(blob: bytes) -> list[str]:
+    """The sha256 of every constant buffer of `blob` (a LiteRT file), sorted: its weights,
+    whatever its tensors' names."""
+    import hashlib
+
+    schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
+    file = schema.Model.GetRootAsModel(blob, 0)
+    buffers = (file.Buffers(b) for b in range(file.BuffersLength()))
+    return sorted(
+        hashlib.sha256(buffer.DataAsNumpy().tobytes()).hexdigest()
+        for buffer in buffers
+        if buffer.DataLength()
+    )
+
+
+def test_convert_in_this_process_gives_the_written_file(model, exported):
+    """`litert_convert.convert` (both stages in this process) gives the file that `write`
+    writes, its conversion in a process of its own: the same ops and weights."""
+    from keras_transformer.export import litert_convert, litert_trace
+
+    functions = litert_trace.signatures(
+        model, bible.vocabularies(), SEARCHES["greedy"], table="constant"
+    )
+    here = litert_convert.convert(functions)
+    written = (exported["greedy"] / "model.tflite").read_bytes()
+    assert litert.op_names(here) == litert.op_names(written)
+    assert weights(here) == weights(written)
+
+
+def test_a_failed_conversion_leaves_the_earlier_file_and_says_why_in_one_line(
+    model, exported, tmp_path
+):
+    """The converter's process failing (its SavedModel asked for a signature it lacks)
+    raises `ConversionError` in one line, the converter's error; an earlier export at the
+    destination stays as it was, and nothing else is left beside it. The traced signatures
+    (`trace_signatures`) convert, without the model, into the file `write` writes."""
+    import shutil
+
+    out = shutil.copytree(exported["greedy"], tmp_path / "out")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    settings = SEARCHES["greedy"]
+    traced = litert.trace_signatures(
+        model, tmp_path / "traced", vocabularies=bible.vocabularies(), decoding=settings
+    )
+    plan = traced.plan()
+    assert plan["signature_keys"] == ["serving_default"] and plan["quantize"] is None
+    broken = {**plan, "signature_keys": ["serving_missing"]}
+    (traced.path / "plan.json").write_text(json.dumps(broken))
+    with pytest.raises(litert.ConversionError) as failed:
+        export.export(traced, out, format="litert", overwrite=True)
+    message = str(failed.value)
+    assert message.startswith(
+        "LiteRT's converter failed: ValueError: Invalid signature key 'serving_missing'"
+    )
+    assert "\n" not in message
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "traced"]
+    (traced.path / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(ValueError, match=r"quantize='int8': the signatures at .* quantize=None"):
+        export.export(traced, tmp_path / "again", format="litert", quantize="int8")
+    again = export.export(traced, tmp_path / "again", format="litert")
+    file, earlier = ((d / "model.tflite").read_bytes() for d in (again, exported["greedy"]))
+    assert litert.op_names(file) == litert.op_names(earlier) and weights(file) == weights(earlier)
+    facts, earlier_facts = (json.loads((d / "manifest.json").read_text()) for d in (again, out))
+    for kept in (facts, earlier_facts):
+        kept.pop("created")
+    assert facts == earlier_facts
+
+
+def test_a_converter_killed_is_said_in_one_line(monkeypatch, tmp_path):
+    """A conversion process killed (the kernel's out-of-memory killer sends SIGKILL) is one
+    line that says so."""
+    import signal
+    import subprocess
+
+    from keras_transformer.export import litert_child
+
+    def killed(command, **kwargs):
+        return subprocess.CompletedProcess(command, -signal.SIGKILL)
+
+    monkeypatch.setattr(litert_child.subprocess, "run", killed)
+    with pytest.raises(litert.ConversionError) as failed:
+        litert_child.convert_in_child(tmp_path, ["serving_default"], "int8", tmp_path / "x")
+    assert str(failed.value) == (
+        "LiteRT's converter (a process of its own) was killed by SIGKILL (out of memory?)"
+    )
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, slice_run):
     """A model directory of `trainers.train`, briefly trained on the slice (20 updates):
@@ -478,6 +566,35 @@ def test_export_and_translate_programs(run_dir, tmp_path):
         hypotheses[0].text for hypotheses in LiteRTTranslator(tmp_path / "int8").translate(lines)
     ]
     assert len(int8) == 3 and int8[0] and int8[-1] == ""
+
+
+@pytest.mark.slow  # the trained directory, and a conversion
+def test_the_export_program_s_failed_conversion_is_one_line_and_loses_nothing(run_dir, tmp_path):
+    """`trainers.export --format litert --overwrite` whose conversion fails in its process
+    (int4 where ai-edge-quantizer cannot be imported: a package on PYTHONPATH that fails to
+    import stands for it) says so in one line, exit status 2; the earlier export stays as
+    it was, and neither the traced signatures nor a half-written file are left."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.tflite").write_bytes(b"the earlier file")
+    (out / "manifest.json").write_text('{"format": "litert"}')
+    broken = tmp_path / "path" / "ai_edge_quantizer"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('ai_edge_quantizer is broken')\n")
+    paths = [str(broken.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    result = programs.program(
+        "trainers.export", "--model-dir", run_dir, "--format", "litert", "--out", out,
+        "--quantize", "int4", "--beam-size", "1", "--overwrite",
+        env={"PYTHONPATH": os.pathsep.join(paths)}, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [
+        "error: quantize='int4' for a LiteRT file needs ai-edge-quantizer: pip install "
+        "ai-edge-quantizer (requirements.txt names the version tested)"
+    ]
+    assert (out / "model.tflite").read_bytes() == b"the earlier file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "path"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.tflite"]
 
 
 @pytest.mark.slow  # the trained directory, and two conversions

@@ -57,7 +57,10 @@ inside this package (`kt.export.web`). Any static server serves it (`python -m h
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -69,6 +72,8 @@ from trainers import errors, flags
 from trainers.errors import ConfigError
 from trainers.run_dir import MODEL, RunDirectory, write_json
 
+# The first stage's manifest entries (experiment, model file, metrics), in its folder.
+PROGRAM_MANIFEST = "program-manifest.json"
 # The weights' types, every format's (the SavedModel's int8 and bfloat16 first, then
 # CTranslate2's own), each checked against its format's.
 QUANTIZE_TYPES = tuple(dict.fromkeys(t for entry in FORMATS.values() for t in entry.quantize))
@@ -168,6 +173,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "CTranslate2's rule)",
     )
     flags.add_prefixes(parser)
+    # --format litert's first stage, in a process of its own (`export_in_two_processes`):
+    # load the model, trace the file's signatures into this new folder, and stop.
+    parser.add_argument("--traced-to", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -207,9 +215,11 @@ def flag_problem(args: argparse.Namespace) -> str | None:
 
 @errors.program
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.quantization:
-        print("warning: --quantization is deprecated; use --quantize", file=sys.stderr)
+        if args.traced_to is None:  # the first stage's process: said once, by its parent
+            print("warning: --quantization is deprecated; use --quantize", file=sys.stderr)
         if args.quantize not in (None, args.quantization):
             return errors.fail(
                 f"--quantization {args.quantization} and --quantize {args.quantize} disagree"
@@ -237,8 +247,20 @@ def main(argv=None) -> int:
         run.check_trained(args.model)
     except ConfigError as error:
         return errors.fail(error)
-    from keras_transformer import export, fast
-    from keras_transformer._manifest import read_manifest
+    found = FORMATS[args.format]
+    given = {  # a format's own flags, those given
+        "version": args.version,
+        "int8_table": args.int8_table,
+        "prefix_signature": args.prefix_signature,
+        "ops": args.ops,
+        "batch": args.batch,
+    }
+    options = {
+        name: value for name, value in given.items() if name in found.options and value is not None
+    }
+    if found.name == "litert" and args.traced_to is None:
+        return export_in_two_processes(argv, args, options)
+    from keras_transformer import fast
 
     try:  # the flags over the directory's decoding settings
         experiment, task = run.load_task(
@@ -257,42 +279,100 @@ def main(argv=None) -> int:
         "source_model": str(run.model(args.model)),
         "metrics": run.metrics(args.model),
     }
-    found = FORMATS[args.format]
-    given = {  # a format's own flags, those given
-        "version": args.version,
-        "int8_table": args.int8_table,
-        "prefix_signature": args.prefix_signature,
-        "ops": args.ops,
-        "batch": args.batch,
-    }
-    options = {
-        name: value for name, value in given.items() if name in found.options and value is not None
-    }
+    if args.traced_to is not None:
+        from keras_transformer.export import litert
+
+        try:
+            with fast.switched(experiment.training.fast):
+                litert.trace_signatures(task, args.traced_to, quantize=args.quantize, **options)
+        except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
+            return errors.fail(error)
+        (args.traced_to / PROGRAM_MANIFEST).write_text(json.dumps(manifest))
+        return errors.EXIT_OK
+    with fast.switched(experiment.training.fast):  # its beam search's top-k, as in training
+        written = write_export(task, args, manifest, options)
+    if written is None:
+        return errors.EXIT_USER_ERROR
+    if found.versioned:  # a model folder of versions: the Keras model beside them
+        kept = keep_keras_model(run, args, task, manifest)
+        print(f"{wrote(written, found)} and {kept} (Keras model)")
+    else:
+        print(wrote(written, found))
+    return errors.EXIT_OK
+
+
+def write_export(task, args: argparse.Namespace, manifest: dict, options: dict) -> Path | None:
+    """`kt.export.export` of `task` (or of a LiteRT file's `TracedSignatures`) as the flags
+    say; the path written, or None once the error is printed (one line). Warnings
+    (bfloat16's fallback to float32) as the programs print them: one line each."""
+    from keras_transformer import export
+    from keras_transformer.export.litert_child import ConversionError
+
     try:
-        # Warnings (bfloat16's fallback to float32) as the programs print them: one line each.
-        with (
-            warnings.catch_warnings(record=True) as caught,
-            fast.switched(experiment.training.fast),  # its beam search's top-k, as in training
-        ):
-            written = export.export(
+        with warnings.catch_warnings(record=True) as caught:
+            return export.export(
                 task,
                 args.out,
-                format=found.name,
+                format=FORMATS[args.format].name,
                 quantize=args.quantize,
                 manifest=manifest,
                 overwrite=args.overwrite,
                 **options,
             )
     except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
-        return errors.fail(error)  # an existing --version, a model already quantized...
+        errors.fail(error)  # an existing --version, a model already quantized...
+    except ConversionError as error:  # LiteRT's converter's, in its own process: one line
+        errors.fail(error)
     finally:
         for warning in caught:
             print(f"warning: {warning.message}", file=sys.stderr)
+    return None
+
+
+def wrote(written: Path, found) -> str:
+    """The line that says what was written: `wrote PATH (FORMAT, WEIGHTS weights)`."""
+    from keras_transformer._manifest import read_manifest
+
     weights = read_manifest(written / found.manifest_file, "quantize")["quantize"]
-    wrote = f"wrote {written} ({found.caption}, {weights} weights)"
-    if found.versioned:  # a model folder of versions: the Keras model beside them
-        wrote += f" and {keep_keras_model(run, args, task, manifest)} (Keras model)"
-    print(wrote)
+    return f"wrote {written} ({found.caption}, {weights} weights)"
+
+
+def export_in_two_processes(argv: list[str], args: argparse.Namespace, options: dict) -> int:
+    """`--format litert` in two processes one after the other, neither holding what the
+    other does: this program again with `--traced-to` loads the model and saves the file's
+    signatures (`kt.export.litert.trace_signatures`) in a folder beside --out, then this
+    process, which never loads the model, converts them (`kt.export.export` of the
+    `TracedSignatures`, its converter in a process of its own) and writes --out. The folder
+    is removed in every case; a failure leaves an earlier export as it was."""
+    import subprocess
+
+    from keras_transformer._files import temporary_path
+
+    folder = temporary_path(args.out.with_name(args.out.name + "-traced"))
+    shutil.rmtree(folder, ignore_errors=True)  # left by a killed process of the same id
+    command = [sys.executable, "-m", "trainers.export", *argv, "--traced-to", str(folder)]
+    environment = dict(os.environ)  # this program's code first, whatever the folder
+    root = Path(__file__).resolve().parents[1]
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(root), *filter(None, [environment.get("PYTHONPATH")])]
+    )
+    try:
+        status = subprocess.run(command, env=environment, check=False).returncode
+        if status < 0:
+            name = signal.Signals(-status).name
+            why = " (out of memory?)" if -status == signal.SIGKILL else ""
+            return errors.fail(f"loading and tracing the model was killed by {name}{why}")
+        if status != errors.EXIT_OK:
+            return status  # it printed its error
+        from keras_transformer.export.litert import TracedSignatures
+
+        manifest = json.loads((folder / PROGRAM_MANIFEST).read_text())
+        written = write_export(TracedSignatures(folder), args, manifest, options)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if written is None:
+        return errors.EXIT_USER_ERROR
+    print(wrote(written, FORMATS[args.format]))
     return errors.EXIT_OK
 
 

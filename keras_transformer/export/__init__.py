@@ -18,7 +18,9 @@ litert_trace.py  `signatures`: the file's traced signatures (the search, the wei
                  constants, how the tied embedding table is read)
 litert_text.py   the file's tokenization and detokenization in ops a device runs
 litert_convert.py  `convert`: LiteRT's converter, the weights' quantization (int8, float16;
-                 int4 by ai-edge-quantizer) and `check_ops`, the refusal of other ops
+                 int4 by ai-edge-quantizer) and `check_ops`, the refusal of other ops; in
+                 two stages, `save_signatures` and `convert_saved_model`
+litert_child.py  `convert_in_child`: `convert_saved_model` in a process of its own
 litert_bpe.py    `BpeCut`: SentencePiece's BPE cut in LiteRT's builtin ops, for litert_text.py
 litert_builtin.py  the bytes signature: litert.py's file of builtin ops alone
                  (`ops="builtin"`), UTF-8 bytes in and out, for the stock runtimes

@@ -32,6 +32,14 @@ dynamic-range int8 or float16, or int4 (ai-edge-quantizer over the float32 file:
 projections' weights in int4 and the embedding table, stored once, in int8, a scale a
 channel; the output projection in float32 on the table, as with `int8_table="once"`).
 
+The conversion runs in two stages: `write` traces the signatures and saves them as a
+SavedModel in a folder beside the file (the weights in its checkpoint), then LiteRT's
+converter reads it in a process of its own (`kt.export.litert_child`), whose memory (the
+SavedModel read again, the weights frozen and quantized) adds to none of the model's and is
+given back when it ends; the folder is removed in every case. `trace_signatures` does the
+first stage alone, and `write(TracedSignatures(folder), ...)` the second: `trainers.export`
+traces in a process of its own too, so that none holds the model while the converter runs.
+
 The file holds LiteRT's builtin ops and the tensorflow-text ops of `TEXT_OPS`, and no Flex
 (Select TF) op, which a phone's standard runtime lacks; `write` refuses to write a
 file with any other op. An app runs it with a LiteRT interpreter that has the
@@ -67,21 +75,26 @@ lists. Each is refused by name.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import shutil
 from pathlib import Path
 
 from keras_transformer._deprecation import deprecated
-from keras_transformer._files import atomic_directory
+from keras_transformer._files import atomic_directory, temporary_path
 from keras_transformer._manifest import write_manifest
 from keras_transformer.core import rules
 from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe, litert_builtin, litert_text
+from keras_transformer.export.litert_child import ConversionError, convert_in_child
 from keras_transformer.export.litert_convert import (
     QUANTIZE,
     TEXT_OPS,
     check_ops,
     convert,
     op_names,
+    save_signatures,
 )
 from keras_transformer.export.litert_text import (
     UNK_SURFACE,
@@ -96,6 +109,7 @@ from keras_transformer.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 INT8_TABLE = ("once", "twice")  # how an int8 file stores the tied embedding table
 OPS = ("text", "builtin")  # tensorflow-text's ops and strings, or builtins and bytes
+SAVED_MODEL, PLAN = "saved_model", "plan.json"  # a `TracedSignatures` folder's
 
 
 def write(
@@ -116,7 +130,10 @@ def write(
 
     Args:
         model: a `TransformerSeq2SeqLM`, a directory `TransformerSeq2SeqLM.from_preset`
-            loads, or a trained `keras_transformer.Transformer` (with `vocabularies`).
+            loads, or a trained `keras_transformer.Transformer` (with `vocabularies`); or
+            the signatures `trace_signatures` traced (`TracedSignatures`), converted
+            without the model (`vocabularies` and `decoding` None, the other settings
+            those they were traced with).
         path: str or path. The directory to write; must not exist yet (written atomically).
         vocabularies: its `keras_transformer.text.Vocabularies`; None takes the task's.
         decoding: `kt.decoding.DecodingSettings` or None: the search written into the file.
@@ -147,6 +164,8 @@ def write(
     Raises:
         ValueError: a setting the file cannot hold, a vocabulary it cannot hold yet, or a
             path under a file, before anything is written; or ops the file may not hold.
+        ConversionError: LiteRT's converter failed, or its process was killed
+            (`kt.export.litert_child`), in one line; nothing is written.
 
     Examples:
         Skipped by the doctests: a conversion takes a while (`docs/` runs one).
@@ -156,18 +175,119 @@ def write(
         >>> kt.export.export(task, "on_device/demo", format="litert")  # doctest: +SKIP
     """
     _check_path(path)
+    path = Path(path)
+    settings = dict(quantize=quantize, int8_table=int8_table, ops=ops, batch=batch)
+    if isinstance(model, TracedSignatures):
+        _check_traced(model, vocabularies, decoding, settings)
+        if path.exists():
+            raise FileExistsError(f"{path} exists; choose a new directory")
+        return _converted(model, path, manifest)
+    # The signatures' SavedModel beside the file, not in /tmp: the model's size, on the disk
+    # the file goes to (a /tmp in memory would hold it in RAM).
+    work = temporary_path(path.with_name(path.name + "-signatures"))
+    shutil.rmtree(work, ignore_errors=True)  # left by a killed process of the same id
+    try:
+        traced = _traced(model, work, path, vocabularies, decoding, **settings)
+        return _converted(traced, path, manifest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedSignatures:
+    """A LiteRT file's signatures traced by `trace_signatures` and saved in a folder, which
+    `write` converts without the model: a large model's export in two processes one after the
+    other, the first holding the model while it traces, the second the converter alone
+    (`trainers.export` exports so).
+
+    Attributes:
+        path: Path. The folder: `saved_model/` (`litert_convert.save_signatures`'), and
+            `plan.json`, the file's settings, the model's config and the manifest's facts.
+    """
+
+    path: Path
+
+    def plan(self) -> dict:
+        """`plan.json`: `signature_keys`, `quantize`, `int8_table`, `ops`, `batch`,
+        `model_config` and `facts` (the manifest's, but the file's size and custom ops)."""
+        return json.loads((Path(self.path) / PLAN).read_text())
+
+
+def trace_signatures(
+    model,
+    folder,
+    *,
+    vocabularies=None,
+    decoding: DecodingSettings | None = None,
+    quantize: str | None = None,
+    int8_table: str | None = None,
+    ops: str = "text",
+    batch: int = 1,
+) -> TracedSignatures:
+    """The first half of `write`: checks `model` and the settings as `write` does, traces the
+    file's signatures and saves them at `folder`, a new folder (a SavedModel, the weights
+    as they are: the model's size on disk), for `write(TracedSignatures(folder), path, ...)`
+    with the same `quantize`, `int8_table`, `ops` and `batch` to convert, in a process
+    that needs not load the model.
+
+    Args:
+        model: as `write`'s.
+        folder: str or path. The folder to write; must not exist yet.
+        vocabularies: as `write`'s, with `decoding`, `quantize`, `int8_table`, `ops` and
+            `batch`.
+        decoding: `kt.decoding.DecodingSettings` or None.
+        quantize: str or None.
+        int8_table: str or None.
+        ops: str. "text" or "builtin".
+        batch: int.
+
+    Returns:
+        The `TracedSignatures` at `folder`.
+
+    Raises:
+        ValueError: as `write`, before anything is written.
+        FileExistsError: `folder` exists.
+    """
+    folder = Path(folder)
+    return _traced(
+        model,
+        folder,
+        folder,
+        vocabularies,
+        decoding,
+        quantize=quantize,
+        int8_table=int8_table,
+        ops=ops,
+        batch=batch,
+    )
+
+
+def _traced(
+    model,
+    folder: Path,
+    destination: Path,
+    vocabularies,
+    decoding,
+    *,
+    quantize,
+    int8_table,
+    ops,
+    batch,
+) -> TracedSignatures:
+    """Checks (a `destination` that exists is refused once the model is checked), traces
+    and saves the signatures at `folder` (`trace_signatures`)."""
     table = _table_read(quantize, int8_table)
     if ops not in OPS:
         raise ValueError(f"ops={ops!r} must be one of {OPS}")
     litert_builtin.check_batch(batch, ops, quantize)
     if ops == "builtin" and quantize == "int4":
         raise ValueError("quantize='int4' is not in builtin-ops files (ops='builtin') yet")
-    model, vocabularies, path, settings = resolve_model(model, vocabularies, path, decoding)
+    model, vocabularies, _, settings = resolve_model(model, vocabularies, destination, decoding)
     _check_model(model, vocabularies, settings)
     if ops == "builtin":
         litert_builtin.check_vocabularies(vocabularies)
-    if path.exists():
-        raise FileExistsError(f"{path} exists; choose a new directory")
+    if destination.exists():
+        raise FileExistsError(f"{destination} exists; choose a new directory")
     if ops == "builtin":
         functions, *sizes = litert_builtin.signatures(
             model, vocabularies, settings, table=table, batch=batch
@@ -177,19 +297,63 @@ def write(
     else:
         functions = signatures(model, vocabularies, settings, table=table)
         described = _described(functions)
-    blob = convert(functions, quantize)
-    file_ops = op_names(blob)
-    (litert_builtin.check_builtin if ops == "builtin" else check_ops)(file_ops)
     layout = (int8_table or "twice") if quantize == "int8" else None
-    facts = _facts(model, vocabularies, settings, described, blob, file_ops, layout, ops)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir()
+    keys = save_signatures(functions, folder / SAVED_MODEL)
+    plan = {
+        "signature_keys": keys,
+        "quantize": quantize,
+        "int8_table": int8_table,
+        "ops": ops,
+        "batch": batch,
+        "model_config": model.config.to_dict(),
+        "facts": _facts(model, vocabularies, settings, described, layout, ops),
+    }
+    (folder / PLAN).write_text(json.dumps(plan, indent=2) + "\n")
+    return TracedSignatures(folder)
+
+
+def _check_traced(traced: TracedSignatures, vocabularies, decoding, settings: dict) -> None:
+    """ValueError where `write`'s arguments are not those `traced` was traced with."""
+    if vocabularies is not None or decoding is not None:
+        raise ValueError(
+            "vocabularies and decoding must be None with TracedSignatures: the signatures "
+            "hold those they were traced with"
+        )
+    plan = traced.plan()
+    for name, value in settings.items():
+        if plan[name] != value:
+            raise ValueError(
+                f"{name}={value!r}: the signatures at {traced.path} were traced with "
+                f"{name}={plan[name]!r} (trace_signatures)"
+            )
+
+
+def _converted(traced: TracedSignatures, path: Path, manifest: dict | None) -> Path:
+    """Converts `traced` in a process of its own (`kt.export.litert_child`) into
+    `path/model.tflite`, checks its ops, and writes the manifest: the directory appears
+    complete, or not at all."""
+    plan = traced.plan()
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(path) as temporary:
         temporary.mkdir()
-        (temporary / MODEL_FILE).write_bytes(blob)
+        written = convert_in_child(
+            Path(traced.path) / SAVED_MODEL,
+            plan["signature_keys"],
+            plan["quantize"],
+            temporary / MODEL_FILE,
+        )
+        file_ops = op_names(written)
+        (litert_builtin.check_builtin if plan["ops"] == "builtin" else check_ops)(file_ops)
+        facts = plan["facts"] | {
+            "sizes": {MODEL_FILE: written.stat().st_size},
+            "custom_ops": sorted(set(file_ops) & set(TEXT_OPS)),
+        }
         write_manifest(
             temporary / MANIFEST,
-            model_config=model.config.to_dict(),
-            quantize=quantize or "float32",
+            model_config=plan["model_config"],
+            quantize=plan["quantize"] or "float32",
             facts=facts,
             extra=manifest,
         )
@@ -228,14 +392,15 @@ def _described(functions: dict) -> dict:
     }
 
 
-def _facts(model, vocabularies, settings, described, blob, file_ops, int8_table, ops) -> dict:
-    """The manifest's facts of a written file: format, the int8 table's layout, size,
-    languages, vocabulary, the decoding settings, the ops it is made of ("text" or
-    "builtin"), its signatures (`described`) and the custom ops it needs."""
+def _facts(model, vocabularies, settings, described, int8_table, ops) -> dict:
+    """The manifest's facts of a file: format, the int8 table's layout, size, languages,
+    vocabulary, the decoding settings, the ops it is made of ("text" or "builtin"), its
+    signatures (`described`) and the custom ops it needs. The size and the custom ops are
+    known once it is converted: `sizes` and `custom_ops` are empty here, in their places."""
     return {
         "format": FORMAT,
         "int8_table": int8_table,
-        "sizes": {MODEL_FILE: len(blob)},
+        "sizes": {},
         "languages": {
             "source": language_codes(vocabularies.source),
             "target": language_codes(vocabularies.target),
@@ -251,7 +416,7 @@ def _facts(model, vocabularies, settings, described, blob, file_ops, int8_table,
         },
         "ops": ops,
         "signatures": described,
-        "custom_ops": sorted(set(file_ops) & set(TEXT_OPS)),
+        "custom_ops": [],
     }
 
 
@@ -347,6 +512,7 @@ def _check_model(model, vocabularies, settings: DecodingSettings) -> None:
 
 
 __all__ = [
+    "ConversionError",
     "FORMAT",
     "INT8_TABLE",
     "MANIFEST",
@@ -362,6 +528,8 @@ __all__ = [
     "piece_surfaces",
     "signatures",
     "surface_tables",
+    "trace_signatures",
+    "TracedSignatures",
     "translate_text",
     "write",
 ]

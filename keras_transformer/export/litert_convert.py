@@ -1,14 +1,16 @@
 """The LiteRT converter's call, the weights' quantization and the check of the ops written.
 
-`convert` turns the traced signatures (`kt.export.litert_trace`) into the file's bytes, through
-the converter's SavedModel (the variables the signatures read in its checkpoint, frozen into the
-file's constants as the converter reads them: no graph proto holds the weights, so protobuf's
-2 GB limit is not theirs):
-LiteRT's builtin ops and tensorflow-text's (`TEXT_OPS`) as custom ops, the weights in
-float32, float16 or int8 (the converter's own dynamic-range quantization), or int4
+`convert` turns the traced signatures (`kt.export.litert_trace`) into the file's bytes in two
+stages: `save_signatures` writes a SavedModel of them (the variables they read in its
+checkpoint: no graph proto holds the weights, so protobuf's 2 GB limit is not theirs), and
+`convert_saved_model` converts it, freezing the weights into the file's constants as the
+converter reads them. `kt.export.litert.write` runs the second stage in a process of its own
+(`kt.export.litert_child`), which holds the converter's memory and not the model's.
+The file holds LiteRT's builtin ops and tensorflow-text's (`TEXT_OPS`) as custom ops, the
+weights in float32, float16 or int8 (the converter's own dynamic-range quantization), or int4
 (ai-edge-quantizer over the float32 file: `INT4_RECIPE`, the projections in int4 and the
-embedding table in int8). `check_ops` refuses a file with
-any other op (a Flex op, which a phone's standard runtime lacks).
+embedding table in int8). `check_ops` refuses a file with any other op (a Flex op, which a
+phone's standard runtime lacks).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import tempfile
+from pathlib import Path
 
 import tensorflow as tf
 
@@ -66,24 +70,53 @@ def convert(functions, quantize: str | None = None) -> bytes:
     """The LiteRT file of a `tf.function` with an input signature (its signature
     `serving_default`), or of a dict of them by signature name: builtin ops, and
     tensorflow-text's as custom ops; int8 (dynamic range), int4 (`quantized_int4`) or
-    float16 weights if asked."""
+    float16 weights if asked. Both stages in this process: `save_signatures` into a
+    temporary folder, then `convert_saved_model`."""
+    check_quantize(quantize)
+    with tempfile.TemporaryDirectory(prefix="kt-litert-") as folder:
+        keys = save_signatures(functions, Path(folder) / "signatures")
+        return convert_saved_model(Path(folder) / "signatures", keys, quantize)
+
+
+def check_quantize(quantize: str | None) -> None:
+    """ValueError for weights other than float32 (None) and `QUANTIZE`."""
     if quantize is not None and quantize not in QUANTIZE:
         raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
+
+
+def save_signatures(functions, directory) -> list[str]:
+    """The first stage of `convert`: writes the SavedModel at `directory` (a new folder)
+    whose signatures are `functions` (a `tf.function` with an input signature, named
+    `serving_default`, or a dict of them by signature name), the variables they read in its
+    checkpoint. Returns the signature names, in order, as `convert_saved_model` takes them.
+
+    The weights stay in the checkpoint (no graph holds them, so none meets protobuf's 2 GB)
+    until the converter freezes them as it reads it: `convert_saved_model` in a process
+    that never held the model needs its memory alone."""
     if not isinstance(functions, dict):
         functions = {"serving_default": functions}
-    # The functions' owner (the converter's signature path needs one), and of the variables
-    # they read: the converter writes them to a SavedModel, the weights in its checkpoint
-    # (no graph holds them, so none meets protobuf's 2 GB), and freezes them as it reads it.
-    root = tf.Module()
-    concrete, variables = [], {}
+    root = tf.Module()  # the functions' owner, and of the variables they read
+    concrete, variables = {}, {}
     for name, function in functions.items():
         setattr(root, name, function)
-        traced = function.get_concrete_function()
-        traced.graph.name = name  # the converter names a signature by its graph
-        concrete.append(traced)
-        variables.update({id(variable): variable for variable in traced.variables})
+        concrete[name] = function.get_concrete_function()
+        variables.update({id(variable): variable for variable in concrete[name].variables})
     root.weights = list(variables.values())
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(concrete, root)
+    options = tf.saved_model.SaveOptions(save_debug_info=True)  # as the converter saves
+    tf.saved_model.save(root, str(directory), signatures=concrete, options=options)
+    return list(concrete)
+
+
+def convert_saved_model(directory, signature_keys, quantize: str | None = None) -> bytes:
+    """The second stage of `convert`: the LiteRT file of the signatures `signature_keys` of
+    the SavedModel at `directory` (`save_signatures`'), with `convert`'s ops and weights.
+    `kt.export.litert_child` runs it in a process of its own."""
+    check_quantize(quantize)
+    import tensorflow_text  # noqa: F401  (registers its ops, which the SavedModel's graphs hold)
+
+    converter = tf.lite.TFLiteConverter.from_saved_model(
+        str(directory), signature_keys=list(signature_keys)
+    )
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.allow_custom_ops = True  # tensorflow-text's; `check_ops` refuses any other
     if quantize in ("int8", "float16"):
@@ -111,12 +144,14 @@ def quantized_int4(blob: bytes) -> bytes:
     return bytes(result.quantized_model)
 
 
-def op_names(blob: bytes) -> list[str]:
-    """Every op name of a LiteRT file, sorted, as `tf.lite.experimental.Analyzer` lists
-    them (builtins in capitals, custom ops by their own names)."""
+def op_names(blob) -> list[str]:
+    """Every op name of a LiteRT file (its bytes, or a path to it), sorted, as
+    `tf.lite.experimental.Analyzer` lists them (builtins in capitals, custom ops by their
+    own names)."""
     report = io.StringIO()
+    given = {"model_content": blob} if isinstance(blob, bytes) else {"model_path": str(blob)}
     with contextlib.redirect_stdout(report):
-        tf.lite.experimental.Analyzer.analyze(model_content=blob)
+        tf.lite.experimental.Analyzer.analyze(**given)
     return sorted(set(re.findall(r"Op#\d+ ([^(\s]+)\(", report.getvalue())))
 
 
@@ -136,7 +171,10 @@ __all__ = [
     "QUANTIZE",
     "TEXT_OPS",
     "check_ops",
+    "check_quantize",
     "convert",
+    "convert_saved_model",
     "op_names",
     "quantized_int4",
+    "save_signatures",
 ]
