@@ -630,9 +630,9 @@ def test_visualize_refuses_blank_text_before_any_work(tmp_path, text):
     args = ("--model-dir", tmp_path / "run", "--text", text, "--out", out)
     result = run_main("trainers.visualize", *args, check=False)
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1].endswith(
-        f"--text {text!r}: nothing to translate; give a sentence"
-    )
+    [line] = result.stderr.splitlines()[-1:]  # one line: the parser's refusal
+    assert line.startswith("python -m trainers.visualize: error: ")
+    assert f"--text {text!r}: nothing to translate; give a sentence" in line
     assert not out.exists()
 
 
