@@ -25,7 +25,9 @@ What it switches:
 A device file (`kt.export.litert`) is traced with the switch off and `for_device_files()`:
 the tricks that pay there and cost the file nothing, `top_k` (LiteRT's TOPK_V2 sorts its way
 through a whole row), and not `output_projection` (its laid-out copy would be a second copy
-of the embedding table in the file).
+of the embedding table in the file). Inside `device_lookups` the export also gives an
+embedding's token lookup a table of its own (`token_lookup`): the int8 file's lookup copy,
+gathered row by row where the converter would dequantize the whole table once a request.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from keras import ops
 from keras_transformer import _backends as backends
 from keras_transformer.config import PAD_ID
 
-_switch = {"enabled": False, "device_files": False}
+_switch = {"enabled": False, "device_files": False, "lookups": {}}
 
 
 def enable() -> None:
@@ -94,6 +96,29 @@ def for_device_files():
         yield
     finally:
         _switch["device_files"] = was
+
+
+@contextlib.contextmanager
+def device_lookups(lookups: dict):
+    """For the graphs traced inside the block: `token_lookup` of each embedding table in
+    `lookups` (`{table layer: function(ids) -> rows}`, a table layer being a
+    `TransformerEmbedding`'s `token_embedding`) is that function, not the layer's own call;
+    then as it was. The LiteRT export traces its int8 files' lookups so
+    (`kt.export.litert_trace.int8_lookup`)."""
+    was = _switch["lookups"]
+    _switch["lookups"] = {**was, **{id(layer): lookup for layer, lookup in lookups.items()}}
+    try:
+        yield
+    finally:
+        _switch["lookups"] = was
+
+
+def token_lookup(table, ids):
+    """The rows of `ids` (int `[...]`) in an embedding table layer (`table`, a Keras
+    `Embedding`): the layer's own call, or inside `device_lookups` the function given for
+    it."""
+    lookup = _switch["lookups"].get(id(table))
+    return table(ids) if lookup is None else lookup(ids)
 
 
 # With the switch on, an element's keep/drop decision compares 16 random bits with
@@ -309,6 +334,7 @@ def _block_length(n, k):
 
 
 __all__ = [
+    "device_lookups",
     "disable",
     "dropout",
     "enable",
@@ -317,6 +343,7 @@ __all__ = [
     "output_projection",
     "smoothed_cross_entropy",
     "switched",
+    "token_lookup",
     "top_k",
     "top_k_by_blocks",
 ]

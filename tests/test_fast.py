@@ -113,6 +113,25 @@ def test_device_files_take_top_k_by_blocks_and_leave_the_switch_off():
     np.testing.assert_array_equal(indices, expected_indices)
 
 
+def test_device_lookups_give_a_table_its_lookup_inside_the_block_only():
+    """Inside `device_lookups` an embedding's token lookup is the given function (the int8
+    LiteRT file's, `kt.export.litert_trace.int8_lookup`), for that table only; outside, and
+    for another embedding, the layer's own rows. Exact: the same float32 operations."""
+    ids = np.array([[5, 7, 0]])
+    mine, other = _embedding(), _embedding()
+    plain, other_plain = np.asarray(mine(ids)), np.asarray(other(ids))
+
+    def doubled(i):
+        return 2.0 * mine.token_embedding(i)
+
+    with kt.fast.device_lookups({mine.token_embedding: doubled}):
+        inside, untouched = np.asarray(mine(ids)), np.asarray(other(ids))
+    positions = plain - np.asarray(mine.token_embedding(ids)) * np.sqrt(8.0)
+    np.testing.assert_allclose(inside, 2 * (plain - positions) + positions, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(mine(ids)), plain)
+    np.testing.assert_array_equal(untouched, other_plain)
+
+
 def _embedding(**kwargs):
     layer = kt.layers.TransformerEmbedding(vocab_size=40, d_model=8, **kwargs)
     layer(np.array([[5, 7, 0]]))

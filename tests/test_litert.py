@@ -252,6 +252,24 @@ def test_float16_and_the_stock_search(model, exported, tmp_path):
     assert len(run_files(SENTENCES, half)["translations"][0]) == len(SENTENCES)
 
 
+def loop_state(blob: bytes) -> list:
+    """The shapes of the search loop's state in `blob` (a LiteRT file): the inputs of the
+    WHILE ops of its first subgraph (the signature's), as tuples."""
+    schema = pytest.importorskip("ai_edge_litert.schema_py_generated")
+    file = schema.Model.GetRootAsModel(blob, 0)
+    graph = file.Subgraphs(0)
+    codes = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    found = []
+    for i in range(graph.OperatorsLength()):
+        op = graph.Operators(i)
+        code = file.OperatorCodes(op.OpcodeIndex())
+        if codes.get(max(code.BuiltinCode(), code.DeprecatedBuiltinCode())) == "WHILE":
+            tensors = (graph.Tensors(op.Inputs(j)) for j in range(op.InputsLength()))
+            found += [tuple(t.ShapeAsNumpy()) if t.ShapeLength() else () for t in tensors]
+    assert found, "no WHILE op in the file's first subgraph"
+    return found
+
+
 def constants(blob: bytes, shape) -> list:
     """The constants of `blob` (a LiteRT file) of tensors of `shape`: `[(buffer, type)]`,
     one a buffer (LiteRT's schema: type 0 float32, 9 int8, 17 int4), and the file's
@@ -290,6 +308,9 @@ def test_int8_stores_the_table_twice_by_default_and_the_step_once(model, exporte
     shape = (model.config.vocab_size, model.config.d_model)
     tables, subgraphs = constants(blob, shape)
     assert [kind for _, kind in tables] == [9, 9] and subgraphs == 3  # two int8 tables
+    # The lookup copy's rows are gathered a step's at a time inside the loop: the loop does
+    # not carry the table (the converter's own lookup copy would be dequantized whole).
+    assert shape not in loop_state(blob)
     tables, subgraphs = constants(full, shape)
     assert [kind for _, kind in tables] == [0] and subgraphs == 3  # one float32 table
     assert len(blob) <= 0.4 * len(full), (len(blob), len(full))
@@ -305,6 +326,7 @@ def test_int8_stores_the_table_twice_by_default_and_the_step_once(model, exporte
     blob_once = (once / "model.tflite").read_bytes()
     tables, subgraphs = constants(blob_once, shape)
     assert [kind for _, kind in tables] == [9] and subgraphs == 3  # one int8 table
+    assert shape in loop_state(blob_once)  # dequantized whole, once a request
     less = (len(blob) - len(blob_once)) / (shape[0] * shape[1])
     assert 0.9 < less < 1.2, less
     assert json.loads((once / "manifest.json").read_text())["int8_table"] == "once"

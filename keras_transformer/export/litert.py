@@ -363,8 +363,9 @@ def _converted(traced: TracedSignatures, path: Path, manifest: dict | None) -> P
 def _table_read(quantize: str | None, int8_table: str | None) -> str:
     """How the traced file reads the tied embedding table (`litert_trace.TABLE_READS`) for
     these weights, after checking them: float32 reads the one constant from both places;
-    float16's converter keeps one copy of a gathered table; int8 stores it twice (a constant
-    read by both) or once (gathered); int4 reads it through EMBEDDING_LOOKUP, whose table
+    float16's converter keeps one copy of a gathered table; int8 stores it twice (the
+    projection's weights and a lookup copy quantized at tracing, `int8_rows`) or once
+    (gathered); int4 reads it through EMBEDDING_LOOKUP, whose table
     ai-edge-quantizer stores once in int8."""
     if quantize is not None and quantize not in QUANTIZE:
         raise ValueError(f"quantize={quantize!r} must be None or one of {QUANTIZE}")
@@ -378,7 +379,7 @@ def _table_read(quantize: str | None, int8_table: str | None) -> str:
         return "embedding_lookup"
     if quantize == "float16" or (quantize == "int8" and int8_table == "once"):
         return "gather"
-    return "constant"
+    return "int8_rows" if quantize == "int8" else "constant"
 
 
 def _described(functions: dict) -> dict:

@@ -11,7 +11,12 @@ twice) but for the tricks a device file takes (`kt.fast.for_device_files`), and 
 
 How the tied embedding table is read decides how a quantizer stores it (`TABLE_READS`):
 - "constant": the lookups and the output projection read one constant; the converter's int8
-  quantizer stores a copy for each use (a lookup copy and the projection's int8 weights);
+  quantizer would store a copy for each use (a lookup copy and the projection's int8
+  weights), and dequantize the lookup copy whole once a request, a float32 table the
+  search's loop then carries from step to step;
+- "int8_rows": the int8 table twice without that: the projection reads the constant (the
+  converter's int8 weights, a scale a row), the lookups an int8 copy quantized here
+  (`int8_lookup`: one scale), gathered and scaled row by row inside the loop;
 - "gather": the table read through one lookup of all its rows (`gathered`), ids the converter
   cannot fold: the constant has one use, so int8 stores it once, and the projection runs in
   float32 on the rows;
@@ -33,7 +38,7 @@ from keras_transformer.decoding.settings import DecodingSettings, language_codes
 from keras_transformer.export import litert_bpe, litert_text
 from keras_transformer.special_ids import EOS_ID, PAD_ID
 
-TABLE_READS = ("constant", "gather", "embedding_lookup")
+TABLE_READS = ("constant", "int8_rows", "gather", "embedding_lookup")
 
 
 @_deprecation.deprecated(
@@ -138,7 +143,11 @@ def translator(model, vocabularies, settings: DecodingSettings, *, table: str = 
         )
     )
     variables = list(model.variables)
-    tables = {id(t) for t in embedding_tables(model)} if table != "constant" else set()
+    whole = table in ("gather", "embedding_lookup")  # the table read whole, then used
+    tables = {id(t) for t in embedding_tables(model)} if whole else set()
+    # "int8_rows": each table layer's int8 lookup copy (variables read below, as the model's).
+    layers = table_layers(model) if table == "int8_rows" else []
+    int8 = {layer: int8_lookup(layer.embeddings) for layer in layers}
     read_table = looked_up if table == "embedding_lookup" else gathered
     plan = file_plan(settings)
 
@@ -160,7 +169,8 @@ def translator(model, vocabularies, settings: DecodingSettings, *, table: str = 
             for variable, value in ((v, tf.convert_to_tensor(v)) for v in variables)
         ]
         prefix = None if target_code is None else tf.maximum(target_code, 0)[:, None]
-        with keras.StatelessScope(state_mapping=constants):
+        lookups = {layer: lookup() for layer, lookup in int8.items()}
+        with fast.device_lookups(lookups), keras.StatelessScope(state_mapping=constants):
             ids, _ = plan.search(model, source_ids, prefix)
         return {"translations": litert_text.translations(surfaces, ids, source_ids, max_length)}
 
@@ -214,8 +224,43 @@ def blanked(source_ids, rows):
 def embedding_tables(model) -> list:
     """The token embedding tables: each both a lookup (the embedding) and, tied, the
     output projection's weights."""
+    return [layer.embeddings for layer in table_layers(model)]
+
+
+def table_layers(model) -> list:
+    """The token embedding table layers (each a `TransformerEmbedding`'s `token_embedding`),
+    once each (a shared embedding is one)."""
     layers = {id(layer): layer for layer in (model.source_embedding, model.target_embedding)}
-    return [layer.token_embedding.embeddings for layer in layers.values()]
+    return [layer.token_embedding for layer in layers.values()]
+
+
+def int8_lookup(table, rows_at_once: int = 4096):
+    """An embedding table's int8 lookup copy, for a file that also keeps the converter's
+    int8 projection weights of it: `lookup() -> function(ids) -> rows`, called inside the
+    traced signature (it reads the copy there, once, outside the search's loop). The copy is
+    a `tf.Variable` the converter freezes into an int8 constant, `round(table / scale)` with
+    one scale, `max|table| / 127` (a lookup's per-tensor quantization, as the converter's
+    own); its rows are gathered, then cast and scaled: inside the loop, a step's rows only.
+    Made `rows_at_once` rows at a time: no float32 copy of a large table beyond the model's.
+    """
+    vocab, width = table.shape
+    peak = 0.0
+    for start in range(0, vocab, rows_at_once):
+        rows = table[start : start + rows_at_once]
+        peak = max(peak, float(tf.reduce_max(tf.abs(rows))))
+    scale = (peak or 1.0) / 127.0
+    copy = tf.Variable(tf.zeros([vocab, width], tf.int8), trainable=False, name="int8_lookup")
+    for start in range(0, vocab, rows_at_once):
+        rows = table[start : start + rows_at_once]
+        copy[start : start + rows_at_once].assign(
+            tf.cast(tf.clip_by_value(tf.round(rows / scale), -127.0, 127.0), tf.int8)
+        )
+
+    def lookup():
+        values = tf.convert_to_tensor(copy)
+        return lambda ids: tf.cast(tf.gather(values, ids), tf.float32) * scale
+
+    return lookup
 
 
 def all_rows(vocab: int, text):
@@ -258,10 +303,12 @@ __all__ = [
     "codes",
     "embedding_tables",
     "gathered",
+    "int8_lookup",
     "language_ids",
     "looked_up",
     "signatures",
     "source_cut",
+    "table_layers",
     "traced",
     "translate_text",
     "translator",

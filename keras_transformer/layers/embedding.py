@@ -8,6 +8,7 @@ import keras
 from keras import ops
 
 from keras_transformer import _workarounds as workarounds
+from keras_transformer import fast
 from keras_transformer.config import (
     PAD_ID,
     POSITIONAL_KINDS,
@@ -274,7 +275,8 @@ class TransformerEmbedding(keras.layers.Layer):
             )
         # In the compute dtype: Keras 3.15's int8 `Embedding` can answer float32 under a mixed
         # policy (its float32 scale divides the half-precision rows).
-        x = ops.cast(self.token_embedding(inputs), self.compute_dtype)  # (batch, len, d_model)
+        # The table's own lookup; a device file's export may trace another (`kt.fast`).
+        x = ops.cast(fast.token_lookup(self.token_embedding, inputs), self.compute_dtype)
         x = x * ops.cast(math.sqrt(self.d_model), x.dtype)
         x = x + self.positions(x, start_index)
         return self.dropout_layer(x, training=training)
