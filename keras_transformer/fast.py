@@ -24,7 +24,8 @@ What it switches:
 
 A device file (`kt.export.litert`) is traced with the switch off and `for_device_files()`:
 the tricks that pay there and cost the file nothing, `top_k` (LiteRT's TOPK_V2 sorts its way
-through a whole row), and not `output_projection` (its laid-out copy would be a second copy
+through a whole row) and `log_softmax` (LiteRT's LOG_SOFTMAX kernel is scalar, its SOFTMAX
+XNNPACK's), and not `output_projection` (its laid-out copy would be a second copy
 of the embedding table in the file). Inside `device_lookups` the export also gives an
 embedding's token lookup a table of its own (`token_lookup`): the int8 file's lookup copy,
 gathered row by row where the converter would dequantize the whole table once a request.
@@ -165,6 +166,20 @@ def top_k(x, k: int):
     if is_enabled() or _switch["device_files"]:
         return top_k_by_blocks(x, k)
     return ops.top_k(x, k)
+
+
+def log_softmax(logits):
+    """A decoding step's log-probabilities, float `[..., vocab]` -> the same shape:
+    `ops.log_softmax` over the last axis, or inside `for_device_files` the same quantity
+    through a softmax, `(x - max) + log(max(softmax(x - max)))`: the softmax's largest
+    value is `1 / sum(exp(x - max))`, so this is `x - max - log(sum(exp(x - max)))`, which
+    LiteRT's XNNPACK computes vectorized where its LOG_SOFTMAX kernel goes an element at a
+    time (both within float32 rounding of TensorFlow's log_softmax)."""
+    if not _switch["device_files"]:
+        return ops.log_softmax(logits, axis=-1)
+    shifted = logits - ops.max(logits, axis=-1, keepdims=True)
+    largest = ops.max(ops.softmax(shifted, axis=-1), axis=-1, keepdims=True)
+    return shifted + ops.log(largest)
 
 
 # Decoding steps of at most this many rows take the output projection by the laid-out copy.
@@ -340,6 +355,7 @@ __all__ = [
     "enable",
     "for_device_files",
     "is_enabled",
+    "log_softmax",
     "output_projection",
     "smoothed_cross_entropy",
     "switched",

@@ -113,6 +113,31 @@ def test_device_files_take_top_k_by_blocks_and_leave_the_switch_off():
     np.testing.assert_array_equal(indices, expected_indices)
 
 
+def test_device_files_take_log_softmax_through_a_softmax():
+    """Inside `for_device_files` `log_softmax` is `(x - max) + log(max(softmax(x - max)))`
+    (a SOFTMAX op in the graph, no LogSoftmax), within float32 rounding of TensorFlow's
+    log_softmax (the larger of 4 ulps of the result and 4 ulps of the row's largest
+    logit: the rule for two formulas of one quantity), the same argmax on every row;
+    outside the block, the backend's own log_softmax bit for bit."""
+    x = tf.constant(np.random.default_rng(7).standard_normal((4, 4000)) * 8, tf.float32)
+
+    def traced():
+        function = tf.function(kt.fast.log_softmax)
+        graph = function.get_concrete_function(x).graph
+        return {op.type for op in graph.get_operations()}, function(x).numpy()
+
+    with fast_path(False):
+        with kt.fast.for_device_files():
+            inside, through_softmax = traced()
+        outside, plain = traced()
+    expected = tf.nn.log_softmax(x).numpy()
+    assert "Softmax" in inside and "LogSoftmax" not in inside and "LogSoftmax" in outside
+    np.testing.assert_array_equal(plain, expected)
+    ulp = np.spacing(np.maximum(np.abs(expected), np.abs(x.numpy()).max(-1, keepdims=True)))
+    assert (np.abs(through_softmax - expected) <= 4 * ulp).all()
+    np.testing.assert_array_equal(through_softmax.argmax(-1), expected.argmax(-1))
+
+
 def test_device_lookups_give_a_table_its_lookup_inside_the_block_only():
     """Inside `device_lookups` an embedding's token lookup is the given function (the int8
     LiteRT file's, `kt.export.litert_trace.int8_lookup`), for that table only; outside, and

@@ -278,7 +278,7 @@ def _language_model_decoder(embedding, decoder, left, pads, copies, max_len, use
             x = embedding(tokens, start_index=-pads_n, training=False)
             x = decoder(x, padding_mask=real_slots(ops.shape(tokens)[1]), training=False)
             x = ops.take(x, (offset + t)[None], axis=1)[:, 0]  # (n, d_model): slot of ids[:, t]
-            return ops.log_softmax(embedding(x, reverse=True), axis=-1), cache
+            return fast.log_softmax(embedding(x, reverse=True)), cache
 
         return full_step, search._NoCache()
 
@@ -305,7 +305,7 @@ def _language_model_decoder(embedding, decoder, left, pads, copies, max_len, use
             cache_index=slot,
             training=False,
         )
-        return ops.log_softmax(project(x[:, 0]), axis=-1), cache  # (n, vocab), float32
+        return fast.log_softmax(project(x[:, 0])), cache  # (n, vocab), float32
 
     return cached_step, cache
 

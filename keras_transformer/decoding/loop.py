@@ -100,7 +100,7 @@ def _decoder(model, source_ids, copies, max_len, use_cache, phases=None):
         def full_step(ids, t, cache):
             inputs = {"source_ids": source_ids, "target_ids": ids[:, :-1]}
             logits = model(inputs, training=False)  # (n, T, vocab): the whole prefix again
-            return ops.log_softmax(ops.take(logits, t, axis=1), axis=-1), cache
+            return fast.log_softmax(ops.take(logits, t, axis=1)), cache
 
         return full_step, _NoCache()
 
@@ -116,7 +116,7 @@ def _decoder(model, source_ids, copies, max_len, use_cache, phases=None):
         x, cache, _ = model.decoder.forward(
             x, encoder_padding_mask=source_mask, cache=cache, cache_index=t, training=False
         )
-        return ops.log_softmax(project(x[:, 0]), axis=-1), cache  # (n, vocab), float32
+        return fast.log_softmax(project(x[:, 0])), cache  # (n, vocab), float32
 
     return cached_step, model.decoder.init_cache(memory, _phase_lengths(max_len, phases)[0])
 
