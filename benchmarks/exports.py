@@ -1,14 +1,16 @@
 """One request at a time through several exports, in alternating rounds: each export's p50 and
-p95 milliseconds a request (NumPy's percentiles), and its outputs' lengths (the same lengths:
-the same steps run).
+p95 milliseconds a request (NumPy's percentiles), milliseconds a sentence, and its outputs'
+lengths (the same lengths: the same steps run).
 
     python -m benchmarks.exports --sentences 8 --rounds 3 --threads 2 \\
         litert-int8=on_device/opus-int8 ctranslate2-int8=ct2/opus-int8
+    python -m benchmarks.exports --sentences 64 --batch 32 ...   # requests of 32 verses
 
 Each argument is NAME=PATH, or NAME=PATH=BEAM for an export whose beam size is a call's own
 (CTranslate2; a LiteRT file's search is in the file). Every export opens with
 `kt.serving.open(PATH, threads=THREADS)` and translates one warm-up sentence; then each round
-sends the first --sentences test verses one request each, to every export in turn, the order
+sends the first --sentences test verses, one request each (or `--batch` verses a request),
+to every export in turn, the order
 reversed every other round, so that a drifting machine slows all alike. Run it with nothing
 else running; figures of two machines are not compared.
 """
@@ -26,20 +28,23 @@ import numpy as np
 TEST = Path(__file__).resolve().parent.parent / "data" / "bible-en-es" / "test.tsv.xz"
 
 
-def measure(exports: dict, sources: list[str], rounds: int) -> dict:
-    """`{name: (milliseconds of every request, output lengths in characters)}`."""
+def measure(exports: dict, sources: list[str], rounds: int, batch: int = 1) -> dict:
+    """`{name: (milliseconds of every request, output lengths in characters)}`, requests of
+    `batch` sentences (the last of a round may hold fewer)."""
     times = {name: [] for name in exports}
     lengths = {name: [] for name in exports}
+    requests = [sources[i : i + batch] for i in range(0, len(sources), batch)]
     for turn in range(rounds):
         for name in list(exports) if turn % 2 == 0 else list(exports)[::-1]:
             translator, options = exports[name]
-            for sentence in sources:
+            for request in requests:
                 start = time.perf_counter()
-                [found] = translator.translate([sentence], **options)
+                answers = translator.translate(request, **options)
                 times[name].append(1000 * (time.perf_counter() - start))
                 if turn == 0:
-                    best = found[0] if isinstance(found, list) else found
-                    lengths[name].append(len(getattr(best, "text", str(best))))
+                    for found in answers:
+                        best = found[0] if isinstance(found, list) else found
+                        lengths[name].append(len(getattr(best, "text", str(best))))
     return {name: (times[name], lengths[name]) for name in exports}
 
 
@@ -51,11 +56,12 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("exports", nargs="+", help="NAME=PATH or NAME=PATH=BEAM")
     parser.add_argument("--sentences", type=int, default=8, help="test verses a round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=1, help="test verses a request")
     parser.add_argument(
         "--threads", type=int, default=2, help="each runtime's threads (0: its default)"
     )
     args = parser.parse_args(argv)
-    for flag in ("sentences", "rounds"):
+    for flag in ("sentences", "rounds", "batch"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag}={getattr(args, flag)} must be >= 1")
     if args.threads < 0:
@@ -83,13 +89,16 @@ def main(argv=None) -> list[dict]:
     for translator, options in exports.values():
         translator.translate(sources[:1], **options)  # warm-up
     rows = []
-    for name, (times, lengths) in measure(exports, sources, args.rounds).items():
+    measured = measure(exports, sources, args.rounds, args.batch)
+    for name, (times, lengths) in measured.items():
         p50, p95 = np.percentile(times, [50, 95])
         rows.append(
             dict(
                 export=name,
-                p50_ms=round(float(p50), 1),
-                p95_ms=round(float(p95), 1),
+                batch=args.batch,
+                p50_ms=round(float(p50), 2),
+                p95_ms=round(float(p95), 2),
+                ms_a_sentence=round(sum(times) / (len(sources) * args.rounds), 3),
                 output_chars=lengths,
             )
         )

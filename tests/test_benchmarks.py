@@ -353,10 +353,17 @@ def test_the_exports_benchmark_times_each_export_and_refuses_a_bad_spec(tiny_exp
     assert len(rows[0]["output_chars"]) == 2
     assert rows[0]["output_chars"] == rows[1]["output_chars"]
     assert all(0 < row["p50_ms"] <= row["p95_ms"] for row in rows)
+    # Requests of two verses: one a round, an output a verse.
+    [batched] = exports.main(
+        ["--sentences", "2", "--rounds", "2", "--batch", "2", "--threads", "0", f"a={directory}"]
+    )
+    assert batched["batch"] == 2 and len(batched["output_chars"]) == 2
+    assert batched["ms_a_sentence"] > 0
     refused = (
         ["a"],
         [f"a={directory}=four"],
         ["--rounds", "0", f"a={directory}"],
+        ["--batch", "0", f"a={directory}"],
         [f"a={directory}", f"a={directory}"],
         [f"a={directory.parent / 'missing'}"],
     )
