@@ -252,6 +252,29 @@ def test_float16_and_the_stock_search(model, exported, tmp_path):
     assert len(run_files(SENTENCES, half)["translations"][0]) == len(SENTENCES)
 
 
+OPEN_THEN_IMPORT = """
+import sys
+import keras_transformer as kt
+translator = kt.serving.open(sys.argv[1])
+light = "tensorflow" not in sys.modules and "keras" not in sys.modules
+first = translator.translate(["Jesus wept."])[0][0].text
+import hashlib, tensorflow, tensorflow_text, keras
+hashlib.sha256(b"x").hexdigest()
+print(light, bool(first), flush=True)
+"""
+
+
+def test_a_process_that_opened_a_file_imports_tensorflow_and_keras_after(exported):
+    """`kt.serving.open` on a LiteRT file loads tensorflow-text's op library without
+    TensorFlow; the same process then imports `hashlib` (OpenSSL), TensorFlow,
+    tensorflow-text and Keras, and exits cleanly: the libraries loaded for the file keep
+    their symbols to themselves and are not initialized twice (a new process, as a user's
+    app would run: it crashed at the import, or at exit)."""
+    result = programs.snippet(OPEN_THEN_IMPORT, exported["greedy"], timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["True", "True"]
+
+
 def loop_state(blob: bytes) -> list:
     """The shapes of the search loop's state in `blob` (a LiteRT file): the inputs of the
     WHILE ops of its first subgraph (the signature's), as tuples."""

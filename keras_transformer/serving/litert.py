@@ -6,7 +6,11 @@ tensorflow-text's ops come from its compiled registrar library, loaded as a libr
 `tensorflow_text` is not imported already (importing it starts TensorFlow and Keras). That
 library needs TensorFlow's C++ framework library (`libtensorflow_framework.so.2`, from the
 `tensorflow` package), which is loaded as a library too: the `tensorflow` and
-`tensorflow-text` packages must be installed, and neither is imported.
+`tensorflow-text` packages must be installed, and neither is imported. Both load with their
+symbols kept to themselves (TensorFlow's library carries BoringSSL, whose symbols would
+take the place of OpenSSL's for `hashlib` and crash it), and the registrar library stands
+in `sys.modules` under tensorflow-text's own name for it, so that importing TensorFlow,
+Keras or `tensorflow_text` later in the process reuses it rather than initializing it twice.
 
 An NLLB-200 file takes the languages of each request (its `serving_languages` signature; a
 builtin-ops file's `serving_default`, as indices in the manifest's lists); the translator
@@ -64,6 +68,9 @@ def is_litert(path) -> bool:
     return (path.is_file() and path.suffix == ".tflite") or (path / MODEL_FILE).is_file()
 
 
+REGISTRAR_MODULE = "tensorflow_text.core.pybinds.tflite_registrar"
+
+
 def text_op_registrars() -> list:
     """tensorflow-text's TFLite op registrars (`REGISTRARS`), for `InterpreterWithCustomOps`'s
     `custom_op_registerers`, without importing TensorFlow or Keras (see the module doc).
@@ -85,10 +92,11 @@ def text_op_registrars() -> list:
             raise ImportError(HOW_TO_REGISTER) from None
         # TensorFlow's start-up lines, held to the level (keras_transformer.core.logs).
         with native_logs():
-            ctypes.CDLL(str(tensorflow / "libtensorflow_framework.so.2"), ctypes.RTLD_GLOBAL)
-            spec = importlib.util.spec_from_file_location("tflite_registrar", library)
+            ctypes.CDLL(str(tensorflow / "libtensorflow_framework.so.2"), ctypes.RTLD_LOCAL)
+            spec = importlib.util.spec_from_file_location(REGISTRAR_MODULE, library)
             registrar = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(registrar)
+        sys.modules[REGISTRAR_MODULE] = registrar
     return [getattr(registrar, name) for name in REGISTRARS]
 
 
