@@ -415,6 +415,23 @@ def test_without_ai_edge_quantizer_int4_says_what_to_install(monkeypatch):
         litert_convert.quantized_int4(b"")
 
 
+def test_the_int4_quantizer_s_progress_bar_is_held_back_and_its_other_lines_kept(capsys):
+    """ai-edge-quantizer draws tqdm's bar however asked (`quantized_int4`): it is held
+    back, what else is written to standard error comes back, and an error passes through."""
+    import tqdm
+
+    from keras_transformer.export import litert_convert
+
+    with pytest.raises(ValueError, match="the quantizer's error"):
+        with litert_convert._without_progress_bars():
+            bar = tqdm.tqdm(total=3, desc="Applying Transformations to tensors:", disable=False)
+            bar.update(3)
+            bar.close()
+            print("warning: a line of its own", file=sys.stderr)
+            raise ValueError("the quantizer's error")
+    assert capsys.readouterr() == ("", "warning: a line of its own\n")
+
+
 def test_detokenization_is_sentencepiece_s():
     """The file's table-and-join detokenization gives SentencePiece's text: special ids
     left out, the first piece without its leading space, byte pieces joined into UTF-8."""
