@@ -659,6 +659,45 @@ def test_the_export_program_s_failed_conversion_is_one_line_and_loses_nothing(ru
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.tflite"]
 
 
+@pytest.mark.slow  # the trained directory, and an export stopped partway
+def test_a_sigterm_stops_the_export_program_and_leaves_nothing_beside_the_earlier_export(
+    run_dir, tmp_path
+):
+    """SIGTERM while `trainers.export --format litert --overwrite` works (`kill PID`: the
+    program handles it as Ctrl-C, `trainers.errors.program`): the process ends as SIGTERM
+    ends it, the earlier export stays as it was, and neither the traced signatures' folder
+    nor a half-written export is left beside it (the signal's default left the folder, the
+    model's size, which no later export removed)."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.tflite").write_bytes(b"the earlier file")
+    (out / "manifest.json").write_text('{"format": "litert"}')
+    process = programs.start(
+        "-m", "trainers.export", "--model-dir", run_dir, "--format", "litert", "--out", out,
+        "--quantize", "int8", "--beam-size", "1", "--overwrite",
+        stdout=subprocess.DEVNULL, text=False,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob(".tmp-*")):  # the traced signatures' folder, being written
+            assert process.poll() is None, process.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no folder appeared beside --out"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGTERM, process.stderr.read().decode()[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.tflite"]
+    assert (out / "model.tflite").read_bytes() == b"the earlier file"
+    assert (out / "manifest.json").read_text() == '{"format": "litert"}'
+
+
 @pytest.mark.slow  # the trained directory, and two conversions
 def test_the_weights_benchmark_reports_each_file_s_size_and_bleu(run_dir, capsys):
     """`benchmarks.litert_weights` writes the directory's model at each weight type asked
