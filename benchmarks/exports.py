@@ -1,6 +1,7 @@
 """One request at a time through several exports, in alternating rounds: each export's p50 and
 p95 milliseconds a request (NumPy's percentiles), milliseconds a sentence, and its outputs'
-lengths (the same lengths: the same steps run).
+lengths in characters, printed so that a reader can see whether two exports ran the same
+steps (nothing checks it: exports of different weights may well differ).
 
     python -m benchmarks.exports --sentences 8 --rounds 3 --threads 2 \\
         litert-int8=on_device/opus-int8 ctranslate2-int8=ct2/opus-int8
@@ -56,7 +57,9 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("exports", nargs="+", help="NAME=PATH or NAME=PATH=BEAM")
     parser.add_argument("--sentences", type=int, default=8, help="test verses a round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=1, help="test verses a request")
+    parser.add_argument(
+        "--batch", type=int, default=1, help="test verses a request (at most --sentences)"
+    )
     parser.add_argument(
         "--threads", type=int, default=2, help="each runtime's threads (0: its default)"
     )
@@ -64,6 +67,11 @@ def main(argv=None) -> list[dict]:
     for flag in ("sentences", "rounds", "batch"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag}={getattr(args, flag)} must be >= 1")
+    if args.batch > args.sentences:  # a request would hold fewer verses than the row says
+        parser.error(
+            f"--batch={args.batch} is more than --sentences={args.sentences}: a request holds "
+            "at most the verses of a round"
+        )
     if args.threads < 0:
         parser.error(f"--threads={args.threads} must be >= 0 (0: each runtime's default)")
     from keras_transformer import corpus, serving

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 
+import keras
 from keras import ops
 
 from keras_transformer import _backends as backends
@@ -99,19 +100,54 @@ def for_device_files():
         _switch["device_files"] = was
 
 
-@contextlib.contextmanager
-def device_lookups(lookups: dict):
+def device_lookups(lookups: dict) -> contextlib.AbstractContextManager:
     """For the graphs traced inside the block: `token_lookup` of each embedding table in
     `lookups` (`{table layer: function(ids) -> rows}`, a table layer being a
     `TransformerEmbedding`'s `token_embedding`) is that function, not the layer's own call;
     then as it was. The LiteRT export traces its int8 files' lookups so
-    (`kt.export.litert_trace.int8_lookup`)."""
+    (`kt.export.litert_trace.int8_lookup`).
+
+    Returns:
+        A context manager (`with kt.fast.device_lookups({table: lookup}): ...`).
+
+    Raises:
+        TypeError: here, at the call: a key is not a Keras `Embedding` layer (a
+            `TransformerEmbedding` itself, say, whose lookup would never be asked for), or a
+            value is not callable.
+    """
+    for layer, lookup in lookups.items():
+        if problem := _lookup_problem(layer, lookup):
+            raise TypeError(f"kt.fast.device_lookups: {problem}")
+    return _with_lookups({id(layer): lookup for layer, lookup in lookups.items()})
+
+
+@contextlib.contextmanager
+def _with_lookups(by_table_id: dict):
     was = _switch["lookups"]
-    _switch["lookups"] = {**was, **{id(layer): lookup for layer, lookup in lookups.items()}}
+    _switch["lookups"] = {**was, **by_table_id}
     try:
         yield
     finally:
         _switch["lookups"] = was
+
+
+def _lookup_problem(layer, lookup) -> str | None:
+    """Why `{layer: lookup}` cannot be one of `device_lookups`'s entries, or None."""
+    from keras_transformer.layers.embedding import TransformerEmbedding
+
+    if isinstance(layer, TransformerEmbedding):
+        return (
+            f"a key is the table layer, not the TransformerEmbedding {layer.name!r}: pass its "
+            "`.token_embedding`"
+        )
+    if not isinstance(layer, keras.layers.Embedding):
+        return f"a key must be a Keras Embedding layer (a table), not {type(layer).__name__}"
+    if not callable(lookup):
+        return (
+            f"the lookup of {layer.name!r} must be a function of the ids, not "
+            f"{type(lookup).__name__}"
+        )
+    return None
 
 
 def token_lookup(table, ids):

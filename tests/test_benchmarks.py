@@ -342,7 +342,8 @@ def test_the_exports_benchmark_times_each_export_and_refuses_a_bad_spec(tiny_exp
     """benchmarks.exports: a row an export, in the order given, each request timed and the
     outputs' lengths of the first round (one export under two names: the same lengths), p95
     never below p50 (two requests a row); a spec without a path, a beam that is not a number,
-    a round count below 1, a name given twice or a path without an export refused."""
+    a round count below 1, a batch above the sentences, a name given twice or a path without
+    an export refused."""
     from benchmarks import exports
 
     _, directory, _, _ = tiny_export
@@ -364,10 +365,14 @@ def test_the_exports_benchmark_times_each_export_and_refuses_a_bad_spec(tiny_exp
         [f"a={directory}=four"],
         ["--rounds", "0", f"a={directory}"],
         ["--batch", "0", f"a={directory}"],
+        ["--batch", "3", "--sentences", "2", f"a={directory}"],
         [f"a={directory}", f"a={directory}"],
         [f"a={directory.parent / 'missing'}"],
     )
     for argv in refused:
         with pytest.raises(SystemExit):
             exports.main(["--threads", "0", *argv])
-    assert "error:" in capsys.readouterr().err
+    errors = capsys.readouterr().err
+    assert errors.count("error:") == len(refused)
+    # The row would say "batch": 3 of requests that hold 2 verses.
+    assert "error: --batch=3 is more than --sentences=2: a request holds" in errors

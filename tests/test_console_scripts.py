@@ -111,6 +111,28 @@ def test_ctrl_c_is_one_line_and_exit_status_130(module, capsys, monkeypatch):
     assert (captured.out, captured.err) == ("", "interrupted\n")
 
 
+@pytest.mark.parametrize("module", PROGRAMS)
+def test_sigterm_takes_ctrl_c_s_way_out_and_ends_the_process_as_sigterm(module, monkeypatch):
+    """SIGTERM anywhere in a program's `main` (here: as it reads its flags) is raised there,
+    so that its `finally` blocks remove what it half wrote (`trainers.errors.program`), then
+    ends the process as SIGTERM ends it (stood in for: this is pytest's process); SIGTERM's
+    handler is the default again afterwards."""
+    import signal
+
+    from trainers import errors
+
+    def terminated(*args, **kwargs):
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler), "SIGTERM's default would end the process, half-written files"
+        handler(signal.SIGTERM, None)  # as `kill PID` calls it
+
+    ended = []
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", terminated)
+    monkeypatch.setattr(errors, "_end_as_terminated", lambda: ended.append(True) or 143)
+    assert importlib.import_module(module).main(["--help"]) == 143 and ended == [True]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
 def run_program(module: str, *args, cwd=ROOT):
     """`python -m MODULE ARGS` in a new process: (exit status, stderr, the heavy modules it
     had imported when it ended)."""

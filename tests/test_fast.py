@@ -2,6 +2,7 @@
 path. The loss's hand-written gradient is tested in tests/test_losses.py, beam search with
 the switch on in tests/test_decoding.py."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -155,6 +156,34 @@ def test_device_lookups_give_a_table_its_lookup_inside_the_block_only():
     np.testing.assert_allclose(inside, 2 * (plain - positions) + positions, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(mine(ids)), plain)
     np.testing.assert_array_equal(untouched, other_plain)
+
+
+def test_device_lookups_refuse_a_key_that_is_not_a_table_or_a_lookup_not_callable():
+    """A key that is not a Keras `Embedding` (the `TransformerEmbedding` itself, whose lookup
+    `token_lookup` never asks for) or a value that is not a function is refused at the call,
+    not at the `with`, in one line that names what was given."""
+    mine = _embedding(name="embed")
+
+    def doubled(i):
+        return 2.0 * mine.token_embedding(i)
+
+    with pytest.raises(TypeError) as whole_layer:
+        kt.fast.device_lookups({mine: doubled})
+    assert str(whole_layer.value) == (
+        "kt.fast.device_lookups: a key is the table layer, not the TransformerEmbedding "
+        "'embed': pass its `.token_embedding`"
+    )
+    with pytest.raises(TypeError) as other_layer:
+        kt.fast.device_lookups({keras.layers.Dense(3): doubled})
+    assert str(other_layer.value) == (
+        "kt.fast.device_lookups: a key must be a Keras Embedding layer (a table), not Dense"
+    )
+    with pytest.raises(TypeError) as not_callable:
+        kt.fast.device_lookups({mine.token_embedding: "rows"})
+    assert str(not_callable.value) == (
+        f"kt.fast.device_lookups: the lookup of {mine.token_embedding.name!r} must be a "
+        "function of the ids, not str"
+    )
 
 
 def _embedding(**kwargs):

@@ -415,6 +415,23 @@ def test_without_ai_edge_quantizer_int4_says_what_to_install(monkeypatch):
         litert_convert.quantized_int4(b"")
 
 
+def test_the_int4_quantizer_s_progress_bar_is_held_back_and_its_other_lines_kept(capsys):
+    """ai-edge-quantizer draws tqdm's bar however asked (`quantized_int4`): it is held
+    back, what else is written to standard error comes back, and an error passes through."""
+    import tqdm
+
+    from keras_transformer.export import litert_convert
+
+    with pytest.raises(ValueError, match="the quantizer's error"):
+        with litert_convert._without_progress_bars():
+            bar = tqdm.tqdm(total=3, desc="Applying Transformations to tensors:", disable=False)
+            bar.update(3)
+            bar.close()
+            print("warning: a line of its own", file=sys.stderr)
+            raise ValueError("the quantizer's error")
+    assert capsys.readouterr() == ("", "warning: a line of its own\n")
+
+
 def test_detokenization_is_sentencepiece_s():
     """The file's table-and-join detokenization gives SentencePiece's text: special ids
     left out, the first piece without its leading space, byte pieces joined into UTF-8."""
@@ -640,6 +657,45 @@ def test_the_export_program_s_failed_conversion_is_one_line_and_loses_nothing(ru
     assert (out / "model.tflite").read_bytes() == b"the earlier file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "path"]
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.tflite"]
+
+
+@pytest.mark.slow  # the trained directory, and an export stopped partway
+def test_a_sigterm_stops_the_export_program_and_leaves_nothing_beside_the_earlier_export(
+    run_dir, tmp_path
+):
+    """SIGTERM while `trainers.export --format litert --overwrite` works (`kill PID`: the
+    program handles it as Ctrl-C, `trainers.errors.program`): the process ends as SIGTERM
+    ends it, the earlier export stays as it was, and neither the traced signatures' folder
+    nor a half-written export is left beside it (the signal's default left the folder, the
+    model's size, which no later export removed)."""
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.tflite").write_bytes(b"the earlier file")
+    (out / "manifest.json").write_text('{"format": "litert"}')
+    process = programs.start(
+        "-m", "trainers.export", "--model-dir", run_dir, "--format", "litert", "--out", out,
+        "--quantize", "int8", "--beam-size", "1", "--overwrite",
+        stdout=subprocess.DEVNULL, text=False,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob(".tmp-*")):  # the traced signatures' folder, being written
+            assert process.poll() is None, process.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no folder appeared beside --out"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGTERM, process.stderr.read().decode()[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.tflite"]
+    assert (out / "model.tflite").read_bytes() == b"the earlier file"
+    assert (out / "manifest.json").read_text() == '{"format": "litert"}'
 
 
 @pytest.mark.slow  # the trained directory, and two conversions

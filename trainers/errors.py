@@ -11,10 +11,14 @@
   130  EXIT_INTERRUPTED  Ctrl-C (128 + SIGINT, as a shell reports it): the program stopped
                          where it was, its files handled as on any error (what it had saved
                          stays; an output it was writing is not left half written in its place)
+  143  EXIT_TERMINATED   SIGTERM (`kill PID`, a service manager, `timeout`): handled as Ctrl-C,
+                         then the process ends as SIGTERM ends it (128 + SIGTERM in a shell;
+                         its parent sees the signal)
 
 Every error is printed to stderr as one line, `error: MESSAGE`; a bad argument as argparse's
 `PROG: error: MESSAGE`, also one line (`flags.ArgumentParser`); Ctrl-C as `interrupted`
-(`program`, around every program's `main`, instead of Python's traceback).
+(`program`, around every program's `main`, instead of Python's traceback); SIGTERM prints
+nothing (the shell says `Terminated`).
 
 The module is plain Python until `CorpusError`, `USER_ERRORS` or `LOST_WORKER_ERRORS` is
 first read (they bring the library and TensorFlow): a program checks its arguments and paths,
@@ -33,11 +37,13 @@ __all__ = [
     "EXIT_LOST_WORKER",
     "EXIT_OK",
     "EXIT_STOPPED",
+    "EXIT_TERMINATED",
     "EXIT_USER_ERROR",
     "LOST_WORKER_ERRORS",  # noqa: F822  (__getattr__ below)
     "USER_ERRORS",  # noqa: F822  (__getattr__ below)
     "ConfigError",
     "CorpusError",  # noqa: F822  (__getattr__ below)
+    "Terminated",
     "fail",
     "program",
 ]
@@ -47,6 +53,7 @@ EXIT_STOPPED = 1
 EXIT_USER_ERROR = 2
 EXIT_LOST_WORKER = 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 128 + 15  # signal.SIGTERM, without importing signal's table here
 
 
 class ConfigError(ValueError):
@@ -78,23 +85,76 @@ def fail(error: BaseException | str, status: int = EXIT_USER_ERROR) -> int:
 
 def program(main):
     """A program's `main`, with Ctrl-C reported as one line, `interrupted`, and the exit status
-    `EXIT_INTERRUPTED`, instead of Python's traceback of a `KeyboardInterrupt`.
+    `EXIT_INTERRUPTED`, instead of Python's traceback of a `KeyboardInterrupt`; and SIGTERM
+    handled as Ctrl-C, then ended as SIGTERM ends a process (`EXIT_TERMINATED`).
 
     The interrupt passes through the program's code first, as any exception does: its
-    `finally` blocks and the library's atomic writes remove what they had half written, and
-    what was saved before stays. A program on TensorFlow runs without JAX, where a Ctrl-C
-    could be lost (`_tensorflow_without_jax`)."""
+    `finally` blocks and the library's atomic writes remove what they had half written (an
+    export's folders beside --out, a translation's partial output), a process it waits for
+    is killed, and what was saved before stays. SIGTERM is raised in the main thread as
+    `Terminated`, which takes the same way, where the signal's default would end the
+    process at once and leave those behind; a second SIGTERM ends it at once, and a
+    caller's own SIGTERM handler is left alone. Like Ctrl-C, it is acted on when the main
+    thread is back in Python (after the TensorFlow call it waits in). A program on
+    TensorFlow runs without JAX, where a Ctrl-C could be lost (`_tensorflow_without_jax`)."""
 
     @functools.wraps(main)
     def interruptible(*args, **kwargs) -> int:
-        with _tensorflow_without_jax():
+        with _tensorflow_without_jax(), _sigterm_raised():
             try:
                 return main(*args, **kwargs)
             except KeyboardInterrupt:
                 print("interrupted", file=sys.stderr)
                 return EXIT_INTERRUPTED
+            except Terminated:
+                return _end_as_terminated()
 
     return interruptible
+
+
+class Terminated(BaseException):
+    """A SIGTERM, raised in the main thread inside `program` (a BaseException, as
+    `KeyboardInterrupt`: `except Exception` does not stop it)."""
+
+
+def _raise_terminated(signum, frame):
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the process at once
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_raised():
+    """SIGTERM raises `Terminated` inside the block, where its handler is the default and this
+    is the main thread (Python's signal handlers run there only); then as it was."""
+    import signal
+    import threading
+
+    installed = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    )
+    if installed:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _end_as_terminated() -> int:
+    """Ends this process as an unhandled SIGTERM would (its parent sees the signal, a shell
+    `EXIT_TERMINATED`); `EXIT_TERMINATED` where it is still running."""
+    import signal
+
+    for stream in (sys.stdout, sys.stderr):  # what it printed, before the signal ends it
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # None, closed, a pipe
+            stream.flush()  # whose reader is gone: nothing more to say there
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return EXIT_TERMINATED
 
 
 @contextlib.contextmanager

@@ -46,9 +46,7 @@ import argparse
 import contextlib
 import os
 import shlex
-import signal
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -234,14 +232,6 @@ def first_bad_line(path: Path) -> str | None:
     return None
 
 
-class _Terminated(BaseException):
-    """A SIGTERM, raised in the main thread so that the partial output is removed."""
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated
-
-
 @errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -287,10 +277,6 @@ def main(argv=None) -> int:
     # The output goes to a temporary file beside --output, renamed when every line is done:
     # a failure, a SIGTERM or Ctrl-C leaves an existing file as it was, and no partial one.
     partial = args.output and args.output.with_name(f".partial-{os.getpid()}-{args.output.name}")
-    previous_handler = None
-    if partial and threading.current_thread() is threading.main_thread():
-        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # not a caller's own handler
-            previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         with contextlib.ExitStack() as files:  # closes the files it opened, not stdin/stdout
             if args.input:
@@ -323,11 +309,6 @@ def main(argv=None) -> int:
                 sentences += len(batch)
         if partial:
             os.replace(partial, args.output)
-    except _Terminated:
-        partial.unlink(missing_ok=True)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)  # ends as an unhandled SIGTERM would
-        return 128 + signal.SIGTERM
     except (OSError, ValueError) as error:
         if partial:
             partial.unlink(missing_ok=True)
@@ -339,13 +320,10 @@ def main(argv=None) -> int:
             error = f"--output {args.output}: {error.strerror}"  # the user's name, not ours
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except BaseException:  # Ctrl-C...: no partial output left behind
+    except BaseException:  # Ctrl-C, SIGTERM (errors.program)...: no partial output left behind
         if partial:
             partial.unlink(missing_ok=True)
         raise
-    finally:
-        if previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
     if replaced:
         print(
             f"warning: {name}: {len(replaced)} line{'s' * (len(replaced) != 1)} not UTF-8 "

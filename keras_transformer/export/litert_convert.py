@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -140,8 +141,29 @@ def quantized_int4(blob: bytes) -> bytes:
             "ai-edge-quantizer (requirements.txt names the version tested)"
         ) from error
     found = quantizer.Quantizer(blob, INT4_RECIPE)
-    result = found.quantize(enable_progress_bar=False, enable_progress_report=False)
+    with _without_progress_bars():
+        result = found.quantize(enable_progress_bar=False, enable_progress_report=False)
     return bytes(result.quantized_model)
+
+
+@contextlib.contextmanager
+def _without_progress_bars():
+    """A block whose Python standard error is held, then written back without tqdm's
+    progress bars (the lines that carry its carriage returns); an exception passes through.
+
+    ai-edge-quantizer 0.10.0 hands `quantize(enable_progress_bar=False)` to its parameters'
+    bar only: its model modifier's ("Applying Transformations to tensors", shown for 100
+    tensors or more) is built with the default (`Quantizer._get_quantized_model` passes no
+    flag to `ModelModifier.modify_model`; no upstream issue found), and `TQDM_DISABLE` does
+    not reach it either (the bar's `disable` is given explicitly). Goes when the flag does.
+    """
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            yield
+    finally:
+        lines = held.getvalue().split("\n")  # not splitlines: it cuts at "\r" as well
+        sys.stderr.write("\n".join(line for line in lines if "\r" not in line))
 
 
 def op_names(blob) -> list[str]:
