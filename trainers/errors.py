@@ -12,8 +12,8 @@
                          where it was, its files handled as on any error (what it had saved
                          stays; an output it was writing is not left half written in its place)
 
-Every error is printed to stderr as one line, `error: MESSAGE`; a bad argument as argparse's
-`PROG: error: MESSAGE`, also one line (`flags.ArgumentParser`); Ctrl-C as `interrupted`
+Every error is printed to stderr as one line, `PROG: error: MESSAGE`, as argparse prints a bad
+argument (`flags.ArgumentParser`, which adds a pointer to `--help`); Ctrl-C as `interrupted`
 (`program`, around every program's `main`, instead of Python's traceback).
 
 The module is plain Python until `CorpusError`, `USER_ERRORS` or `LOST_WORKER_ERRORS` is
@@ -27,6 +27,8 @@ import contextlib
 import functools
 import os
 import sys
+
+from trainers import flags
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -71,8 +73,11 @@ def __getattr__(name: str):
 
 
 def fail(error: BaseException | str, status: int = EXIT_USER_ERROR) -> int:
-    """Prints `error: ERROR` to stderr and returns `status`, for `main` to return."""
-    print(f"error: {error}", file=sys.stderr)
+    """Prints `PROG: error: ERROR` to stderr, PROG the program as its flags' refusals name it
+    (`flags.program_name`; `error: ERROR` before any flags were parsed), and returns
+    `status`, for `main` to return."""
+    name = flags.program_name()
+    print(f"{name}: error: {error}" if name else f"error: {error}", file=sys.stderr)
     return status
 
 
