@@ -2,7 +2,8 @@
 name and its replacement, for one release.
 
 `deprecated(old, replacement)` wraps a function (each call warns, then runs it unchanged),
-`warn` is the warning itself (for a context manager, which warns as its block starts), and
+`aliased` offers such a function under a second name that its warning names, `warn` is the
+warning itself (for a context manager, which warns as its block starts), and
 `alias_module` makes a renamed module's former name import it. The warnings of `warn` start
 with the full name ("keras_transformer.export.export_saved_model is deprecated"), which the
 tests' filter (pyproject.toml) turns into errors wherever the call is: nothing of ours may
@@ -54,9 +55,18 @@ def deprecated(old: str, replacement: str):
             warn(old, replacement, stacklevel=2)
             return function(*args, **kwargs)
 
+        wrapper.replacement = replacement  # for `aliased`
         return wrapper
 
     return wrap
+
+
+def aliased(function, old: str):
+    """A deprecated `function` (`deprecated`'s wrapper) under a second name, `old` (its full
+    name): the same function, whose warning names `old` and the same replacement. For a
+    deprecated function that a package offers as well as the module that defines it: the
+    warning names the one its caller used."""
+    return deprecated(old, function.replacement)(function.__wrapped__)
 
 
 def alias_module(old: str, new: str, internal: bool = True) -> None:

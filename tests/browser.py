@@ -56,21 +56,31 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         ".js": "text/javascript",
     }
 
+    def log_request(self, code="-", size="-"):  # every answer, recorded (`Server.errors`)
+        self.server.answered.append((urlsplit(getattr(self, "path", "")).path, int(code)))
+
     def log_message(self, *args):  # the test's output, not the server's
         pass
 
 
 class Server:
     """`directory` served over HTTP on 127.0.0.1 (any free port), as `python -m http.server`
-    serves it, from a thread: `url`, the site's; `stop()` closes it (a page then finds no
-    server, as offline)."""
+    serves it, from a thread: `url`, the site's; `errors()`, the requests it refused;
+    `stop()` closes it (a page then finds no server, as offline)."""
 
     def __init__(self, directory):
         handler = functools.partial(_Quiet, directory=str(directory))
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.answered = []  # (path, status) of each request, as answered
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         self.stopped = False
+
+    def errors(self) -> list[tuple[str, int]]:
+        """The requests answered with an error status (400 or above), as `(path, status)` in
+        their order: a file the page asks for and the site lacks (404) is an error in the
+        browser's console."""
+        return [(path, status) for path, status in self._server.answered if status >= 400]
 
     def stop(self) -> None:
         if not self.stopped:

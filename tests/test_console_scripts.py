@@ -174,7 +174,9 @@ def test_a_bad_argument_is_one_line_naming_it_and_exit_status_2():
 
 def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
     """Each program given a path that is not there: one line naming it, exit status 2, and
-    neither TensorFlow nor Keras nor the library imported (about half a minute saved)."""
+    neither TensorFlow nor Keras nor the library imported (about half a minute saved). The
+    line names the program as its flags' refusals do (`PROG: error: MESSAGE`), the alias
+    trainers.import_marian by its own name."""
     missing = tmp_path / "missing"
     trained = tmp_path / "trained"  # written by this process, read by the program's
     trained.mkdir()
@@ -225,7 +227,8 @@ def test_a_missing_path_is_refused_before_tensorflow_starts(tmp_path):
     reports = run_programs(*(args for args, _ in cases))
     for (args, named), (status, stderr, heavy) in zip(cases, reports, strict=True):
         assert status == 2, (args, stderr)
-        assert len(stderr.splitlines()) == 1 and stderr.startswith("error: "), (args, stderr)
+        assert len(stderr.splitlines()) == 1, (args, stderr)
+        assert stderr.startswith(f"python -m {args[0]}: error: "), (args, stderr)
         assert named in stderr, (args, stderr)
         assert heavy == [], (args, heavy)
 
@@ -245,8 +248,8 @@ def test_a_saved_model_is_never_replaced_by_an_average(tmp_path):
     for (name, _), (status, stderr, heavy) in zip(outputs, reports, strict=True):
         assert (status, heavy) == (2, []), stderr
         assert stderr.splitlines() == [
-            f"error: {model_dir / name} exists (a model saved before): give another --output "
-            "NAME.keras, or --overwrite to replace it"
+            f"python -m trainers.average_checkpoints: error: {model_dir / name} exists (a model "
+            "saved before): give another --output NAME.keras, or --overwrite to replace it"
         ]
         assert (model_dir / name).read_bytes() == b"saved before"
 
@@ -274,7 +277,8 @@ def test_an_evaluation_never_replaces_another_models_scores(tmp_path):
         scores = tmp_path / f"scored{index}.json"
         assert (status, heavy) == (2, []), stderr
         assert len(stderr.splitlines()) == 1 and stderr.startswith(
-            f"error: --output {tmp_path / f'scored{index}.hyp'}: {scores} "
+            f"python -m trainers.evaluate: error: --output {tmp_path / f'scored{index}.hyp'}: "
+            f"{scores} "
         )
         assert message in stderr, stderr
         assert json.loads(scores.read_text()) == record
@@ -334,7 +338,7 @@ def test_the_wheel_ships_the_configs_that_an_installed_kt_train_names(tmp_path):
     unknown = run("--config", "tiny", "--model-dir", "runs/tiny")
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == (
-        "error: --config tiny: no such file, nor a shipped config of that name "
+        "kt-train: error: --config tiny: no such file, nor a shipped config of that name "
         "(base_wmt14, big_wmt14, demo, small)"
     )
 
@@ -343,7 +347,8 @@ def test_average_checkpoints_reports_a_folder_in_place_of_a_file_in_one_line(tmp
     """Bad inputs of trainers.average_checkpoints that were tracebacks or messages of several
     lines: an --output that is a folder (even with --overwrite: before TensorFlow starts), a
     checkpoint that is a folder (once the model is built), an experiment.yaml that is not
-    YAML. One line each, `error: ...`, naming the flag or file; nothing written."""
+    YAML. One line each, `PROG: error: ...`, naming the flag or file; nothing written."""
+    average = "python -m trainers.average_checkpoints: error:"
     from tests.test_run_dir import trained_directory
 
     model_dir = tmp_path / "run"
@@ -355,14 +360,14 @@ def test_average_checkpoints_reports_a_folder_in_place_of_a_file_in_one_line(tmp
         "--output", "folder.keras", "--overwrite",
     )  # fmt: skip
     assert (status, heavy) == (2, [])
-    assert stderr == f"error: --output folder.keras: {model_dir / 'folder.keras'} is a folder\n"
+    assert stderr == f"{average} --output folder.keras: {model_dir / 'folder.keras'} is a folder\n"
     checkpoint = model_dir / "checkpoints" / "ckpt-00000001.weights.h5"
     checkpoint.mkdir(parents=True)
     status, stderr, _ = run_program(
         "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "1"
     )
     assert status == 2
-    assert stderr == f"error: {checkpoint}: a folder, not a checkpoint file\n"
+    assert stderr == f"{average} {checkpoint}: a folder, not a checkpoint file\n"
     assert not (model_dir / "model.averaged.keras").exists()
     # An experiment.yaml that is not YAML: the parser's message, in one line.
     experiment = model_dir / "experiment.yaml"
@@ -371,7 +376,8 @@ def test_average_checkpoints_reports_a_folder_in_place_of_a_file_in_one_line(tmp
         "trainers.average_checkpoints", "--model-dir", model_dir, "--last", "1"
     )
     assert status == 2
-    assert stderr.startswith(f"error: {experiment}: not valid YAML: ") and stderr.endswith(")\n")
+    assert stderr.startswith(f"{average} {experiment}: not valid YAML: ")
+    assert stderr.endswith(")\n")
     assert len(stderr.splitlines()) == 1, stderr
 
 

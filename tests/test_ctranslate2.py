@@ -633,5 +633,7 @@ def test_translate_cli_runs_the_directory_without_tensorflow(converted):
     # A language code the vocabulary lacks: one line naming the flag, before the model loads.
     refused, lines = _translate_alone(directory, "--source-prefix", "xxx_Zzzz", stdin="Amen.\n")
     assert (refused.returncode, lines) == (2, [])
-    assert refused.stderr.startswith("error: --source-prefix='xxx_Zzzz': 'xxx_Zzzz' looks like")
+    assert refused.stderr.startswith(
+        "python -m trainers.translate: error: --source-prefix='xxx_Zzzz': 'xxx_Zzzz' looks like"
+    )
     assert len(refused.stderr.splitlines()) == 1

@@ -604,9 +604,9 @@ def test_translate_cli_refuses_a_file_that_is_not_utf8_before_loading_the_model(
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"error: --input {tmp_path / 'latin1.txt'}: line 2 is not UTF-8 (byte 0xe9 at byte 14 "
-        "of the line); convert the input to UTF-8 (e.g. iconv -f latin1 -t utf-8), or "
-        "translate it with --errors replace (U+FFFD for bad bytes)"
+        f"python -m trainers.translate: error: --input {tmp_path / 'latin1.txt'}: line 2 is "
+        "not UTF-8 (byte 0xe9 at byte 14 of the line); convert the input to UTF-8 (e.g. iconv "
+        "-f latin1 -t utf-8), or translate it with --errors replace (U+FFFD for bad bytes)"
     ]
     assert output.read_text() == "the translations of yesterday\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latin1.txt", "out.txt"]
@@ -618,7 +618,9 @@ def test_translate_cli_refuses_stdin_that_is_not_utf8_and_writes_no_output(expor
     translate = ("trainers.translate", "--model", directory, "--output", output)
     result = run_main(*translate, stdin=LATIN1, check=False)
     assert result.returncode == 2
-    assert result.stderr.startswith("error: stdin: line 2 is not UTF-8 (byte 0xe9")
+    assert result.stderr.startswith(
+        "python -m trainers.translate: error: stdin: line 2 is not UTF-8 (byte 0xe9"
+    )
     assert list(tmp_path.iterdir()) == []  # neither the output nor a partial one
     replaced = run_main(*translate, "--errors", "replace", stdin=LATIN1)
     assert len(output.read_text().splitlines()) == 3
@@ -745,13 +747,16 @@ def test_translate_cli_prefixes_the_sources_and_asks_for_the_prefix_signature(ex
     )  # fmt: skip
     assert (no_signature.returncode, no_signature.stdout) == (2, "")
     assert no_signature.stderr == (
-        f"error: {version} has no serving_prefix signature, which takes "
-        "--target-prefix; export it again with python -m trainers.export --prefix-signature (a "
-        "target prefix a request), or --target-prefix TEXT (the export's own)\n"
+        f"python -m trainers.translate: error: {version} has no serving_prefix signature, "
+        "which takes --target-prefix; export it again with python -m trainers.export "
+        "--prefix-signature (a target prefix a request), or --target-prefix TEXT (the export's "
+        "own)\n"
     )
     refused = run_main(*translate, "--source-prefix", "eng_Latn", stdin=b"Amen.\n", check=False)
     assert refused.returncode == 2
-    assert refused.stderr.startswith("error: --source-prefix='eng_Latn': 'eng_Latn' looks like")
+    assert refused.stderr.startswith(
+        "python -m trainers.translate: error: --source-prefix='eng_Latn': 'eng_Latn' looks like"
+    )
 
 
 def test_translate_cli_reports_a_missing_export(tmp_path):
@@ -768,9 +773,10 @@ def test_translate_cli_says_how_to_export_a_training_run_directory(tmp_path):
     run = tmp_path / "runs" / "demo"
     run.mkdir(parents=True)
     formats = (
-        f"error: {run}: not an exported model: no SavedModel (no saved_model.pb, no version "
-        "folder), no CTranslate2 model (model.bin and manifest.json), no LiteRT file "
-        "(model.tflite) and no web site (index.html beside model.tflite) in it"
+        f"python -m trainers.translate: error: {run}: not an exported model: no SavedModel "
+        "(no saved_model.pb, no version folder), no CTranslate2 model (model.bin and "
+        "manifest.json), no LiteRT file (model.tflite) and no web site (index.html beside "
+        "model.tflite) in it"
     )
     for name in (None, "model.keras", "experiment.yaml"):
         if name is not None:
@@ -877,8 +883,8 @@ def test_export_cli_refuses_an_earlier_export_before_any_work(tmp_path, options,
     )  # fmt: skip
     where = f"--out {out}" + ("" if earlier == "out" else f": {tmp_path / earlier}")
     assert result.returncode == 2 and result.stderr == (
-        f"error: {where} exists (an earlier export): --overwrite replaces it once the new "
-        "export is complete, or give another --out\n"
+        f"python -m trainers.export: error: {where} exists (an earlier export): --overwrite "
+        "replaces it once the new export is complete, or give another --out\n"
     )
     assert files_under(tmp_path) == before
 
@@ -911,7 +917,8 @@ def test_export_cli_never_replaces_what_is_not_an_earlier_export(tmp_path, optio
     title = {"ctranslate2": "CTranslate2 model", "litert": "LiteRT file"}
     format_title = title.get(options[1] if options else "", "SavedModel")
     assert result.returncode == 2 and result.stderr == (
-        f"error: --out {out} exists and holds no earlier {format_title} export: an export "
-        "never replaces it, --overwrite or not; give another --out\n"
+        f"python -m trainers.export: error: --out {out} exists and holds no earlier "
+        f"{format_title} export: an export never replaces it, --overwrite or not; give "
+        "another --out\n"
     ), result.stderr
     assert files_under(tmp_path) == before

@@ -160,15 +160,15 @@ REPLACEMENTS["ctranslate2"] = (
 def test_the_former_names_hand_their_arguments_to_the_writer(
     tiny, tmp_path, monkeypatch, former, arguments, handed
 ):
-    """Each former function, deprecated, warns once, naming `kt.export.export`, and is its
-    format's writer with the former arguments: settings overrides folded into `decoding`,
-    CTranslate2's `quantization` as `quantize`."""
+    """Each former function, deprecated, warns once under its own name, naming
+    `kt.export.export`, and is its format's writer with the former arguments: settings
+    overrides folded into `decoding`, CTranslate2's `quantization` as `quantize`."""
     model, vocabularies = tiny
     module_name, function = former.split(".")
     module = getattr(export, module_name)
     calls = []
     monkeypatch.setattr(module, "write", lambda *args, **kwargs: calls.append((args, kwargs)))
-    with warns(REPLACEMENTS[module_name]):
+    with warns(REPLACEMENTS[module_name], old=f"keras_transformer.export.{former}"):
         if module_name == "litert":  # its former signature: (model, path, *, vocabularies...)
             getattr(module, function)(model, tmp_path, vocabularies=vocabularies, **arguments)
         else:  # (model, vocabularies, directory, *, ...)
@@ -180,6 +180,31 @@ def test_the_former_names_hand_their_arguments_to_the_writer(
     assert settings.beam_size == 2
     assert settings.stopping == arguments.get("stopping", "early")
     assert kwargs == handed
+
+
+@pytest.mark.parametrize(
+    "name, module_name", [("export_saved_model", "savedmodel"), ("export_litert", "litert")]
+)
+def test_the_package_s_former_names_warn_under_their_own_names(
+    tiny, tmp_path, monkeypatch, name, module_name
+):
+    """`kt.export.export_saved_model` and `kt.export.export_litert`, the package's names of
+    its modules' former exporters, each warn once under the name the caller used (the
+    modules' own names warn under theirs, above) and hand their arguments to the same
+    writer."""
+    model, vocabularies = tiny
+    module = getattr(export, module_name)
+    calls = []
+    monkeypatch.setattr(module, "write", lambda *args, **kwargs: calls.append((args, kwargs)))
+    former = getattr(export, name)
+    with warns(REPLACEMENTS[module_name], old=f"keras_transformer.export.{name}"):
+        if module_name == "litert":
+            former(model, tmp_path, vocabularies=vocabularies, quantize="int8")
+        else:
+            former(model, vocabularies, tmp_path, quantize="int8")
+    [(args, kwargs)] = calls
+    assert args[0] is model and Path(args[1]) == tmp_path
+    assert kwargs["vocabularies"] is vocabularies and kwargs["quantize"] == "int8"
 
 
 def test_litert_translate_text_warns_and_is_the_file_s_serving_default(tiny):

@@ -137,7 +137,10 @@ def test_a_file_as_the_model_directory_is_refused_and_kept(tmp_path):
         "trainers.import_marian", FIXTURES / "separate", "--model-dir", file / "x", check=False
     )
     assert under.returncode == 2
-    assert under.stderr == f"error: --model-dir {file / 'x'}: {file} is a file, not a folder\n"
+    assert under.stderr == (
+        f"python -m trainers.import_marian: error: --model-dir {file / 'x'}: {file} is a file, "
+        "not a folder\n"
+    )
     assert file.read_text() == "mine"
 
 
@@ -279,7 +282,8 @@ def test_training_fine_tunes_the_imported_weights(imported, tmp_path, capsys):
         assert train.main(["--model-dir", str(fine_tuned), "--set", "training.steps=1"]) == 2
     refused = capsys.readouterr().err
     assert refused.startswith(
-        f"error: --set training.steps=1 (with {fine_tuned / 'experiment.yaml'}): "
+        f"python -m trainers.train: error: --set training.steps=1 (with "
+        f"{fine_tuned / 'experiment.yaml'}): "
         "training.steps=1 is not a multiple of training.steps_per_epoch=10"
     ), refused
     # Starting over, as docs/guides/pretrained.md says: without the fine-tuning's files,

@@ -97,7 +97,9 @@ def test_evaluate_scores_what_generate_and_both_exports_translate(imported, tmp_
     flags = ("--model", tmp_path / "sm", "--input", source, "--target-prefix", "fra_Latn")
     refused = run_main("trainers.translate", *flags, "--n-best", "2", check=False)
     assert refused.returncode == 2 and not refused.stdout
-    assert refused.stderr.startswith("error: --n-best 2: a target prefix gives one hypothesis")
+    assert refused.stderr.startswith(
+        "python -m trainers.translate: error: --n-best 2: a target prefix gives one hypothesis"
+    )
     pytest.importorskip("ctranslate2")
     ct2 = tmp_path / "ct2"
     run_main("trainers.export", "--model-dir", model_dir, "--out", ct2, "--format", "ctranslate2")
@@ -145,7 +147,9 @@ def served_as(exported, source, bare, scored, french) -> None:
     for flag, code in (("--source-prefix", "eng_latn"), ("--target-prefix", "fra_latn")):
         refused = run_main(*translate, "--input", source, flag, code, check=False)
         assert refused.returncode == 2 and not refused.stdout
-        assert refused.stderr.startswith(f"error: {flag}='{code}': '{code}' is not one of")
+        assert refused.stderr.startswith(
+            f"python -m trainers.translate: error: {flag}='{code}': '{code}' is not one of"
+        )
         assert f"did you mean '{code[:4]}{code[4].upper()}{code[5:]}'?" in refused.stderr
         assert len(refused.stderr.splitlines()) == 1
 

@@ -651,8 +651,9 @@ def test_the_export_program_s_failed_conversion_is_one_line_and_loses_nothing(ru
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.splitlines() == [
-        "error: quantize='int4' for a LiteRT file needs ai-edge-quantizer: pip install "
-        "ai-edge-quantizer (requirements.txt names the version tested)"
+        "python -m trainers.export: error: quantize='int4' for a LiteRT file needs "
+        "ai-edge-quantizer: pip install ai-edge-quantizer (requirements.txt names the version "
+        "tested)"
     ]
     assert (out / "model.tflite").read_bytes() == b"the earlier file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "path"]
@@ -873,7 +874,7 @@ def test_without_tensorflow_text_the_program_says_so_in_one_line(tmp_path):
     env = {"PYTHONPATH": os.pathsep.join(paths)}
     result = programs.program("trainers.translate", "--model", model, env=env, check=False)
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"error: {HOW_TO_REGISTER}"]
+    assert result.stderr.splitlines() == [f"python -m trainers.translate: error: {HOW_TO_REGISTER}"]
 
 
 NLLB = FIXTURES / "m2m100" / "nllb-tiny"
@@ -1091,8 +1092,9 @@ def test_a_broken_file_and_scores(nllb, tmp_path):
         check=False,
     )
     assert scores.returncode == 2 and not output.exists()
-    assert (
-        scores.stderr == "error: --with-scores: a LiteRT file gives translations without scores\n"
+    assert scores.stderr == (
+        "python -m trainers.translate: error: --with-scores: a LiteRT file gives translations "
+        "without scores\n"
     )
 
 

@@ -19,6 +19,7 @@ from tests import programs
 from tests.test_source_prefix import SOURCES
 
 ROOT = Path(__file__).resolve().parent.parent
+TRANSLATE = "python -m trainers.translate"  # the program's name in its refusals
 TRICKY = [
     *SOURCES,
     ">>spa<<Hola",  # not a word of its own
@@ -154,7 +155,8 @@ def test_a_damaged_manifest_is_named_by_the_translators_and_the_program(tmp_path
         translator(directory)
     result = programs.program("trainers.translate", "--model", directory, check=False)
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith(f"error: {expected}") and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"{TRANSLATE}: error: {expected}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("without", ["manifest", "decoding"])
@@ -194,7 +196,8 @@ def test_an_export_without_its_manifest_or_its_decoding_is_refused(tmp_path, kin
             door(export)
         assert str(refused.value) == message
     result = programs.program("trainers.translate", "--model", export, check=False)
-    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"error: {message}\n")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"{TRANSLATE}: error: {message}\n"
 
 
 def test_a_ctranslate2_translator_names_a_path_that_is_no_ctranslate2_directory(tmp_path):
@@ -216,7 +219,8 @@ def test_a_ctranslate2_translator_names_a_path_that_is_no_ctranslate2_directory(
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
         serving.CTranslate2Translator(directory)
     result = programs.program("trainers.translate", "--model", directory, check=False)
-    assert result.returncode == 2 and result.stderr.startswith(f"error: {expected}")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"{TRANSLATE}: error: {expected}"), result.stderr
 
 
 def test_translate_refuses_negative_threads_naming_the_flag(tmp_path):

@@ -408,10 +408,15 @@ def test_translate_refuses_an_output_it_cannot_write_in_one_line(tmp_path):
     model = ("--model", tmp_path / "no-model")
     under = run_main("trainers.translate", *model, "--output", file / "x", check=False)
     assert under.returncode == 2
-    assert under.stderr == f"error: --output {file / 'x'}: {file} is a file, not a folder\n"
+    assert under.stderr == (
+        f"python -m trainers.translate: error: --output {file / 'x'}: {file} is a file, not a "
+        "folder\n"
+    )
     folder = run_main("trainers.translate", *model, "--output", tmp_path, check=False)
     assert folder.returncode == 2
-    assert folder.stderr == f"error: --output {tmp_path}: is a folder; name a file\n"
+    assert folder.stderr == (
+        f"python -m trainers.translate: error: --output {tmp_path}: is a folder; name a file\n"
+    )
     assert file.read_text() == "mine" and sorted(tmp_path.iterdir()) == [file]
 
 
@@ -479,8 +484,8 @@ def test_export_then_translate_through_the_saved_model(trained, exported, tmp_pa
     again = run_main("trainers.export", "--model-dir", model_dir, "--out", out, "--version", "1",
                      check=False)  # fmt: skip
     assert again.returncode == 2 and again.stderr == (
-        f"error: --out {out}: {out / '1'} exists (an earlier export): --overwrite replaces it "
-        "once the new export is complete, or give another --out\n"
+        f"python -m trainers.export: error: --out {out}: {out / '1'} exists (an earlier export): "
+        "--overwrite replaces it once the new export is complete, or give another --out\n"
     )
 
 

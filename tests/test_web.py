@@ -120,6 +120,9 @@ def test_the_site_s_files(site):
     # The page names nothing of another host.
     for name in ("index.html", "app.js", "service-worker.js"):
         assert not re.search(r"https?://", (written / name).read_text()), name
+    # Its icon is inline: a browser asks for no /favicon.ico, which the site lacks (a 404 in
+    # the console; headless Chromium asks for no icon at all, so the page's own line is read).
+    assert re.search(r'<link rel="icon" href="data:[^"]*">', (written / "index.html").read_text())
 
 
 @pytest.mark.slow  # a browser, LiteRT.js's WASM compiled, 30 verses translated in it
@@ -129,7 +132,7 @@ def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
     progress bar following the download), a typed sentence's translation appears, and
     `window.translate` gives the SavedModel's translation of 30 verses: at least 98% alike,
     each other one parting at a tie (tests/ties.py, beam). No request leaves for another
-    host."""
+    host, and the server refuses none (a file the site lacks: an error in the console)."""
     model, vocabularies = tiny
     written, saved = site
     texts = verses(30)
@@ -147,7 +150,7 @@ def test_the_page_translates_as_the_saved_model_in_a_browser(tiny, site):
         # Language codes for a model without languages: refused, as kt.serving refuses them.
         refused = "window.translate('God', {target: 'fra_Latn'}).then(() => 'none', e => e.message)"
         assert "takes no language codes" in page.evaluate(refused)
-    assert foreign == []
+    assert foreign == [] and server.errors() == []
     assert shown == expected[0]
     settings = SEARCHES["beam"]
     same = alike(model, vocabularies, settings, texts, expected[1:], translations)
@@ -173,6 +176,7 @@ def test_the_page_translates_offline_once_its_service_worker_holds_the_site(site
         # The worker controls the page once installed, which stored FILES.
         stored = sorted("/" + name.removeprefix("./") for name in worker_files(written))
         assert page.evaluate(STORED) == stored
+        assert server.errors() == []  # the page's and the worker's requests all answered
         server.stop()
         with pytest.raises(urllib.error.URLError):  # offline: nothing answers there
             urllib.request.urlopen(server.url, timeout=5)
@@ -199,7 +203,7 @@ def test_the_page_translates_offline_once_its_service_worker_holds_the_site(site
 def test_a_model_that_cannot_be_fetched_is_said_on_the_page(site, tmp_path):
     """The page's first load with its model missing (404) or its request failed: the page
     says "The model could not be loaded" with the reason, the button stays disabled, and
-    `window.translate` rejects with the same reason."""
+    `window.translate` rejects with the same reason. The model is the one request refused."""
     written, _ = site
     missing = tmp_path / "missing"
     shutil.copytree(written, missing, ignore=shutil.ignore_patterns("model.tflite"))
@@ -210,7 +214,7 @@ def test_a_model_that_cannot_be_fetched_is_said_on_the_page(site, tmp_path):
         assert page.evaluate(failed) == "The model could not be loaded: ./model.tflite: 404"
         assert page.locator("#go").is_disabled()
         assert page.evaluate(reject) == "./model.tflite: 404"
-    assert foreign == []
+    assert foreign == [] and server.errors() == [("/model.tflite", 404)]
     with browser.served(written) as server, browser.opened(server.url) as (page, foreign):
         page.route("**/model.tflite", lambda route: route.abort())  # then a fresh load
         page.reload()
@@ -249,7 +253,7 @@ def test_the_nllb_page_picks_languages_and_translates_as_ai_edge_litert(nllb_sit
     interpreter gives on the same file with those languages, on the fixture's lines (one
     program on the same file: equal, up to the last bits of two builds of LiteRT's kernels,
     so at least all but one line alike, each other one parting at a tie, tests/ties.py). No
-    request leaves for another host."""
+    request leaves for another host, and none is refused."""
     from keras_transformer.pretrained import m2m100
     from tests.test_litert_bpe_bytes import translate_builtin
 
@@ -282,7 +286,7 @@ def test_the_nllb_page_picks_languages_and_translates_as_ai_edge_litert(nllb_sit
         refused = page.evaluate(
             "window.translate('Hello', {target: 'xxx_Zzzz'}).then(() => '', e => e.message)"
         )
-    assert foreign == []
+    assert foreign == [] and server.errors() == []
     assert shown == expected["eng_Latn", "fra_Latn"][0]
     assert "xxx_Zzzz" in refused
     model, _ = m2m100.load_m2m100(NLLB)

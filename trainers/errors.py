@@ -15,8 +15,8 @@
                          then the process ends as SIGTERM ends it (128 + SIGTERM in a shell;
                          its parent sees the signal)
 
-Every error is printed to stderr as one line, `error: MESSAGE`; a bad argument as argparse's
-`PROG: error: MESSAGE`, also one line (`flags.ArgumentParser`); Ctrl-C as `interrupted`
+Every error is printed to stderr as one line, `PROG: error: MESSAGE`, as argparse prints a bad
+argument (`flags.ArgumentParser`, which adds a pointer to `--help`); Ctrl-C as `interrupted`
 (`program`, around every program's `main`, instead of Python's traceback); SIGTERM prints
 nothing (the shell says `Terminated`).
 
@@ -31,6 +31,8 @@ import contextlib
 import functools
 import os
 import sys
+
+from trainers import flags
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -78,8 +80,11 @@ def __getattr__(name: str):
 
 
 def fail(error: BaseException | str, status: int = EXIT_USER_ERROR) -> int:
-    """Prints `error: ERROR` to stderr and returns `status`, for `main` to return."""
-    print(f"error: {error}", file=sys.stderr)
+    """Prints `PROG: error: ERROR` to stderr, PROG the program as its flags' refusals name it
+    (`flags.program_name`; `error: ERROR` before any flags were parsed), and returns
+    `status`, for `main` to return."""
+    name = flags.program_name()
+    print(f"{name}: error: {error}" if name else f"error: {error}", file=sys.stderr)
     return status
 
 

@@ -5,19 +5,36 @@ one line (exit status 2, with the flag named) before any work. Plain Python:
 from __future__ import annotations
 
 import argparse
+import contextvars
 import os
 import sys
 from pathlib import Path
+
+# The `prog` of the parser that parsed the running program's flags (`program_name`).
+_parsed_by: contextvars.ContextVar[str | None] = contextvars.ContextVar("parsed_by", default=None)
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, with a bad argument reported in one line, `PROG: error: MESSAGE
     (PROG --help lists the flags)`, and exit status 2 (`errors.EXIT_USER_ERROR`), instead
     of the usage block before the message: the line names the argument, and the usage is
-    one `--help` away. Every program's parser is one."""
+    one `--help` away. Every program's parser is one. Parsing records its `prog`, with which
+    `errors.fail` names the program in the refusals that come after the flags
+    (`program_name`)."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed = super().parse_known_args(args, namespace)
+        _parsed_by.set(self.prog)
+        return parsed
+
+
+def program_name() -> str | None:
+    """The name of the program whose flags were parsed last (in this thread), as its parser's
+    refusals give it: `python -m trainers.export`, `kt-export`; None before any were."""
+    return _parsed_by.get()
 
 
 def at_least(minimum, kind=int):

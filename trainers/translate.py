@@ -236,41 +236,33 @@ def first_bad_line(path: Path) -> str | None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.input and args.output and _same_file(args.input, args.output):
-        print(f"error: --output {args.output} is the --input file", file=sys.stderr)
-        return 2
+        return errors.fail(f"--output {args.output} is the --input file")
     problem = args.output and _output_problem(args.output)  # before any work
     if problem:
-        print(f"error: --output {args.output}: {problem}", file=sys.stderr)
-        return 2
+        return errors.fail(f"--output {args.output}: {problem}")
     # The paths, before the model loads: a mistyped one costs no TensorFlow start-up.
     if problem := flags.first_missing(("--model", args.model), ("--input", args.input)):
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return errors.fail(problem)
     unscored = [f for f in serving.FORMATS.values() if not f.scores and f.recognises(args.model)]
     if args.with_scores and unscored:
-        print(
-            f"error: --with-scores: a {unscored[0].title} gives translations without scores",
-            file=sys.stderr,
+        return errors.fail(
+            f"--with-scores: a {unscored[0].title} gives translations without scores"
         )
-        return 2
     try:
         problem = args.input and args.errors == "strict" and first_bad_line(args.input)
     except OSError as error:  # a folder, an unreadable file
         problem = f"--input {args.input}: {error.strerror or error}"
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return errors.fail(problem)
     try:
         translator = load_translator(args)
     except (OSError, ValueError, ImportError) as error:  # ImportError: a runtime's package
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return errors.fail(error)
     if args.output:  # its missing folders, as trainers.evaluate makes them
         try:
             args.output.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            print(f"error: --output {args.output}: {error.strerror or error}", file=sys.stderr)
-            return 2
+            return errors.fail(f"--output {args.output}: {error.strerror or error}")
     sentences, started = 0, time.perf_counter()
     name = f"--input {args.input}" if args.input else "stdin"
     replaced = []  # the numbers of the lines read with U+FFFD (--errors replace)
@@ -318,8 +310,7 @@ def main(argv=None) -> int:
         written = getattr(error, "filename", None)
         if partial and written is not None and os.fspath(written) == os.fspath(partial):
             error = f"--output {args.output}: {error.strerror}"  # the user's name, not ours
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return errors.fail(error)
     except BaseException:  # Ctrl-C, SIGTERM (errors.program)...: no partial output left behind
         if partial:
             partial.unlink(missing_ok=True)

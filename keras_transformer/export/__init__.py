@@ -40,15 +40,19 @@ require_tensorflow("kt.export")
 
 import importlib
 
-from keras_transformer.export import precision
+from keras_transformer._deprecation import aliased
+from keras_transformer.export import precision, savedmodel
 from keras_transformer.export.formats import export, writer
 from keras_transformer.export.savedmodel import (
     MANIFEST,
-    export_saved_model,
     next_version,
     translation_endpoints,
     write_saved_model,
 )
+
+# The former exporters under this package's names, which their warnings name (the modules'
+# own warn under theirs).
+export_saved_model = aliased(savedmodel.export_saved_model, f"{__name__}.export_saved_model")
 
 
 def __getattr__(name: str):
@@ -56,7 +60,8 @@ def __getattr__(name: str):
     if name in ("ctranslate2", "litert", "litert_builtin", "litert_unigram", "web"):
         return importlib.import_module(f"{__name__}.{name}")
     if name == "export_litert":
-        return importlib.import_module(f"{__name__}.litert").export_litert
+        litert = importlib.import_module(f"{__name__}.litert")
+        return aliased(litert.export_litert, f"{__name__}.export_litert")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -422,7 +422,7 @@ def _facts(model, vocabularies, settings, described, int8_table, ops) -> dict:
 
 
 @deprecated(
-    "keras_transformer.export.export_litert",
+    "keras_transformer.export.litert.export_litert",  # kt.export's: `aliased` there
     "keras_transformer.export.export(model, path, format='litert', ...)",
 )
 def export_litert(

@@ -276,7 +276,7 @@ def _facts(model, vocabularies, settings: DecodingSettings) -> dict:
 
 
 @deprecated(
-    "keras_transformer.export.export_saved_model",
+    "keras_transformer.export.savedmodel.export_saved_model",  # kt.export's: `aliased` there
     "keras_transformer.export.export(model, path, format='savedmodel', ...)",
 )
 def export_saved_model(
