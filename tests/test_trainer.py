@@ -489,6 +489,37 @@ def test_export_then_translate_through_the_saved_model(trained, exported, tmp_pa
     )
 
 
+LIMITED_FILE_SIZE = """
+import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))  # a disk that fills at 64 KiB
+sys.argv = ["trainers.export", *sys.argv[1:]]
+runpy.run_module("trainers.export", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_an_export_the_disk_refuses_is_one_line_and_keeps_the_earlier(trained, exported, tmp_path):
+    """A write refused after --out's checks passed (a file-size limit stands for a full
+    disk: Python ignores SIGXFSZ, so a write fails) is one line, `PROG: error: --out OUT:
+    cannot write the export: REASON`, exit status 2, no traceback; the earlier export
+    stays byte for byte and nothing is left beside it."""
+    import shutil
+
+    model_dir, _, _ = trained
+    out = tmp_path / "slice"
+    shutil.copytree(exported, out)
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    result = programs.snippet(
+        LIMITED_FILE_SIZE, "--model-dir", model_dir, "--out", out, "--version", "1",
+        "--overwrite", check=False, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert f"error: --out {out}: cannot write the export: " in last, result.stderr[-3000:]
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    assert sorted(tmp_path.iterdir()) == [out]
+
+
 @pytest.mark.exact
 def test_evaluate_scores_what_the_exported_saved_model_serves(trained, exported, tmp_path):
     """The same model directory, the same settings (experiment.yaml's): every translation

@@ -287,6 +287,8 @@ def main(argv=None) -> int:
                 litert.trace_signatures(task, args.traced_to, quantize=args.quantize, **options)
         except (FileExistsError, NotADirectoryError, ImportError, ValueError) as error:
             return errors.fail(error)
+        except write_errors() as error:  # the disk's refusal: full, read-only, not permitted
+            return errors.fail(cannot_write(args.out, error))
         (args.traced_to / PROGRAM_MANIFEST).write_text(json.dumps(manifest))
         return errors.EXIT_OK
     with fast.switched(experiment.training.fast):  # its beam search's top-k, as in training
@@ -323,10 +325,30 @@ def write_export(task, args: argparse.Namespace, manifest: dict, options: dict) 
         errors.fail(error)  # an existing --version, a model already quantized...
     except ConversionError as error:  # LiteRT's converter's, in its own process: one line
         errors.fail(error)
+    except write_errors() as error:  # the disk's refusal: full, read-only, not permitted
+        errors.fail(cannot_write(args.out, error))
     finally:
         for warning in caught:
             print(f"warning: {warning.message}", file=sys.stderr)
     return None
+
+
+def write_errors() -> tuple:
+    """What writing an export raises when the disk refuses (after --out's checks passed: a
+    file system that says no only when written, a full disk): `OSError`, and TensorFlow's
+    own for its SavedModel writer where TensorFlow is loaded."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return (OSError,)
+    return (OSError, tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError,
+            tf.errors.OutOfRangeError)  # fmt: skip
+
+
+def cannot_write(out: Path, error: BaseException) -> str:
+    """The one line for a refused write under --out: the reason, without the library's
+    temporary names beside --out."""
+    reason = getattr(error, "strerror", None) or getattr(error, "message", None) or str(error)
+    return f"--out {out}: cannot write the export: {reason.splitlines()[0]}"
 
 
 def wrote(written: Path, found) -> str:
