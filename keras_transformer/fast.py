@@ -33,6 +33,7 @@ gathered row by row where the converter would dequantize the whole table once a 
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 
 import keras
@@ -113,8 +114,13 @@ def device_lookups(lookups: dict) -> contextlib.AbstractContextManager:
     Raises:
         TypeError: here, at the call: a key is not a Keras `Embedding` layer (a
             `TransformerEmbedding` itself, say, whose lookup would never be asked for), or a
-            value is not callable.
+            value is not callable; `lookups` is not a mapping.
     """
+    if not isinstance(lookups, collections.abc.Mapping):
+        raise TypeError(
+            "kt.fast.device_lookups: give a dict {table layer: function of the ids}, not "
+            f"{type(lookups).__name__}"
+        )
     for layer, lookup in lookups.items():
         if problem := _lookup_problem(layer, lookup):
             raise TypeError(f"kt.fast.device_lookups: {problem}")

@@ -184,6 +184,11 @@ def test_device_lookups_refuse_a_key_that_is_not_a_table_or_a_lookup_not_callabl
         f"kt.fast.device_lookups: the lookup of {mine.token_embedding.name!r} must be a "
         "function of the ids, not str"
     )
+    with pytest.raises(TypeError) as not_a_mapping:
+        kt.fast.device_lookups([(mine.token_embedding, doubled)])
+    assert str(not_a_mapping.value) == (
+        "kt.fast.device_lookups: give a dict {table layer: function of the ids}, not list"
+    )
 
 
 def _embedding(**kwargs):
