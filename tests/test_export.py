@@ -622,6 +622,10 @@ def test_translate_cli_refuses_stdin_that_is_not_utf8_and_writes_no_output(expor
         "python -m trainers.translate: error: stdin: line 2 is not UTF-8 (byte 0xe9"
     )
     assert list(tmp_path.iterdir()) == []  # neither the output nor a partial one
+    # --output in folders the run makes: they go again with the failed run.
+    nested = ("trainers.translate", "--model", directory, "--output", tmp_path / "a" / "b" / "o")
+    assert run_main(*nested, stdin=LATIN1, check=False).returncode == 2
+    assert list(tmp_path.iterdir()) == []
     replaced = run_main(*translate, "--errors", "replace", stdin=LATIN1)
     assert len(output.read_text().splitlines()) == 3
     assert "warning: stdin: 1 line not UTF-8 (the first: line 2)" in replaced.stderr

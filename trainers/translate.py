@@ -232,6 +232,16 @@ def first_bad_line(path: Path) -> str | None:
     return None
 
 
+def _remove_empty(folders: list[Path]) -> None:
+    """The folders this run made for --output (deepest first), removed while empty: a run
+    that ends early leaves the file system as it found it."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # something else was put there meanwhile: kept
+            return
+
+
 @errors.program
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -258,7 +268,12 @@ def main(argv=None) -> int:
         translator = load_translator(args)
     except (OSError, ValueError, ImportError) as error:  # ImportError: a runtime's package
         return errors.fail(error)
+    made = []  # --output's folders made here, deepest first: removed again on a failure
     if args.output:  # its missing folders, as trainers.evaluate makes them
+        folder = args.output.parent
+        while not folder.exists() and folder != folder.parent:
+            made.append(folder)
+            folder = folder.parent
         try:
             args.output.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -304,6 +319,7 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as error:
         if partial:
             partial.unlink(missing_ok=True)
+        _remove_empty(made)
         if isinstance(error, BrokenPipeError):  # the reader went away (`| head`)
             sys.stdout = None
             return 1
@@ -314,6 +330,7 @@ def main(argv=None) -> int:
     except BaseException:  # Ctrl-C, SIGTERM (errors.program)...: no partial output left behind
         if partial:
             partial.unlink(missing_ok=True)
+        _remove_empty(made)
         raise
     if replaced:
         print(
