@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +107,17 @@ def start(*args, env: dict | None = None, cwd=ROOT, **popen) -> subprocess.Popen
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
     command = [sys.executable, *(str(argument) for argument in args)]
     return subprocess.Popen(command, cwd=cwd, env=environment(env), **popen)
+
+
+def wait_until(found, process: subprocess.Popen, seconds: float, what: str) -> None:
+    """Polls `found()` until it is true while `process` (of `start`, stderr piped as bytes)
+    runs: fails the test with its stderr if it ends first, or saying `what` did not happen
+    within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not found():
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
+        time.sleep(0.1)
 
 
 # What a light process must not import (the package itself is light: its top level is lazy).

@@ -644,11 +644,8 @@ def test_a_sigterm_leaves_no_partial_output_and_the_previous_file_intact(exporte
         "--output", output, "--batch-size", "4", stdout=subprocess.DEVNULL, text=False,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
-        while not list(tmp_path.glob(".partial-*")):  # translating: its partial file is there
-            assert process.poll() is None, process.stderr.read().decode()
-            assert time.monotonic() < deadline, "no partial output appeared"
-            time.sleep(0.2)
+        found = lambda: list(tmp_path.glob(".partial-*"))  # noqa: E731  (translating)
+        programs.wait_until(found, process, 240, "a partial output")
         time.sleep(1.0)  # some batches written
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
@@ -685,12 +682,9 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_partial_output(exported,
     try:
         process.stdin.write(b"Amen.\n")
         process.stdin.flush()
-        deadline = time.monotonic() + 240
         # Its first line translated and written: it waits for the next one.
-        while not any(p.stat().st_size for p in tmp_path.glob(".partial-*")):
-            assert process.poll() is None, process.stderr.read().decode()
-            assert time.monotonic() < deadline, "no partial output appeared"
-            time.sleep(0.2)
+        found = lambda: any(p.stat().st_size for p in tmp_path.glob(".partial-*"))  # noqa: E731
+        programs.wait_until(found, process, 240, "a partial output")
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)
     finally:

@@ -671,7 +671,6 @@ def test_a_sigterm_stops_the_export_program_and_leaves_nothing_beside_the_earlie
     model's size, which no later export removed)."""
     import signal
     import subprocess
-    import time
 
     out = tmp_path / "out"
     out.mkdir()
@@ -683,11 +682,9 @@ def test_a_sigterm_stops_the_export_program_and_leaves_nothing_beside_the_earlie
         stdout=subprocess.DEVNULL, text=False,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 300
-        while not list(tmp_path.glob(".tmp-*")):  # the traced signatures' folder, being written
-            assert process.poll() is None, process.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no folder appeared beside --out"
-            time.sleep(0.1)
+        # The traced signatures' folder beside --out, being written.
+        written = lambda: list(tmp_path.glob(".tmp-*"))  # noqa: E731
+        programs.wait_until(written, process, 300, "a folder beside --out")
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
     finally:
