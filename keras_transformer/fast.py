@@ -139,12 +139,12 @@ def _with_lookups(by_table_id: dict):
 
 def _lookup_problem(layer, lookup) -> str | None:
     """Why `{layer: lookup}` cannot be one of `device_lookups`'s entries, or None."""
-    from keras_transformer.layers.embedding import TransformerEmbedding
-
-    if isinstance(layer, TransformerEmbedding):
+    # A layer that holds the table (a TransformerEmbedding), told by its attribute: the
+    # layers import this module, so it does not import them.
+    if isinstance(getattr(layer, "token_embedding", None), keras.layers.Embedding):
         return (
-            f"a key is the table layer, not the TransformerEmbedding {layer.name!r}: pass its "
-            "`.token_embedding`"
+            f"a key is the table layer, not the {type(layer).__name__} {layer.name!r}: pass "
+            "its `.token_embedding`"
         )
     if not isinstance(layer, keras.layers.Embedding):
         return f"a key must be a Keras Embedding layer (a table), not {type(layer).__name__}"
